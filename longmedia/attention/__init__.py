@@ -1,0 +1,1 @@
+"""Attention backends, the dispatcher that picks one, and the Sol schedule."""

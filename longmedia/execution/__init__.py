@@ -1,0 +1,1 @@
+"""The exact streamed H3 block executor, its memory formula and its guards."""
