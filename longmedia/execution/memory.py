@@ -52,16 +52,12 @@ def _streamed_attention_elems(s: int, d: H3Dims, c: ChunkSizes) -> int:
     p = _rows(c.out_proj_chunk_tokens, r)
     if g == i:
         held = s * (h + 2 * i)                      # x, K, V for every head
-        kv_pass = r * (h + 2 * i)                   # norm1 rows, fused k|v projection rows
-        q_pass = max(r * (h + i),                   # norm1 rows, q rows
-                     r * (i + 2 * i),               # q rows, attention output and its head-merge copy
-                     r * i + p * h)                 # attention output rows, out_proj rows
-    else:
-        held = s * (2 * h + 2 * g)                  # x, modulated norm1 for every row, K and V of a group
-        kv_pass = max(s * h,                        # the norm1 output while it is first made
-                      r * 2 * g)                    # k rows and v rows of one group
-        q_pass = max(r * (g + 2 * g), r * g + p * h)
-    return held + max(kv_pass, q_pass)
+        return held + max(r * (h + i),              # norm1 rows with k (then v) rows, or q rows
+                          r * 3 * i,                # q rows, attention output and its head-merge copy
+                          r * i + p * h)            # attention output rows, out_proj rows
+    held = s * (2 * h + 2 * g)                      # x, modulated norm1 for every row, K and V of a group
+    return held + max(r * 3 * g,                    # q rows, attention output and its head-merge copy
+                      r * g + p * h)                # attention output rows, partial out_proj rows
 
 
 def _stock_mlp_elems(s: int, d: H3Dims) -> int:
@@ -76,11 +72,20 @@ def _streamed_mlp_elems(s: int, d: H3Dims, c: ChunkSizes) -> int:
     return s * h + m * max(h + 2 * f, 2 * f + f + h)
 
 
+ADALN_TIMESTEP_ROWS = 4  # distinct timesteps in one H3 forward: video, audio, cond, audio cond
+
+
+def _adaln_elems(d: H3Dims) -> int:
+    """The block's six adaLN tensors, [timesteps x 3 modalities, hidden] each."""
+    return ADALN_TIMESTEP_ROWS * 3 * 6 * d.hidden
+
+
 def block_memory(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: int = 2,
                  score_bytes: int = 0) -> BlockMemory:
     """Peak live activation bytes of one block forward at `seq_len` packed tokens."""
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    adaln = _adaln_elems(dims) * dtype_bytes
     if chunks.streams_attention:
         rows = _rows(chunks.qkv_chunk_tokens, seq_len)
         heads = chunks.group_heads(dims.heads)
@@ -93,7 +98,7 @@ def block_memory(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: in
         mlp = _streamed_mlp_elems(seq_len, dims, chunks) * dtype_bytes
     else:
         mlp = _stock_mlp_elems(seq_len, dims) * dtype_bytes
-    return BlockMemory(attention_bytes=attn, mlp_bytes=mlp)
+    return BlockMemory(attention_bytes=attn + adaln, mlp_bytes=mlp + adaln)
 
 
 def predicted_peak_bytes(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: int = 2,
