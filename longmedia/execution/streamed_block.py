@@ -62,9 +62,9 @@ def _spans(n: int, chunk: int):
 class _Run:
     """One block call: its inputs, settings and the stage functions."""
 
-    def __init__(self, block, x, t_emb, segments, rope, chunks, attention, weights, interrupt):
+    def __init__(self, block, x, t_emb, segments, rope, chunks, attention, weights, interrupt, cast_small):
         self.block, self.x, self.t_emb, self.segments, self.rope = block, x, t_emb, segments, rope
-        self.chunks, self.attention, self.weights = chunks, attention, weights
+        self.chunks, self.attention, self.weights, self.cast_small = chunks, attention, weights, cast_small
         self.interrupt = interrupt
         attn = block.attn
         self.heads, self.head_dim = attn.heads, attn.head_dim
@@ -81,7 +81,7 @@ class _Run:
 
     def norm_weights(self):
         attn = self.block.attn
-        return attn.q_norm.weight, attn.k_norm.weight
+        return self.cast_small(attn.q_norm.weight, self.x), self.cast_small(attn.k_norm.weight, self.x)
 
     # --- stock stages (chunk size 0) -------------------------------------------------------------
     def stock_attention(self):
@@ -215,17 +215,24 @@ class _Run:
                 del y
 
 
+def _to_device(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return w.to(device=like.device)
+
+
 @torch.no_grad()
 def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_segments: Segments, rope_table: torch.Tensor, *,
               chunks: ChunkSizes, attention: AttentionFn | None = None, weights: WeightAccess | None = None,
-              interrupt: Callable[[], None] | None = None) -> torch.Tensor:
+              interrupt: Callable[[], None] | None = None,
+              cast_small: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """One H3 DiT block on the packed sequence `x` [S, hidden], updated in place and returned.
 
     `block` has H3's submodules (norm1, norm2, attn.{qkv_proj,q_norm,k_norm,out_proj}, mlp.{fc1,fc2},
     adaln_proj): ComfyUI's `DiTBlock` or `longmedia.testing.reference_block.ReferenceBlock`.
+    `weights` hands out the large Linear weights once per stage; `cast_small(w, like)` moves the q/k
+    norm weights next to the activations; `interrupt()` raises to cancel and runs before every chunk.
     """
     run = _Run(block, x, t_emb, mod_segments, rope_table, chunks, attention or sdpa_attention,
-               weights or plain_weights, interrupt)
+               weights or plain_weights, interrupt, cast_small or _to_device)
     try:
         run.tick()
         run.streamed_attention() if chunks.streams_attention else run.stock_attention()

@@ -1,0 +1,80 @@
+"""The streamed executor against ComfyUI's own H3 DiTBlock (in-process, real ComfyUI code)."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from longmedia.execution.chunks import ChunkSizes
+from longmedia.execution.streamed_block import run_block
+
+ROOT = os.environ.get("LONGMEDIA_COMFYUI_ROOT")
+pytestmark = pytest.mark.skipif(not ROOT, reason="LONGMEDIA_COMFYUI_ROOT is not set: real-ComfyUI tests skipped")
+
+
+@pytest.fixture(scope="module")
+def comfy():
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    import comfy.cli_args
+
+    comfy.cli_args.args.cpu = True  # what `main.py --cpu` sets; this test process has no GPU
+    import comfy.ldm.minimax.model as h3
+    import comfy.ops
+    from longmedia.execution import comfy_patch
+
+    return h3, comfy.ops, comfy_patch
+
+
+def make(comfy, dtype, ops_name, seed=0):
+    h3, ops, _ = comfy
+    g = torch.Generator().manual_seed(seed)
+    hidden, heads, head_dim, ffn, t_dim = 96, 4, 32, 192, 40
+    block = h3.DiTBlock(hidden, heads, head_dim, ffn, t_dim, 1e-5, 1e-5, dtype=dtype, operations=getattr(ops, ops_name))
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            p.copy_(r / p.shape[1] ** 0.5 * (0.2 if "adaln" in name else 1.0) if p.ndim == 2 else 1 + 0.1 * r)
+    block.requires_grad_(False)
+    s = 389
+    x = torch.randn(s, hidden, generator=g).to(dtype)
+    t_emb = torch.randn(2, t_dim, generator=g).to(dtype)
+    segments = [(0, 40, 4), (40, 120, 0), (120, 200, 2), (200, s, 3)]
+    pos = torch.rand(s, 3, generator=g, dtype=torch.float64) * 50
+    inv = torch.rand(4, generator=g) + 0.01
+    model = h3.MiniMaxH3Model.__new__(h3.MiniMaxH3Model)  # only for its rope helper
+    torch.nn.Module.__init__(model)
+    model.rope = torch.nn.Module()
+    model.rope.register_buffer("inv_freq", inv)
+    rope = h3.rope_rotation_table(model.rope_freqs(pos, "cpu"), dtype)
+    return block, x, t_emb, segments, rope
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("ops_name", ["disable_weight_init", "manual_cast"])
+def test_streamed_matches_comfy_block(comfy, dtype, tol, ops_name):
+    _, _, patch = comfy
+    block, x, t_emb, segments, rope = make(comfy, dtype, ops_name)
+    topts = {}
+    stock = block(x.clone(), t_emb, segments, rope, transformer_options=topts)
+    assert torch.isfinite(stock).all() and rel(stock, x) > 1e-3
+    for chunks in (ChunkSizes(64, 0, 64), ChunkSizes(50, 13, 77), ChunkSizes(128, 0, 40, 2), ChunkSizes(97, 31, 0, 1)):
+        out = run_block(block, x.clone(), t_emb, segments, rope, chunks=chunks,
+                        attention=patch.existing_attention(topts, block.attn.heads), weights=patch.comfy_weights(),
+                        interrupt=patch.comfy_interrupt, cast_small=patch.comfy_cast_small)
+        assert rel(out, stock) <= tol, chunks
+
+
+def test_all_heads_streaming_is_bitwise_against_comfy_on_cpu(comfy):
+    _, _, patch = comfy
+    block, x, t_emb, segments, rope = make(comfy, torch.bfloat16, "disable_weight_init", seed=3)
+    stock = block(x.clone(), t_emb, segments, rope, transformer_options={})
+    out = run_block(block, x.clone(), t_emb, segments, rope, chunks=ChunkSizes(61, 0, 0),
+                    attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
+                    cast_small=patch.comfy_cast_small)
+    assert torch.equal(out, stock)
