@@ -1,0 +1,79 @@
+"""Fixtures for tests against a real ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT).
+
+Unset: every test under tests/comfyui is skipped and the summary says so loudly.
+Set: `comfy_server` (session) is a running server with our pack, the test nodes and the tiny H3
+checkpoints; `comfy_inprocess` (session) is ComfyUI's `comfy` package imported here on the CPU;
+`tiny_checkpoints` maps variant -> checkpoint path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SKIP_REASON = (f"{harness.ENV_VAR} is not set: real-ComfyUI tests skipped "
+               f"(set {harness.ENV_VAR}=/path/to/ComfyUI to run them)")
+_SKIPPED_KEY = pytest.StashKey[list]()
+
+
+def _in_this_dir(item: pytest.Item) -> bool:
+    return HERE in Path(item.path).resolve().parents
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = None if os.environ.get(harness.ENV_VAR, "").strip() else pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if _in_this_dir(item):
+            item.add_marker(pytest.mark.comfyui)
+            if skip is not None:
+                item.add_marker(skip)
+                config.stash.setdefault(_SKIPPED_KEY, []).append(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    skipped = config.stash.get(_SKIPPED_KEY, [])
+    if skipped:
+        terminalreporter.write_sep("!", f"{len(skipped)} REAL-COMFYUI TESTS SKIPPED: {harness.ENV_VAR} IS NOT SET",
+                                   yellow=True, bold=True)
+        terminalreporter.write_line(SKIP_REASON)
+
+
+@pytest.fixture(scope="session")
+def comfyui_root() -> Path:
+    root = harness.comfyui_root()
+    if root is None:
+        pytest.skip(SKIP_REASON)
+    return root
+
+
+@pytest.fixture(scope="session")
+def comfy_inprocess(comfyui_root: Path):
+    """ComfyUI's `comfy` package, imported from the checkout in this process with `--cpu` set."""
+    return harness.import_comfy_in_process(comfyui_root)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from longmedia.testing.tiny_h3 import write_tiny_h3
+
+    out = tmp_path_factory.mktemp("tiny_h3")
+    return {v: write_tiny_h3(out, variant=v) for v in harness.TINY_VARIANTS}
+
+
+@pytest.fixture(scope="session")
+def comfy_server(comfyui_root: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A ComfyUI server (--cpu, 127.0.0.1, free port) over a temporary base directory; stopped at the end."""
+    base = harness.prepare_base_directory(tmp_path_factory.mktemp("comfy_base"))
+    server = harness.start_server(comfyui_root, base)
+    try:
+        yield server
+    finally:
+        server.stop()

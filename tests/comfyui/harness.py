@@ -1,0 +1,216 @@
+"""Real-ComfyUI test harness: a throwaway server on 127.0.0.1 and an in-process `comfy` import.
+
+The server runs `main.py --cpu` from the checkout at LONGMEDIA_COMFYUI_ROOT with the test
+interpreter, a temporary `--base-directory` (models, custom_nodes, input, output, temp, user, an
+sqlite file), our pack and the test node pack linked into its custom_nodes and the tiny H3
+checkpoints in its models/diffusion_models. Every request goes to 127.0.0.1 with proxies disabled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_VAR = "LONGMEDIA_COMFYUI_ROOT"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TESTNODES_DIR = Path(__file__).resolve().parent / "testnodes"
+PACK_LINK_NAME = "ComfyUI-LongMedia"
+TESTNODES_LINK_NAME = "longmedia_testnodes"
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT_S = 180.0
+LOG_TAIL_CHARS = 6000
+TINY_VARIANTS = ("bf16", "fp32", "int8")
+
+
+class ComfyHarnessError(RuntimeError):
+    """The test server did not start, refused a prompt, or a prompt failed; the message carries the detail."""
+
+
+def comfyui_root() -> Path | None:
+    """The checkout named by LONGMEDIA_COMFYUI_ROOT, or None when unset."""
+    value = os.environ.get(ENV_VAR, "").strip()
+    if not value:
+        return None
+    root = Path(value).expanduser().resolve()
+    if not (root / "main.py").is_file() or not (root / "comfy").is_dir():
+        raise ComfyHarnessError(f"{ENV_VAR}={value!r} is not a ComfyUI checkout (no main.py and comfy/ there): "
+                                "point it at the directory holding ComfyUI's main.py")
+    return root
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    # no proxy handler: traffic to the local server must never leave the machine
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def prepare_base_directory(base: Path, *, variants: tuple[str, ...] = TINY_VARIANTS, seed: int = 0) -> Path:
+    """Lay out a ComfyUI base directory: linked custom nodes, tiny checkpoints, empty io folders."""
+    from longmedia.testing.tiny_h3 import write_tiny_h3
+
+    for sub in ("custom_nodes", "models/diffusion_models", "input", "output", "temp", "user"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    for link, target in ((PACK_LINK_NAME, REPO_ROOT), (TESTNODES_LINK_NAME, TESTNODES_DIR)):
+        path = base / "custom_nodes" / link
+        if not path.exists():
+            path.symlink_to(target, target_is_directory=True)
+    for variant in variants:
+        write_tiny_h3(base / "models" / "diffusion_models", variant=variant, seed=seed)
+    return base
+
+
+@dataclass
+class ComfyServer:
+    """A running ComfyUI server process and its API helpers."""
+
+    root: Path
+    base: Path
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no server log)"
+        return text[-chars:]
+
+    def request(self, method: str, path: str, payload: Any = None, timeout: float = 30.0) -> Any:
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with _opener().open(req, timeout=timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode("utf-8", errors="replace")
+            raise ComfyHarnessError(f"{method} {path} -> HTTP {err.code}: {detail[:4000]}") from err
+        return json.loads(body) if body else None
+
+    def object_info(self) -> dict:
+        return self.request("GET", "/object_info")
+
+    def submit(self, prompt: Mapping[str, Any]) -> str:
+        """Queue an API-format prompt; return its prompt_id (raises with ComfyUI's node_errors on refusal)."""
+        reply = self.request("POST", "/prompt", {"prompt": dict(prompt), "client_id": uuid.uuid4().hex})
+        if reply.get("node_errors"):
+            raise ComfyHarnessError(f"prompt refused: {json.dumps(reply['node_errors'])[:4000]}")
+        return reply["prompt_id"]
+
+    def wait(self, prompt_id: str, timeout: float = 120.0, poll_s: float = 0.2) -> dict:
+        """Poll /history until the prompt finishes (bounded); return its history entry."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ComfyHarnessError(f"server exited (code {self.process.returncode}) while running "
+                                        f"{prompt_id}:\n{self.log_tail()}")
+            entry = self.request("GET", f"/history/{prompt_id}").get(prompt_id)
+            if entry and entry.get("status", {}).get("completed") is not None and (
+                    entry["status"].get("status_str") in ("success", "error")):
+                return entry
+            time.sleep(poll_s)
+        raise ComfyHarnessError(f"prompt {prompt_id} did not finish within {timeout} s:\n{self.log_tail()}")
+
+    def run(self, prompt: Mapping[str, Any], timeout: float = 120.0) -> dict:
+        """submit + wait + raise_on_error: the history entry of a prompt that succeeded."""
+        entry = self.wait(self.submit(prompt), timeout)
+        raise_on_error(entry)
+        return entry
+
+    def output_path(self, name: str) -> Path:
+        return self.base / "output" / name
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout)
+
+
+def raise_on_error(entry: Mapping[str, Any]) -> None:
+    """Raise ComfyHarnessError naming the failed node, its exception and traceback, if the prompt failed."""
+    status = entry.get("status", {})
+    if status.get("status_str") == "success":
+        return
+    for event, data in status.get("messages", []):
+        if event == "execution_error":
+            trace = "".join(data.get("traceback", []))
+            raise ComfyHarnessError(
+                f"node {data.get('node_id')} ({data.get('node_type')}) failed: "
+                f"{data.get('exception_type')}: {data.get('exception_message')}\n{trace}")
+    raise ComfyHarnessError(f"prompt did not succeed: {json.dumps(status)[:4000]}")
+
+
+def server_command(root: Path, base: Path, port: int) -> list[str]:
+    return [sys.executable, str(root / "main.py"), "--cpu", "--listen", HOST, "--port", str(port),
+            "--disable-auto-launch", "--base-directory", str(base), "--database-url", f"sqlite:///{base / 'comfyui.db'}",
+            "--disable-api-nodes", "--preview-method", "none", "--log-stdout"]
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "DO_NOT_TRACK": "1", "NO_PROXY": HOST, "no_proxy": HOST})
+    # the server imports our pack from the checkout even where it is not pip-installed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def start_server(root: Path, base: Path, *, timeout: float = STARTUP_TIMEOUT_S) -> ComfyServer:
+    """Start ComfyUI on a free local port and wait (bounded) until /object_info answers."""
+    port = free_port()
+    log_path = base / "server.log"
+    log = open(log_path, "wb")
+    try:
+        process = subprocess.Popen(server_command(root, base, port), cwd=str(root), env=server_env(),
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    finally:
+        log.close()
+    server = ComfyServer(root=root, base=base, port=port, process=process, log_path=log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ComfyHarnessError(f"ComfyUI exited with code {process.returncode} during startup:\n{server.log_tail()}")
+        try:
+            server.request("GET", "/object_info", timeout=10.0)
+            return server
+        except (ComfyHarnessError, OSError):
+            time.sleep(0.5)
+    server.stop()
+    raise ComfyHarnessError(f"ComfyUI did not answer /object_info within {timeout} s:\n{server.log_tail()}")
+
+
+def import_comfy_in_process(root: Path):
+    """Import ComfyUI's `comfy` package from `root` in this process, on the CPU."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from comfy.cli_args import args
+
+    args.cpu = True
+    import comfy.model_management
+    import comfy.sd
+
+    return comfy

@@ -1,0 +1,105 @@
+"""Test-only ComfyUI nodes, loaded only by the test server (tests/comfyui/harness.py links them in).
+
+- LongMediaTestTinyCLIP: a tiny random-weight H3 text encoder (CLIP) built in-process; feed it to the
+  stock CLIPTextEncode to get CONDITIONING in the stock H3 layout.
+- LongMediaTestLoadConditioning: CONDITIONING from a file written by `save_conditioning`.
+- LongMediaTestSaveLatent: writes a LATENT's raw tensors (every stream of a nested AV latent) to a
+  safetensors file in the output directory, so a test can read them back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _testing():
+    """`longmedia.testing`, with the repo root put on sys.path when the package is not installed."""
+    try:
+        import longmedia.testing.tiny_conditioning  # noqa: F401
+    except ModuleNotFoundError:
+        sys.path.insert(0, str(Path(os.path.realpath(__file__)).parents[3]))
+        import longmedia.testing.tiny_conditioning  # noqa: F401
+    import longmedia.testing as testing
+    return testing
+
+
+class LongMediaTestTinyCLIP:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ("CLIP",)
+    FUNCTION = "build"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1}),
+                             "text_dim": ("INT", {"default": 96, "min": 8, "max": 8192})}}
+
+    def build(self, seed, text_dim):
+        testing = _testing()
+        dims = dataclasses.replace(testing.tiny_h3.TINY_DIMS, text_dim=text_dim)
+        return (testing.tiny_conditioning.tiny_text_encoder(dims, seed=seed),)
+
+
+class LongMediaTestLoadConditioning:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "load"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"path": ("STRING", {"default": "conditioning.pt",
+                                                 "tooltip": "absolute, or relative to the input directory"})}}
+
+    def load(self, path):
+        import folder_paths
+
+        full = Path(path) if os.path.isabs(path) else Path(folder_paths.get_input_directory()) / path
+        return (_testing().tiny_conditioning.load_conditioning(full),)
+
+
+class LongMediaTestSaveLatent:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ()
+    FUNCTION = "save"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"samples": ("LATENT",),
+                             "filename": ("STRING", {"default": "longmedia_latent.safetensors"})}}
+
+    def save(self, samples, filename):
+        import folder_paths
+        from safetensors.torch import save_file
+
+        out_dir = Path(folder_paths.get_output_directory()).resolve()
+        path = (out_dir / filename).resolve()
+        if out_dir not in path.parents:
+            raise ValueError(f"filename {filename!r} leaves the output directory {out_dir}: use a relative name")
+        latent = samples["samples"]
+        if getattr(latent, "is_nested", False):
+            streams = list(latent.tensors)
+            names = ["video", "audio"] if len(streams) == 2 else [f"stream_{i}" for i in range(len(streams))]
+        else:
+            streams, names = [latent], ["samples"]
+        tensors = {n: t.detach().to("cpu").contiguous() for n, t in zip(names, streams)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(path), metadata={"streams": json.dumps(names)})
+        info = {"filename": str(path.relative_to(out_dir)), "streams": names,
+                "shapes": [list(t.shape) for t in tensors.values()]}
+        return {"ui": {"longmedia_latent": [info]}}
+
+
+NODE_CLASS_MAPPINGS = {
+    "LongMediaTestTinyCLIP": LongMediaTestTinyCLIP,
+    "LongMediaTestLoadConditioning": LongMediaTestLoadConditioning,
+    "LongMediaTestSaveLatent": LongMediaTestSaveLatent,
+}
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "LongMediaTestTinyCLIP": "LongMedia Test: Tiny H3 Text Encoder",
+    "LongMediaTestLoadConditioning": "LongMedia Test: Load Conditioning",
+    "LongMediaTestSaveLatent": "LongMedia Test: Save Raw Latent",
+}
