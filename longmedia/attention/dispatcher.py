@@ -1,0 +1,359 @@
+"""Which attention runs: `resolve_attention` turns a mode and the job's facts into an AttentionChoice.
+
+Modes: `existing` (ComfyUI's installed attention, never swapped), `auto` (exact whenever the budget
+allows: the fastest exact backend that fits, unstreamed or per query chunk, then exact over int8
+K/V; Sol only when no exact path fits), `sol` (Sol at tau = tau_start), `scheduled_sol` (tau over
+the sampler's sigma progress, see schedule.py).
+
+`budget_bytes_for_attention` covers what the attention path holds: K and V for the whole sequence
+(of the `heads` held at once), one call's query and output rows, and whatever scores or summaries
+the backend materialises (BackendSpec.working_bytes). None = no limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+
+import torch
+
+from .backends import default_registry
+from .protocol import AttentionFn
+from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext, Capability
+from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_segments, tau_at
+
+MODES = ("auto", "existing", "sol", "scheduled_sol")
+QUERY_ROW_LADDER = (16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64)
+"""Rows per query chunk tried, largest first, when one call over the whole sequence does not fit."""
+APPROXIMATE_EXISTING_MARKERS = ("sage", "int8", "fp8", "fp4")
+
+
+class AttentionModeError(ValueError):
+    """An attention mode or a fact handed to the dispatcher is outside its allowed range."""
+
+
+def existing_backend_is_exact(name: str | None) -> bool:
+    """Whether ComfyUI's installed attention (by function name, e.g. `attention_sage`) is exact.
+
+    Quantised backends (sage, comfy-kitchen int8, fp8/fp4) are not; unknown (None) counts as exact,
+    as ComfyUI's default backends (pytorch, flash, xformers, split, sub-quadratic) are.
+    """
+    if name is None:
+        return True
+    lowered = name.lower()
+    return not any(marker in lowered for marker in APPROXIMATE_EXISTING_MARKERS)
+
+
+def _gib(n: int | float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The resolved attention path.
+
+    backend: what runs (a Sol backend for Sol choices). exact_backend: what runs where the Sol
+    schedule says exact (dense phase, short sequences); equals `backend` for exact choices.
+    query_chunk_tokens: 0 = one call over the whole sequence fits the budget, else the most query
+    rows per call that fit. working_bytes: the attention bytes predicted at that size.
+    sol / scheduled / fixed_tau: the Sol settings, whether tau follows the schedule, and the fixed tau.
+    """
+
+    mode: str
+    backend: str
+    exact: bool
+    exact_backend: str
+    reasons: tuple[str, ...]
+    seq_len: int
+    query_chunk_tokens: int
+    working_bytes: int
+    budget_bytes: int | None
+    quantized_kv: bool = False
+    sol: SolSettings | None = None
+    scheduled: bool = False
+    fixed_tau: float | None = None
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    @property
+    def uses_sol(self) -> bool:
+        return self.sol is not None
+
+    @property
+    def fits(self) -> bool:
+        return self.budget_bytes is None or self.working_bytes <= self.budget_bytes
+
+    @property
+    def streams_queries(self) -> bool:
+        return self.query_chunk_tokens > 0
+
+    def tau_at(self, progress: float | None, seq_len: int | None = None) -> float | None:
+        """Sol's tau at sigma progress in [0, 1] for a call over `seq_len` keys; None = run exact_backend."""
+        if self.sol is None:
+            return None
+        if seq_len is not None and seq_len < self.sol.min_tokens:
+            return None
+        if self.scheduled:
+            return tau_at(progress, self.sol)
+        return self.fixed_tau
+
+
+@dataclass(frozen=True)
+class _Fit:
+    spec: BackendSpec
+    query_chunk_tokens: int
+    working_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.query_chunk_tokens >= 0
+
+
+def _fit(spec: BackendSpec, budget: int | None, seq_len: int, heads: int, head_dim: int, dtype_bytes: int) -> _Fit:
+    """The largest call that fits: the whole sequence (0), else a ladder row count; -1 = nothing fits."""
+    def need(rows: int) -> int:
+        return spec.working_bytes(seq_len=seq_len, heads=heads, head_dim=head_dim, dtype_bytes=dtype_bytes,
+                                  query_rows=rows)
+    whole = need(seq_len)
+    if budget is None or whole <= budget:
+        return _Fit(spec, 0, whole)
+    for rows in QUERY_ROW_LADDER:
+        if rows < seq_len and need(rows) <= budget:
+            return _Fit(spec, rows, need(rows))
+    return _Fit(spec, -1, need(min(QUERY_ROW_LADDER[-1], seq_len)))
+
+
+def _describe_fit(fit: _Fit, budget: int | None) -> str:
+    if fit.query_chunk_tokens == 0:
+        room = "" if budget is None else f" within {_gib(budget)}"
+        return f"one call over the whole sequence needs {_gib(fit.working_bytes)}{room}"
+    if fit.query_chunk_tokens > 0:
+        return (f"streamed in query chunks of <= {fit.query_chunk_tokens} rows, "
+                f"{_gib(fit.working_bytes)} within {_gib(budget or 0)}")
+    return f"needs {_gib(fit.working_bytes)} even at {QUERY_ROW_LADDER[-1]} query rows, over {_gib(budget or 0)}"
+
+
+def _check_inputs(mode: str, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype,
+                  device_capability: Capability | None, budget: int | None) -> None:
+    if mode not in MODES:
+        raise AttentionModeError(f"attention_mode must be one of {', '.join(MODES)}, got {mode!r}")
+    for name, value in (("seq_len", seq_len), ("heads", heads), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise AttentionModeError(f"{name} must be an integer >= 1, got {value!r}")
+    if not isinstance(dtype, torch.dtype):
+        raise AttentionModeError(f"dtype must be a torch.dtype (e.g. torch.bfloat16), got {dtype!r}")
+    if device_capability is not None and (len(tuple(device_capability)) != 2
+                                          or not all(isinstance(x, int) for x in device_capability)):
+        raise AttentionModeError(
+            f"device_capability must be (major, minor) like (9, 0), or None for CPU, got {device_capability!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        raise AttentionModeError(
+            f"budget_bytes_for_attention must be an integer >= 0 (None = no limit), got {budget!r}")
+
+
+@dataclass(frozen=True)
+class _Facts:
+    seq_len: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    capability: Capability | None
+    budget: int | None
+
+    @property
+    def dtype_bytes(self) -> int:
+        return self.dtype.itemsize
+
+    def fit(self, spec: BackendSpec) -> _Fit:
+        return _fit(spec, self.budget, self.seq_len, self.heads, self.head_dim, self.dtype_bytes)
+
+
+def _rank(spec: BackendSpec) -> tuple[bool, int]:
+    return spec.quantized_kv, spec.speed_rank
+
+
+def _usable(registry: BackendRegistry, available: frozenset[str], facts: _Facts, exact: bool
+            ) -> tuple[list[BackendSpec], list[tuple[BackendSpec, str]]]:
+    """Backends of the wanted exactness that are installed and support the inputs, fastest first,
+    and the others with why they cannot run."""
+    usable, rejected = [], []
+    for spec in registry.backends:
+        if spec.exact != exact or spec.name == "existing":
+            continue
+        if spec.name not in available:
+            rejected.append((spec, f"{spec.name} (not available here)"))
+            continue
+        ok, why = spec.supports(dtype=facts.dtype, head_dim=facts.head_dim, seq_len=facts.seq_len,
+                                device_capability=facts.capability)
+        if ok:
+            usable.append(spec)
+        else:
+            rejected.append((spec, f"{spec.name} ({why})"))
+    usable.sort(key=_rank)
+    return usable, rejected
+
+
+def _resolve_exact(registry: BackendRegistry, available: frozenset[str], facts: _Facts
+                   ) -> tuple[_Fit | None, list[tuple[BackendSpec, str]], list[_Fit]]:
+    """The fastest exact backend that fits (or None); every exact backend passed over, with why."""
+    usable, passed = _usable(registry, available, facts, exact=True)
+    tried = []
+    for spec in usable:
+        fit = facts.fit(spec)
+        if fit.fits:
+            return fit, passed, tried
+        tried.append(fit)
+        passed.append((spec, f"{spec.name} ({_describe_fit(fit, facts.budget)})"))
+    return None, passed, tried
+
+
+def _faster_than(spec: BackendSpec, passed: list[tuple[BackendSpec, str]]) -> list[str]:
+    return [why for other, why in sorted(passed, key=lambda p: _rank(p[0])) if _rank(other) < _rank(spec)]
+
+
+def _all_why(passed: list[tuple[BackendSpec, str]]) -> str:
+    return "; ".join(why for _, why in passed)
+
+
+def _choice(mode: str, fit: _Fit, facts: _Facts, reasons: Iterable[str], **fields) -> AttentionChoice:
+    fields.setdefault("exact", fit.spec.exact)
+    fields.setdefault("exact_backend", fit.spec.name)
+    return AttentionChoice(mode=mode, backend=fit.spec.name, reasons=tuple(reasons), seq_len=facts.seq_len,
+                           query_chunk_tokens=max(fit.query_chunk_tokens, 0), working_bytes=fit.working_bytes,
+                           budget_bytes=facts.budget, quantized_kv=fit.spec.quantized_kv, **fields)
+
+
+def _smallest(fits: list[_Fit]) -> _Fit:
+    return min(fits, key=lambda f: f.working_bytes)
+
+
+def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype,
+                      device_capability: Capability | None, budget_bytes_for_attention: int | None = None,
+                      available: Collection[str] | None = None, sol_settings: SolSettings | None = None,
+                      registry: BackendRegistry | None = None, existing_name: str | None = None) -> AttentionChoice:
+    """Pick the attention path for one job.
+
+    device_capability: CUDA (major, minor), None = CPU. available: backend names installed here
+    (None = probe the registry now). existing_name: ComfyUI's installed attention function's name,
+    used to tell whether `existing` is exact.
+    """
+    _check_inputs(mode, seq_len, heads, head_dim, dtype, device_capability, budget_bytes_for_attention)
+    registry = default_registry() if registry is None else registry
+    avail = registry.available_names() if available is None else frozenset(available)
+    settings = SolSettings() if sol_settings is None else sol_settings
+    if not isinstance(settings, SolSettings):
+        raise SolSettingsError(f"sol_settings must be a SolSettings, got {type(settings).__name__}")
+    facts = _Facts(seq_len, heads, head_dim, dtype,
+                   None if device_capability is None else tuple(device_capability), budget_bytes_for_attention)
+
+    if mode == "existing":
+        fit = facts.fit(registry.get("existing"))
+        label = existing_name or "ComfyUI's optimized_attention"
+        reasons = [f"existing: {label} runs as installed (one call per query chunk when streamed), never swapped",
+                   _describe_fit(fit, facts.budget)]
+        if not existing_backend_is_exact(existing_name):
+            reasons.append(f"{label} quantises attention: not exact")
+        return _choice(mode, fit, facts, reasons, exact=existing_backend_is_exact(existing_name))
+
+    exact_fit, passed, tried = _resolve_exact(registry, avail, facts)
+    if mode == "auto":
+        return _resolve_auto(registry, avail, facts, settings, exact_fit, passed, tried)
+    return _resolve_sol(mode, registry, avail, facts, settings, exact_fit, passed, tried)
+
+
+def _resolve_auto(registry: BackendRegistry, avail: frozenset[str], facts: _Facts, settings: SolSettings,
+                  exact_fit: _Fit | None, passed: list[tuple[BackendSpec, str]], tried: list[_Fit]
+                  ) -> AttentionChoice:
+    if exact_fit is not None:
+        kind = "exact over int8 K/V" if exact_fit.spec.quantized_kv else "exact"
+        reasons = [f"auto: {exact_fit.spec.name} is the fastest {kind} backend that fits",
+                   _describe_fit(exact_fit, facts.budget)]
+        return _choice("auto", exact_fit, facts,
+                       reasons + [f"passed over {why}" for why in _faster_than(exact_fit.spec, passed)])
+    if not tried:
+        raise BackendUnavailableError(
+            f"no exact attention backend supports dtype={facts.dtype}, head_dim={facts.head_dim}, "
+            f"seq_len={facts.seq_len}, device_capability={facts.capability}: {_all_why(passed)}")
+    smallest = _smallest(tried)
+    no_exact = (f"no exact path fits the budget: the smallest, {smallest.spec.name}, "
+                f"{_describe_fit(smallest, facts.budget)}")
+    sol_specs, sol_passed = _usable(registry, avail, facts, exact=False)
+    sol_notes = [why for _, why in sol_passed]
+    auto_sol = replace(settings, min_tokens=0, dense_percent=0.0)
+    for spec in sol_specs:
+        fit = facts.fit(spec)
+        if fit.fits:
+            tau = settings.most_exact_tau
+            reasons = [f"auto: {no_exact}", f"so Sol ({spec.name}) at fixed tau={tau:g}, the most exact of "
+                       f"sol_tau_start/sol_tau_end, sinks {settings.sink_conditioning}", _describe_fit(fit, facts.budget)]
+            return _choice("auto", fit, facts, reasons, exact_backend=smallest.spec.name, sol=auto_sol,
+                           fixed_tau=tau)
+        sol_notes.append(f"{spec.name} ({_describe_fit(fit, facts.budget)})")
+    reasons = [f"auto: {no_exact}", "no Sol backend fits either" + (f" ({'; '.join(sol_notes)})" if sol_notes else ""),
+               f"running {smallest.spec.name} over budget: shorten the segment, hold fewer heads at once "
+               f"(ultra_low_vram head groups), or free VRAM"]
+    return _choice("auto", smallest, facts, reasons)
+
+
+def _resolve_sol(mode: str, registry: BackendRegistry, avail: frozenset[str], facts: _Facts, settings: SolSettings,
+                 exact_fit: _Fit | None, passed: list[tuple[BackendSpec, str]], tried: list[_Fit]
+                 ) -> AttentionChoice:
+    if exact_fit is None and not tried:
+        raise BackendUnavailableError(
+            f"{mode} needs an exact backend for its exact phases; none supports dtype={facts.dtype}, "
+            f"head_dim={facts.head_dim}, device_capability={facts.capability}: {_all_why(passed)}")
+    exact = exact_fit if exact_fit is not None else _smallest(tried)
+    exact_note = (f"exact phases run {exact.spec.name} ({_describe_fit(exact, facts.budget)})")
+    if facts.seq_len < settings.min_tokens:
+        reasons = [f"{mode}: seq_len {facts.seq_len} < sol_min_tokens {settings.min_tokens}: runs exact", exact_note]
+        return _choice(mode, exact, facts, reasons)
+    sol_specs, sol_passed = _usable(registry, avail, facts, exact=False)
+    sol_notes = [why for _, why in sol_passed]
+    if not sol_specs:
+        reasons = [f"{mode}: no Sol backend usable here ({'; '.join(sol_notes)}): runs exact", exact_note]
+        return _choice(mode, exact, facts, reasons)
+    fit = facts.fit(sol_specs[0])
+    head = f"{mode}: {fit.spec.name}"
+    if sol_notes:
+        head += f" (passed over {'; '.join(sol_notes)})"
+    if mode == "sol":
+        reasons = [f"{head} at fixed tau={settings.tau_start:g}"]
+    else:
+        reasons = [f"{head}: tau {settings.tau_start:g} -> {settings.tau_end:g} over sigma progress "
+                   f"({settings.curve}), the first {settings.dense_percent:.0%} of the schedule exact"]
+    reasons += [f"sinks: {settings.sink_conditioning}", f"shorter than {settings.min_tokens} tokens runs exact",
+                _describe_fit(fit, facts.budget), exact_note]
+    return _choice(mode, fit, facts, reasons, exact_backend=exact.spec.name, sol=settings,
+                   scheduled=mode == "scheduled_sol", fixed_tau=settings.tau_start if mode == "sol" else None)
+
+
+def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None, seq_len: int | None = None,
+                       segments: Iterable[tuple[int, int, str]] | None = None, existing: AttentionFn | None = None,
+                       sm_scale: float | None = None, registry: BackendRegistry | None = None,
+                       force_exact: bool = False) -> AttentionFn:
+    """The AttentionFn for one sampler step (Sol's tau depends on `progress`, see AttentionChoice.tau_at).
+
+    seq_len: keys of the calls it will serve (default: the choice's). segments: H3's packed segment
+    table, needed when the choice runs Sol with sinks on. existing: ComfyUI's attention as an
+    AttentionFn (comfy_override.existing_attention_fn), for `existing`. force_exact: run exact_backend.
+    """
+    registry = default_registry() if registry is None else registry
+    tau = None if force_exact else choice.tau_at(progress, choice.seq_len if seq_len is None else seq_len)
+    if tau is None:
+        return registry.build(choice.exact_backend, BuildContext(existing=existing, sm_scale=sm_scale))
+    sinks: tuple[tuple[int, int], ...] = ()
+    if choice.sol is not None and choice.sol.sinks_keys:
+        if segments is None:
+            raise SolSettingsError(
+                f"sol_sink_conditioning={choice.sol.sink_conditioning!r} needs H3's packed segment table "
+                f"(segments=[(start, stop, kind), ...]); pass it, or set sol_sink_conditioning='off'")
+        sinks = sink_ranges_from_segments(segments)
+    rows = sinks if choice.sol is not None and choice.sol.sinks_rows else ()
+    return registry.build(choice.backend, BuildContext(tau=tau, sink_ranges=sinks, exact_query_ranges=rows,
+                                                       sm_scale=sm_scale))
+
+
+__all__ = ["MODES", "CURVES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "resolve_attention",
+           "build_attention_fn", "existing_backend_is_exact"]

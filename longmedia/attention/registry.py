@@ -1,0 +1,195 @@
+"""Attention backends as declarations: what each supports, what it costs in memory, how to build it.
+
+In the manner of comfy-kitchen's backend registry, but immutable: a `BackendRegistry` is a frozen
+tuple of `BackendSpec`s; tests and callers derive new registries (`with_backends`, `without`)
+instead of mutating a shared one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .protocol import AttentionFn
+
+Capability = tuple[int, int]
+
+
+class AttentionBackendError(RuntimeError):
+    """An attention backend cannot be built or run."""
+
+
+class UnknownBackendError(ValueError):
+    """A backend name is not in the registry."""
+
+
+class BackendUnavailableError(AttentionBackendError):
+    """A backend is declared but not usable here (missing package, kernel or input)."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a backend factory may need beyond its declaration.
+
+    existing: ComfyUI's installed attention as an AttentionFn (the `existing` backend only).
+    tau: Sol's routing threshold (Sol backends only). sink_ranges / exact_query_ranges: packed
+    ranges [start, stop) whose keys / query rows Sol keeps exact. sm_scale: None = 1/sqrt(head_dim).
+    """
+
+    existing: AttentionFn | None = None
+    tau: float | None = None
+    sink_ranges: tuple[tuple[int, int], ...] = ()
+    exact_query_ranges: tuple[tuple[int, int], ...] = ()
+    sm_scale: float | None = None
+
+
+def always_available() -> tuple[bool, str]:
+    return True, "pure torch"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One attention backend.
+
+    dtypes: compute dtypes of q (and of k/v unless `quantized_kv`). head_dims: allowed head sizes
+    (empty = any). cpu: runs on CPU; min_capability: lowest CUDA compute capability (None = no CUDA).
+    max_tokens: longest key sequence (None = no limit). kv_element_bytes: bytes per K/V element held
+    (None = the compute dtype's size); kv_scale_bytes: extra bytes per (token, head) of each of K and V.
+    score_bytes: bytes materialised per (head, query, key): 0 for fused kernels. key_block: rows per
+    key-block summary a block-sparse backend keeps (0 = none). speed_rank: lower is faster (ties keep
+    declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
+    """
+
+    name: str
+    exact: bool
+    dtypes: frozenset[torch.dtype]
+    factory: Callable[[BuildContext], AttentionFn]
+    head_dims: tuple[int, ...] = ()
+    cpu: bool = False
+    min_capability: Capability | None = (8, 0)
+    max_tokens: int | None = None
+    kv_element_bytes: float | None = None
+    kv_scale_bytes: int = 0
+    score_bytes: int = 0
+    key_block: int = 0
+    speed_rank: int = 100
+    probe: Callable[[], tuple[bool, str]] = always_available
+    description: str = ""
+
+    @property
+    def quantized_kv(self) -> bool:
+        return self.kv_element_bytes is not None and self.kv_element_bytes < 2
+
+    def supports(self, *, dtype: torch.dtype, head_dim: int, seq_len: int,
+                 device_capability: Capability | None) -> tuple[bool, str]:
+        """Whether the declaration covers these inputs, and why not if it does not."""
+        if dtype not in self.dtypes:
+            names = ", ".join(sorted(str(d).removeprefix("torch.") for d in self.dtypes))
+            return False, f"takes {names}, not {str(dtype).removeprefix('torch.')}"
+        if self.head_dims and head_dim not in self.head_dims:
+            return False, f"takes head_dim in {self.head_dims}, not {head_dim}"
+        if self.max_tokens is not None and seq_len > self.max_tokens:
+            return False, f"takes at most {self.max_tokens} tokens, not {seq_len}"
+        if device_capability is None:
+            if not self.cpu:
+                return False, "needs a CUDA device"
+        elif self.min_capability is None:
+            return False, "runs on CPU only"
+        elif tuple(device_capability) < self.min_capability:
+            want = ".".join(map(str, self.min_capability))
+            have = ".".join(map(str, device_capability))
+            return False, f"needs compute capability >= {want}, the device has {have}"
+        return True, "supported"
+
+    def kv_bytes_per_token_head(self, head_dim: int, dtype_bytes: int) -> float:
+        """Bytes of K and V together for one token of one head (512 for bf16 at head_dim 128)."""
+        element = dtype_bytes if self.kv_element_bytes is None else self.kv_element_bytes
+        return 2 * (head_dim * element + self.kv_scale_bytes)
+
+    def working_bytes(self, *, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
+        """Bytes the attention path holds for one call over `query_rows` queries against `seq_len` keys.
+
+        K and V for the whole sequence, the call's query and output rows, the score matrix it
+        materialises, and (block-sparse backends) per-block key summaries and proxy scores in fp32.
+        """
+        rows = min(query_rows, seq_len)
+        kv = seq_len * heads * self.kv_bytes_per_token_head(head_dim, dtype_bytes)
+        q_and_out = 2 * rows * heads * head_dim * dtype_bytes
+        scores = heads * rows * seq_len * self.score_bytes
+        summaries = 0
+        if self.key_block:
+            key_blocks = -(-seq_len // self.key_block)
+            query_blocks = -(-rows // self.key_block)
+            summaries = 2 * key_blocks * heads * head_dim * 4 + heads * query_blocks * key_blocks * 4
+        return int(kv + q_and_out + scores + summaries)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    name: str
+    available: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class BackendRegistry:
+    """An ordered, immutable set of backend declarations."""
+
+    backends: tuple[BackendSpec, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [b.name for b in self.backends]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"backend names must be unique in a registry, got duplicates {duplicates}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.backends)
+
+    def get(self, name: str) -> BackendSpec:
+        for spec in self.backends:
+            if spec.name == name:
+                return spec
+        raise UnknownBackendError(f"attention backend {name!r} is not registered; known: {', '.join(self.names)}")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def with_backends(self, *specs: BackendSpec) -> BackendRegistry:
+        """A registry with `specs` added, or replacing same-named declarations in place."""
+        new = {s.name: s for s in specs}
+        kept = tuple(new.pop(b.name, b) for b in self.backends)
+        return BackendRegistry(kept + tuple(new.values()))
+
+    def without(self, *names: str) -> BackendRegistry:
+        for name in names:
+            self.get(name)
+        return BackendRegistry(tuple(b for b in self.backends if b.name not in names))
+
+    def replace(self, name: str, **changes: object) -> BackendRegistry:
+        """A registry whose `name` declaration has `changes` applied (e.g. a fake probe in tests)."""
+        return self.with_backends(replace(self.get(name), **changes))
+
+    def probe(self, names: Collection[str] | None = None) -> tuple[ProbeResult, ...]:
+        """Run each backend's availability probe (software only: packages and kernels installed)."""
+        results = []
+        for spec in self.backends:
+            if names is not None and spec.name not in names:
+                continue
+            ok, reason = spec.probe()
+            results.append(ProbeResult(spec.name, bool(ok), str(reason)))
+        return tuple(results)
+
+    def available_names(self) -> frozenset[str]:
+        return frozenset(r.name for r in self.probe() if r.available)
+
+    def build(self, name: str, context: BuildContext = BuildContext()) -> AttentionFn:
+        """The AttentionFn of backend `name`; raises BackendUnavailableError when its probe fails."""
+        spec = self.get(name)
+        ok, reason = spec.probe()
+        if not ok:
+            raise BackendUnavailableError(f"attention backend {name!r} is unavailable here: {reason}")
+        return spec.factory(context)
