@@ -30,6 +30,7 @@ HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 180.0
 LOG_TAIL_CHARS = 6000
 TINY_VARIANTS = ("bf16", "fp32", "int8")
+TINY_TEXT_DIM = 96  # longmedia.testing.tiny_h3.TINY_DIMS.text_dim
 
 
 class ComfyHarnessError(RuntimeError):
@@ -140,6 +141,14 @@ class ComfyServer:
     def output_path(self, name: str) -> Path:
         return self.base / "output" / name
 
+    def custom_node_import_error(self, link_name: str = PACK_LINK_NAME) -> str | None:
+        """The log lines of a failed import of custom node `link_name`, or None when it imported."""
+        log = self.log_tail(10 ** 7)
+        if f"(IMPORT FAILED): {self.base / 'custom_nodes' / link_name}" not in log:
+            return None
+        lines = [ln for ln in log.splitlines() if link_name in ln or "Error" in ln]
+        return "\n".join(lines[-20:])
+
     def stop(self, timeout: float = 20.0) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -162,6 +171,48 @@ def raise_on_error(entry: Mapping[str, Any]) -> None:
                 f"node {data.get('node_id')} ({data.get('node_type')}) failed: "
                 f"{data.get('exception_type')}: {data.get('exception_message')}\n{trace}")
     raise ComfyHarnessError(f"prompt did not succeed: {json.dumps(status)[:4000]}")
+
+
+def h3_latent_shapes(width: int, height: int, length: int, *, video_channels: int = 24,
+                     audio_channels: int = 32) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Video [1, C, T, H/16, W/16] and audio [1, C, 2, T40] of an H3 latent: frames snap up to 17k+5 at 24 fps."""
+    frames = max(5, length)
+    while frames % 17 != 5:
+        frames += 1
+    latent_t = 2 if frames <= 5 else (frames - 5) // 17 * 5 + 2
+    return ((1, video_channels, latent_t, height // 16, width // 16),
+            (1, audio_channels, 2, round(frames / 24 * 40)))
+
+
+def t2va_prompt(unet_name: str, out_name: str, *, width: int = 64, height: int = 64, length: int = 22,
+                steps: int = 2, seed: int = 42, cfg: float = 3.0, text: str = "a red fox trots through fresh snow",
+                positive: list | None = None, text_dim: int = TINY_TEXT_DIM) -> dict[str, dict]:
+    """Stock H3 t2va API prompt: UNETLoader -> MiniMaxH3SigmaShift -> CFGGuider -> SamplerCustomAdvanced.
+
+    Node ids are names ("unet", "shift", "guider", ...) so tests can splice nodes in. Conditioning
+    comes from the tiny test text encoder through the stock CLIPTextEncode ("pos"/"neg"), or from
+    `positive` (a [node_id, output] link) when given; LongMediaTestSaveLatent ("save") writes the
+    sampled video/audio latents to output/`out_name`.
+    """
+    return {
+        "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet_name, "weight_dtype": "default"}},
+        "shift": {"class_type": "MiniMaxH3SigmaShift",
+                  "inputs": {"model": ["unet", 0], "shift_video": 12.0, "shift_audio": 3.0}},
+        "clip": {"class_type": "LongMediaTestTinyCLIP", "inputs": {"seed": 0, "text_dim": text_dim}},
+        "pos": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["clip", 0], "text": text}},
+        "neg": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["clip", 0], "text": ""}},
+        "guider": {"class_type": "CFGGuider", "inputs": {"model": ["shift", 0], "positive": positive or ["pos", 0],
+                                                         "negative": ["neg", 0], "cfg": cfg}},
+        "sampler": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "sigmas": {"class_type": "BasicScheduler",
+                   "inputs": {"model": ["shift", 0], "scheduler": "simple", "steps": steps, "denoise": 1.0}},
+        "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
+        "latent": {"class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": width, "height": height, "length": length}},
+        "sample": {"class_type": "SamplerCustomAdvanced",
+                   "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                              "sigmas": ["sigmas", 0], "latent_image": ["latent", 0]}},
+        "save": {"class_type": "LongMediaTestSaveLatent", "inputs": {"samples": ["sample", 0], "filename": out_name}},
+    }
 
 
 def server_command(root: Path, base: Path, port: int) -> list[str]:

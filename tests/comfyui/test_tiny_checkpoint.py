@@ -75,6 +75,7 @@ def test_int8_variant_loads_block_linears_as_quantized_tensors(loaded):
     assert not isinstance(refiner, comfy.quant_ops.QuantizedTensor)
 
 
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # stock bf16 RMSNorm on CPU
 def test_bf16_variant_keeps_bf16_storage_when_asked(comfy_inprocess, tiny_checkpoints):
     patcher = comfy_inprocess.sd.load_diffusion_model(str(tiny_checkpoints["bf16"]),
                                                       model_options={"dtype": torch.bfloat16})
