@@ -225,8 +225,6 @@ def server_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "DO_NOT_TRACK": "1", "NO_PROXY": HOST, "no_proxy": HOST})
-    # the server imports our pack from the checkout even where it is not pip-installed
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
 

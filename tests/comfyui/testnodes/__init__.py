@@ -17,11 +17,14 @@ from pathlib import Path
 
 
 def _testing():
-    """`longmedia.testing`, with the repo root put on sys.path when the package is not installed."""
+    """`longmedia.testing`, with the repo root appended to sys.path when the package is not installed.
+
+    Appended, not prepended: the repo root's `nodes/` must never shadow ComfyUI's `nodes` module.
+    """
     try:
         import longmedia.testing.tiny_conditioning  # noqa: F401
     except ModuleNotFoundError:
-        sys.path.insert(0, str(Path(os.path.realpath(__file__)).parents[3]))
+        sys.path.append(str(Path(os.path.realpath(__file__)).parents[3]))
         import longmedia.testing.tiny_conditioning  # noqa: F401
     import longmedia.testing as testing
     return testing
