@@ -113,7 +113,7 @@ def test_int8_forward_tracks_bf16(loaded, tiny_clip):
     ref_v, ref_a = _forward(loaded["bf16"], cond, video, audio)
     q_v, q_a = _forward(loaded["int8"], cond, video, audio)
     for ref, q in ((ref_v, q_v), (ref_a, q_a)):
-        assert 0.0 < _rel(q, ref) < 0.05  # the INT8 path runs (not bit-equal) and stays close
+        assert 0.0 < _rel(q, ref) < 0.02  # the INT8 path runs (not bit-equal) and stays close (~0.6%)
 
 
 def test_tiny_text_encoder_conditioning_layout(tiny_clip):
