@@ -29,6 +29,10 @@ SEGMENTS_KEY = "longmedia_segments"
 (ComfyUI's option merging extends lists)."""
 
 
+DETECT = object()
+"""Default of `existing_attention_fn(container=...)`: use ComfyUI's AttentionTensorContainer if it has one."""
+
+
 class SolSegmentsWarning(UserWarning):
     """Sol with sinks was asked for but H3's segment table is unknown, so attention ran exact."""
 
@@ -76,13 +80,15 @@ def _options_for_existing(options: Mapping[str, Any] | None) -> dict[str, Any] |
 
 
 def existing_attention_fn(transformer_options: Mapping[str, Any] | None, heads: int,
-                          attention: Callable[..., torch.Tensor] | None = None) -> AttentionFn:
+                          attention: Callable[..., torch.Tensor] | None = None,
+                          container: type | None | object = DETECT) -> AttentionFn:
     """ComfyUI's installed attention as an AttentionFn: one `optimized_attention(q, k, v, heads,
     mask=None, skip_reshape=True, transformer_options=...)` call per query chunk, with q/k/v in
     AttentionTensorContainers where this ComfyUI has them, exactly as H3 calls it. A foreign override
-    in transformer_options is honoured; ours is bypassed (it would route back here)."""
+    in transformer_options is honoured; ours is bypassed (it would route back here).
+    attention / container: injectable for tests (default: ComfyUI's, detected)."""
     fn = installed_attention() if attention is None else attention
-    container = _container_type()
+    container = _container_type() if container is DETECT else container
     options = _options_for_existing(transformer_options)
 
     def existing(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
@@ -140,10 +146,10 @@ class LongMediaAttentionOverride:
             if self.previous is not None:
                 return self.previous(func, *args, **kwargs)
             return func(*args, **kwargs)
+        if self.previous is not None and hasattr(self.previous, "container_function"):
+            return self.previous.container_function(*args, **kwargs)
         installed = installed_attention()
         if self.previous is not None:
-            if hasattr(self.previous, "container_function"):
-                return self.previous.container_function(*args, **kwargs)
             tensors = tuple(_take(a) for a in args[:3])
             return self.previous(getattr(installed, "__wrapped__", installed), *tensors, *args[3:], **kwargs)
         # hand the containers to ComfyUI's own attention (and its container path), minus our override

@@ -1,0 +1,391 @@
+"""Backend registry, the dispatcher's resolution table, building AttentionFns, and the ComfyUI override (fake func)."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from longmedia.attention import backends as builtin
+from longmedia.attention.comfy_override import (OVERRIDE_KEY, SEGMENTS_KEY, LongMediaAttentionOverride,
+                                                SolSegmentsWarning, existing_attention_fn,
+                                                install_attention_override, progress_from_options)
+from longmedia.attention.dispatcher import (AttentionModeError, build_attention_fn, existing_backend_is_exact,
+                                            resolve_attention)
+from longmedia.attention.protocol import sdpa_attention
+from longmedia.attention.registry import (BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext,
+                                          UnknownBackendError)
+from longmedia.attention.schedule import SolSettings, SolSettingsError
+
+GIB = 2**30
+ALL = frozenset(builtin.default_registry().names)
+H3 = dict(heads=56, head_dim=128, dtype=torch.bfloat16)
+TABLE = ((0, 300, "text"), (300, 700, "ref_img"), (700, 1100, "audio"), (1100, 20000, "video"))
+
+
+def rand_qkv(seed=0, heads=4, rows=96, seq=160, dim=32, dtype=torch.float32):
+    """q rows and k/v as strided views into one fused [seq, 3*heads*dim] buffer, like H3's."""
+    g = torch.Generator().manual_seed(seed)
+    fused = torch.randn(seq, 3 * heads * dim, generator=g).to(dtype)
+    q, k, v = (t.view(seq, heads, dim).transpose(0, 1).unsqueeze(0) for t in fused.split(heads * dim, dim=-1))
+    return q[:, :, :rows], k, v
+
+
+def fake_spec(name, log, exact=True, rank=0, **fields):
+    def factory(ctx):
+        def fn(q, k, v, *, q_offset=0):
+            log.append((name, ctx, q_offset))
+            return sdpa_attention(q, k, v) + (0.0 if exact else 1.0)  # Sol marks its output
+        return fn
+    fields.setdefault("cpu", True)
+    fields.setdefault("dtypes", builtin.FLOATS)
+    return BackendSpec(name=name, exact=exact, factory=factory, speed_rank=rank, **fields)
+
+
+def fake_registry(log):
+    return BackendRegistry((fake_spec("exact_fake", log), fake_spec("sol_fake", log, exact=False)))
+
+
+# ---- the resolution table ---------------------------------------------------------------------
+# 100k tokens, 56 heads x 128, bf16: one fused call 5.34 GiB (K/V 2.67 GiB); streamed K/V 2.67 GiB + 28 KiB
+# per query row; int8 K/V 1.38 GiB + 28 KiB per row.
+
+S = 100_000
+CASES = [
+    # mode, capability, budget GiB, unavailable, seq_len -> backend, exact_backend, chunk, fits, reason fragment
+    ("auto", (9, 0), None, (), S, "sdpa_cudnn", "sdpa_cudnn", 0, True, "fastest exact backend"),
+    ("auto", (9, 0), 6, (), S, "sdpa_cudnn", "sdpa_cudnn", 0, True, "whole sequence"),
+    ("auto", (9, 0), 4, (), S, "sdpa_cudnn", "sdpa_cudnn", 16384, True, "query chunks of <= 16384"),
+    ("auto", (9, 0), 2.9, (), S, "sdpa_cudnn", "sdpa_cudnn", 8192, True, "query chunks of <= 8192"),
+    ("auto", (9, 0), 2, (), S, "qstream_triton_int8", "qstream_triton_int8", 16384, True, "exact over int8 K/V"),
+    ("auto", (9, 0), 1, (), S, "qstream_triton_int8", "qstream_triton_int8", 0, False, "no exact path fits"),
+    ("auto", (9, 0), None, ("sdpa_cudnn",), S, "sdpa_flash", "sdpa_flash", 0, True, "sdpa_cudnn (not available"),
+    ("auto", (8, 9), None, (), S, "sdpa_flash", "sdpa_flash", 0, True, "needs compute capability >= 9.0"),
+    ("auto", (8, 0), None, ("sdpa_flash",), S, "qstream_triton", "qstream_triton", 0, True, "fastest exact"),
+    ("auto", (7, 5), None, (), S, "sdpa_efficient", "sdpa_efficient", 0, True, "fastest exact"),
+    ("auto", None, None, (), S, "sdpa", "sdpa", 0, True, "needs a CUDA device"),
+    ("auto", None, 4, (), 4000, "sdpa", "sdpa", 0, True, "fastest exact"),
+    ("existing", (9, 0), None, (), S, "existing", "existing", 0, True, "never swapped"),
+    ("existing", (9, 0), 4, (), S, "existing", "existing", 16384, True, "never swapped"),
+    ("sol", (9, 0), None, (), S, "sol", "sdpa_cudnn", 0, True, "fixed tau=1.3"),
+    ("sol", None, None, (), S, "sol_reference", "sdpa", 0, True, "sol (needs a CUDA device)"),
+    ("sol", (9, 0), None, (), 8000, "sdpa_cudnn", "sdpa_cudnn", 0, True, "< sol_min_tokens 16384"),
+    ("sol", (9, 0), 4, (), S, "sol", "sdpa_cudnn", 16384, True, "exact phases run sdpa_cudnn"),
+    ("scheduled_sol", (9, 0), None, (), S, "sol", "sdpa_cudnn", 0, True, "tau 1.3 -> 0.8"),
+    ("scheduled_sol", (9, 0), None, ("sol", "sol_reference"), S, "sdpa_cudnn", "sdpa_cudnn", 0, True,
+     "no Sol backend usable"),
+]
+
+
+@pytest.mark.parametrize("mode, cap, budget, unavailable, seq, backend, exact_backend, chunk, fits, fragment", CASES)
+def test_resolution_table(mode, cap, budget, unavailable, seq, backend, exact_backend, chunk, fits, fragment):
+    choice = resolve_attention(mode, seq_len=seq, **H3, device_capability=cap,
+                               budget_bytes_for_attention=None if budget is None else int(budget * GIB),
+                               available=ALL - set(unavailable))
+    assert (choice.backend, choice.exact_backend, choice.query_chunk_tokens, choice.fits) == \
+        (backend, exact_backend, chunk, fits), choice.reason
+    assert fragment in choice.reason
+    assert choice.exact == (choice.sol is None)
+    assert choice.uses_sol == (backend in ("sol", "sol_reference"))
+    if budget is not None and fits:
+        assert choice.working_bytes <= budget * GIB
+
+
+def test_auto_takes_sol_only_when_no_exact_path_fits():
+    registry = builtin.default_registry().replace("sol", kv_element_bytes=1, kv_scale_bytes=4)  # an int8-K/V Sol
+    avail = ALL - {"qstream_triton_int8", "qstream_reference"}
+    choice = resolve_attention("auto", seq_len=S, **H3, device_capability=(9, 0), budget_bytes_for_attention=2 * GIB,
+                               available=avail, registry=registry)
+    assert (choice.backend, choice.exact, choice.fits) == ("sol", False, True)
+    assert "no exact path fits the budget" in choice.reason and "the most exact" in choice.reason
+    assert choice.tau_at(0.0, S) == choice.tau_at(1.0, 16) == 0.8  # fixed tau, no dense phase, no min_tokens
+    roomy = resolve_attention("auto", seq_len=S, **H3, device_capability=(9, 0), budget_bytes_for_attention=8 * GIB,
+                              available=avail, registry=registry)
+    assert roomy.exact and roomy.backend == "sdpa_cudnn"
+
+
+def test_existing_exactness_follows_the_installed_backend():
+    for name, exact in (("attention_pytorch", True), ("attention_sage", False), ("attention3_sage", False),
+                        ("attention_comfy_kitchen_int8", False), ("attention_flash", True), (None, True)):
+        assert existing_backend_is_exact(name) is exact
+        choice = resolve_attention("existing", seq_len=S, **H3, device_capability=(9, 0), available=ALL,
+                                   existing_name=name)
+        assert choice.exact is exact and (exact or "not exact" in choice.reason)
+
+
+def test_choice_tau_at():
+    kw = dict(seq_len=S, **H3, device_capability=(9, 0), available=ALL)
+    sol = resolve_attention("sol", **kw)
+    assert sol.tau_at(0.0, S) == sol.tau_at(None, S) == 1.3
+    assert sol.tau_at(0.5, 300) is None  # a 300-token call (the text refiner) runs exact
+    sched = resolve_attention("scheduled_sol", sol_settings=SolSettings(curve="linear", dense_percent=0.5), **kw)
+    assert sched.tau_at(0.25, S) is None and sched.tau_at(0.5, S) == 1.3 and sched.tau_at(1.0, S) == 0.8
+    assert resolve_attention("auto", **kw).tau_at(0.9, S) is None
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(mode="fast"), "attention_mode"),
+    (dict(seq_len=0), "seq_len"),
+    (dict(heads=True), "heads"),
+    (dict(dtype="bf16"), "dtype"),
+    (dict(device_capability=(9,)), "device_capability"),
+    (dict(budget_bytes_for_attention=-1), "budget_bytes_for_attention"),
+    (dict(budget_bytes_for_attention=1.5), "budget_bytes_for_attention"),
+])
+def test_resolve_validation(kwargs, fragment):
+    args = dict(mode="auto", seq_len=S, **H3, device_capability=(9, 0), available=ALL) | kwargs
+    with pytest.raises(AttentionModeError) as info:
+        resolve_attention(args.pop("mode"), **args)
+    assert fragment in str(info.value) and isinstance(info.value, ValueError)
+
+
+def test_resolve_rejects_foreign_settings_and_impossible_inputs():
+    with pytest.raises(SolSettingsError, match="SolSettings"):
+        resolve_attention("sol", seq_len=S, **H3, device_capability=(9, 0), available=ALL, sol_settings={"tau": 1})
+    with pytest.raises(BackendUnavailableError, match="no exact attention backend"):
+        resolve_attention("auto", seq_len=S, heads=4, head_dim=64, dtype=torch.float64, device_capability=None,
+                          available=ALL)
+
+
+# ---- registry and declarations ----------------------------------------------------------------
+
+def test_registry_is_immutable_and_explains_itself():
+    log = []
+    reg = fake_registry(log)
+    assert reg.names == ("exact_fake", "sol_fake") and "sol_fake" in reg
+    with pytest.raises(UnknownBackendError, match="known: exact_fake, sol_fake"):
+        reg.get("flash")
+    with pytest.raises(ValueError, match="unique"):
+        BackendRegistry((fake_spec("a", log), fake_spec("a", log)))
+    swapped = reg.with_backends(fake_spec("exact_fake", log, rank=9), fake_spec("new", log))
+    assert swapped.names == ("exact_fake", "sol_fake", "new") and swapped.get("exact_fake").speed_rank == 9
+    assert reg.get("exact_fake").speed_rank == 0  # the original is untouched
+    assert reg.without("sol_fake").names == ("exact_fake",)
+    broken = reg.replace("exact_fake", probe=lambda: (False, "kernel missing"))
+    assert [(p.name, p.available) for p in broken.probe()] == [("exact_fake", False), ("sol_fake", True)]
+    with pytest.raises(BackendUnavailableError, match="kernel missing"):
+        broken.build("exact_fake")
+
+
+def test_supports_reasons():
+    spec = builtin.default_registry().get("sdpa_cudnn")
+    ok = dict(dtype=torch.bfloat16, head_dim=128, seq_len=S, device_capability=(9, 0))
+    assert spec.supports(**ok) == (True, "supported")
+    for change, fragment in ((dict(dtype=torch.float32), "float32"), (dict(head_dim=48), "head_dim"),
+                             (dict(device_capability=None), "CUDA"), (dict(device_capability=(8, 6)), "8.6")):
+        good, why = spec.supports(**(ok | change))
+        assert not good and fragment in why
+    limited = fake_spec("short", [], max_tokens=1000)
+    assert "at most 1000" in limited.supports(dtype=torch.float32, head_dim=8, seq_len=1001, device_capability=None)[1]
+
+
+def test_memory_declarations():
+    reg = builtin.default_registry()
+    bf16, int8, math_ = reg.get("sdpa_flash"), reg.get("qstream_triton_int8"), reg.get("sdpa_math")
+    assert bf16.kv_bytes_per_token_head(128, 2) == 512 and int8.kv_bytes_per_token_head(128, 2) == 264
+    assert int8.quantized_kv and not bf16.quantized_kv
+    w = dict(seq_len=1000, heads=2, head_dim=64, dtype_bytes=2, query_rows=100)
+    assert bf16.working_bytes(**w) == 1000 * 2 * 256 + 2 * 100 * 2 * 64 * 2
+    assert math_.working_bytes(**w) == bf16.working_bytes(**w) + 2 * 100 * 1000 * 8
+    sol = reg.get("sol")  # fp32 key-block summaries (15 blocks of 64) and proxy scores (2 query blocks)
+    assert sol.working_bytes(**w) == bf16.working_bytes(**w) + 2 * 16 * 2 * 64 * 4 + 2 * 2 * 16 * 4
+    assert bf16.working_bytes(**(w | dict(query_rows=5000))) == bf16.working_bytes(**(w | dict(query_rows=1000)))
+
+
+# ---- building AttentionFns ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["sdpa", "sdpa_math"])
+def test_cpu_sdpa_backends_match_the_contract(name):
+    q, k, v = rand_qkv(1)
+    out = builtin.default_registry().build(name)(q, k, v, q_offset=64)
+    assert out.shape == (1, 96, 4 * 32)
+    torch.testing.assert_close(out, sdpa_attention(q, k, v), rtol=1e-5, atol=1e-5)
+    scaled = builtin.default_registry().build(name, BuildContext(sm_scale=0.05))(q, k, v, q_offset=0)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.05)
+    torch.testing.assert_close(scaled, builtin.merge_heads(ref), rtol=1e-5, atol=1e-5)
+
+
+needs_refs = pytest.mark.skipif(importlib.util.find_spec("longmedia.kernels.qstream_reference") is None,
+                                reason="longmedia.kernels references are not installed")
+
+
+@needs_refs
+def test_reference_backends_exact_and_dense_sol():
+    q, k, v = rand_qkv(2)
+    reg, ref = builtin.default_registry(), sdpa_attention(q, k, v)
+    torch.testing.assert_close(reg.build("qstream_reference")(q, k, v, q_offset=0), ref, rtol=1e-5, atol=1e-5)
+    dense = reg.build("sol_reference", BuildContext(tau=-100.0, sink_ranges=((0, 64),)))(q, k, v, q_offset=0)
+    torch.testing.assert_close(dense, ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_refs
+def test_int8_factory_quantises_or_takes_prequantised_kv():
+    spec = BackendSpec(name="int8_ref", exact=True, dtypes=builtin.FLOATS, cpu=True, kv_element_bytes=1,
+                       factory=builtin._qstream_factory("qstream_reference", builtin.QSTREAM_REF, int8=True))
+    from longmedia.kernels.int8_kv import quantize_kv_int8
+    q, k, v = rand_qkv(3)
+    fn = BackendRegistry((spec,)).build("int8_ref")
+    out, ref = fn(q, k, v, q_offset=0), sdpa_attention(q, k, v)
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-2
+    (k8, ks), (v8, vs) = quantize_kv_int8(k), quantize_kv_int8(v)
+    assert torch.equal(fn(q, k8, v8, q_offset=0, k_scale=ks, v_scale=vs), out)
+    with pytest.raises(BackendUnavailableError, match="k_scale"):
+        fn(q, k8, v8, q_offset=0)
+
+
+def test_build_follows_the_schedule_and_the_sink_mode():
+    log = []
+    reg = fake_registry(log)
+    kw = dict(seq_len=20000, heads=4, head_dim=32, dtype=torch.float32, device_capability=None, registry=reg)
+    q, k, v = rand_qkv(4)
+    for sink, keys, rows in (("exact_kv", ((0, 1100),), ()), ("exact_kv_and_rows", ((0, 1100),), ((0, 1100),)),
+                             ("off", (), ())):
+        choice = resolve_attention("scheduled_sol", sol_settings=SolSettings(sink_conditioning=sink), **kw)
+        assert choice.backend == "sol_fake" and choice.exact_backend == "exact_fake"
+        log.clear()
+        build_attention_fn(choice, progress=0.1, segments=TABLE, registry=reg)(q, k, v, q_offset=0)
+        build_attention_fn(choice, progress=0.6, segments=TABLE, registry=reg)(q, k, v, q_offset=128)
+        build_attention_fn(choice, progress=0.6, segments=TABLE, registry=reg, force_exact=True)(q, k, v, q_offset=0)
+        (n0, c0, _), (n1, c1, off1), (n2, _, _) = log
+        assert (n0, n1, n2) == ("exact_fake", "sol_fake", "exact_fake") and c0.tau is None and off1 == 128
+        assert c1.tau == pytest.approx(SolSettings().tau_start + (0.8 - 1.3) * 0.5 * (1 - torch.cos(
+            torch.tensor(torch.pi * 0.5)).item()))
+        assert (c1.sink_ranges, c1.exact_query_ranges) == (keys, rows)
+    choice = resolve_attention("sol", **kw)
+    with pytest.raises(SolSettingsError, match="segment table"):
+        build_attention_fn(choice, registry=reg)
+
+
+def test_build_existing_needs_the_comfy_fn():
+    choice = resolve_attention("existing", seq_len=S, **H3, device_capability=(9, 0), available=ALL)
+    with pytest.raises(BackendUnavailableError, match="existing_attention_fn"):
+        build_attention_fn(choice)
+    marker = object()
+    assert build_attention_fn(choice, existing=marker) is marker
+
+
+# ---- the ComfyUI override, against a fake func ------------------------------------------------
+
+class Box:
+    """Stands in for ComfyUI's AttentionTensorContainer (single-owner peek/take)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def peek(self):
+        return self.tensor
+
+    def take(self):
+        tensor, self.tensor = self.tensor, None
+        return tensor
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("the installed attention was called although the override routes this call")
+
+
+def cpu_choice(mode="auto", **kw):
+    return resolve_attention(mode, seq_len=kw.pop("seq_len", 160), heads=4, head_dim=32, dtype=torch.float32,
+                             device_capability=None, available=ALL, **kw)
+
+
+def test_override_routes_h3_calls_and_passes_the_rest_through():
+    q, k, v = rand_qkv(5, rows=160)
+    opts = {}
+    override = install_attention_override(opts, cpu_choice())
+    assert opts[OVERRIDE_KEY] is override and override.previous is None
+    call = dict(mask=None, skip_reshape=True, transformer_options=opts, _inside_attn_wrapper=True)
+    torch.testing.assert_close(override(refuse, q, k, v, 4, **call), sdpa_attention(q, k, v))
+    per_head = override(refuse, q, k, v, 4, **(call | dict(skip_output_reshape=True)))
+    torch.testing.assert_close(per_head, torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    seen = []
+
+    def func(*args, **kwargs):
+        seen.append((args, kwargs))
+        return "stock"
+    mask = torch.zeros(160, 160)
+    assert override(func, q, k, v, 4, **(call | dict(mask=mask))) == "stock"  # masks are not ours
+    assert seen[-1][0][:4] == (q, k, v, 4) and seen[-1][1]["mask"] is mask
+    existing = install_attention_override(opts, cpu_choice("existing"))
+    assert existing.previous is None  # re-installing replaces ours, never stacks
+    assert existing(func, q, k, v, 4, **call) == "stock" and seen[-1][1] == call
+
+
+def test_override_hands_passed_calls_to_a_previous_override():
+    q, k, v = rand_qkv(6, rows=160)
+    calls = []
+
+    def previous(func, *args, **kwargs):
+        calls.append(func)
+        return "previous"
+    previous.container_function = lambda *args, **kwargs: "previous containers"
+    opts = {OVERRIDE_KEY: previous}
+    override = install_attention_override(opts, cpu_choice("existing"))
+    assert override.previous is previous
+    assert override(refuse, q, k, v, 4, mask=None, skip_reshape=True, transformer_options=opts) == "previous"
+    assert calls == [refuse]
+    assert override.container_function(Box(q), Box(k), Box(v), 4, mask=None, skip_reshape=True,
+                                       transformer_options=opts) == "previous containers"
+
+
+def test_override_container_path_takes_the_tensors():
+    q, k, v = rand_qkv(7, rows=160)
+    boxes = (Box(q), Box(k), Box(v))
+    opts = {}
+    override = install_attention_override(opts, cpu_choice(), registry=builtin.default_registry())
+    out = override.container_function(*boxes, 4, mask=None, skip_reshape=True, transformer_options=opts)
+    torch.testing.assert_close(out, sdpa_attention(q, k, v))
+    assert all(b.tensor is None for b in boxes)  # single owner: released to the backend
+
+
+def test_override_reads_sigma_progress_and_segments():
+    log = []
+    reg = fake_registry(log)
+    settings = SolSettings(min_tokens=0, curve="linear", dense_percent=0.5)
+    choice = resolve_attention("scheduled_sol", seq_len=160, heads=4, head_dim=32, dtype=torch.float32,
+                               device_capability=None, registry=reg, sol_settings=settings)
+    q, k, v = rand_qkv(8, rows=160)
+    sigmas = torch.tensor([1.0, 0.8, 0.6, 0.4, 0.2, 0.0])
+    table = ((0, 30, "text"), (30, 60, "audio"), (60, 160, "video"))
+    opts = {"sample_sigmas": sigmas, SEGMENTS_KEY: table}
+    override = install_attention_override(opts, choice, registry=reg)
+    # progress over the 5 model sigmas: 0, 0.25, 0.5, 0.75, 1; the Sol half runs tau 1.3 -> 0.8
+    for sigma, name, tau in ((1.0, "exact_fake", None), (0.8, "exact_fake", None), (0.4, "sol_fake", 1.05),
+                             (0.2, "sol_fake", 0.8)):
+        opts["sigmas"] = torch.tensor([sigma])
+        override(refuse, Box(q).take(), k, v, 4, mask=None, skip_reshape=True, transformer_options=opts)
+        assert log[-1][0] == name and log[-1][1].tau == pytest.approx(tau)
+    assert log[-1][1].sink_ranges == ((0, 60),)
+    assert progress_from_options(opts) == 1.0 and progress_from_options({}) is None
+    del opts[SEGMENTS_KEY]
+    with pytest.warns(SolSegmentsWarning, match="segment table"):
+        override(refuse, q, k, v, 4, mask=None, skip_reshape=True, transformer_options=opts)
+    assert log[-1][0] == "exact_fake"
+    short = LongMediaAttentionOverride(choice, segments=table, registry=reg)  # a table for another sequence
+    with pytest.warns(SolSegmentsWarning):
+        short(refuse, q[:, :, :64], k[:, :, :64], v[:, :, :64], 4, mask=None, skip_reshape=True,
+              transformer_options=opts)
+    assert log[-1][0] == "exact_fake"
+
+
+def test_existing_attention_fn_calls_comfy_as_h3_does():
+    q, k, v = rand_qkv(9)
+    seen = []
+
+    def installed(q_, k_, v_, heads, **kwargs):
+        seen.append((q_, k_, v_, heads, kwargs))
+        return sdpa_attention(q_.take(), k_.take(), v_.take())
+
+    def foreign(func, *args, **kwargs):
+        return func(*args, **kwargs)
+    ours = LongMediaAttentionOverride(cpu_choice())
+    fn = existing_attention_fn({OVERRIDE_KEY: ours, "x": 1}, 4, attention=installed, container=Box)
+    torch.testing.assert_close(fn(q, k, v, q_offset=64), sdpa_attention(q, k, v))
+    q_, k_, v_, heads, kwargs = seen[-1]
+    assert isinstance(q_, Box) and heads == 4
+    assert kwargs == dict(mask=None, skip_reshape=True, transformer_options={"x": 1})  # ours bypassed
+    existing_attention_fn({OVERRIDE_KEY: foreign}, 4, attention=installed, container=Box)(q, k, v, q_offset=0)
+    assert seen[-1][4]["transformer_options"] == {OVERRIDE_KEY: foreign}  # a foreign override is honoured
+    plain = []
+    existing_attention_fn(None, 4, attention=lambda *a, **kw: plain.append(a) or "ok", container=None)(
+        q, k, v, q_offset=0)
+    assert plain[-1][:3] == (q, k, v)  # no containers in older ComfyUI
