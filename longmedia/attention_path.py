@@ -1,0 +1,57 @@
+"""The planner's one coupling to the attention dispatcher, and the documented default without it.
+
+`resolve_attention_path` calls `longmedia.attention.dispatcher.resolve_attention` (which needs torch)
+with the job's facts and the bytes the plan leaves for attention. `default_attention_path` does not
+probe anything: it records the requested mode and assumes ComfyUI's installed attention is a fused
+exact kernel (flash / PyTorch SDPA: no score matrix), which is what the planner's byte formula uses.
+The CLI uses the default so it stays torch-free and fast; it plans for a card that is not here anyway.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .execution.chunks import ChunkSizes
+from .geometry import Geometry
+from .plan_types import AttentionPath, PlanRequest
+from .profiles import DeviceProfile, ModelProfile
+
+DEFAULT_BACKEND = "existing"
+
+
+def default_attention_path(request: PlanRequest, geometry: Geometry, model: ModelProfile, device: DeviceProfile,
+                           chunks: ChunkSizes, budget_bytes: int, why: str = "not consulted") -> AttentionPath:
+    """No probing: `auto`/`existing` run ComfyUI's installed attention (assumed fused and exact)."""
+    mode = request.attention_mode
+    note = (f"attention dispatcher {why}: planned with ComfyUI's installed attention, assumed a fused exact "
+            "kernel (flash / PyTorch SDPA, no score matrix)")
+    if mode in ("sol", "scheduled_sol"):
+        return AttentionPath(mode, "sol (unresolved)", False, 0, "default",
+                             (note, f"attention_mode={mode} is resolved to a Sol backend when the job runs"))
+    return AttentionPath(mode, DEFAULT_BACKEND, True, 0, "default", (note,))
+
+
+def _dispatcher() -> Any:
+    try:
+        return importlib.import_module(".attention.dispatcher", __package__)
+    except ImportError:  # the dispatcher or torch is missing here: the documented default applies
+        return None
+
+
+def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: ModelProfile, device: DeviceProfile,
+                           chunks: ChunkSizes, budget_bytes: int) -> AttentionPath:
+    """The dispatcher's AttentionChoice for this job, or the default when the dispatcher is not installed."""
+    mod = _dispatcher()
+    if mod is None:
+        return default_attention_path(request, geometry, model, device, chunks, budget_bytes, "not installed")
+    import torch  # present: the dispatcher imported it
+
+    heads = chunks.group_heads(model.dims.heads)
+    choice = mod.resolve_attention(request.attention_mode, seq_len=geometry.seq_len, heads=heads,
+                                   head_dim=model.dims.head_dim, dtype=torch.bfloat16,
+                                   device_capability=device.compute_capability,
+                                   budget_bytes_for_attention=int(budget_bytes))
+    return AttentionPath(mode=choice.mode, backend=choice.backend, exact=bool(choice.exact),
+                         query_chunk_tokens=int(choice.query_chunk_tokens), source="dispatcher",
+                         reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes), choice=choice)

@@ -1,0 +1,47 @@
+"""The input error every LongMedia entry point raises, and the range checks that build its messages."""
+
+from __future__ import annotations
+
+import math
+
+
+class LongMediaInputError(ValueError):
+    """A user-facing input is out of range; the message names the input, its value, the range and the fix."""
+
+    def __init__(self, name: str, value: object, allowed: str, fix: str) -> None:
+        self.input_name = name
+        self.value = value
+        self.allowed = allowed
+        self.fix = fix
+        super().__init__(f"{name}={value!r} is not allowed: expected {allowed}. {fix}")
+
+
+def check_int(name: str, value: object, low: int, high: int, fix: str, *, zero_ok: bool = False) -> int:
+    """`value` as an int in [low, high] (or exactly 0 when `zero_ok`), else LongMediaInputError."""
+    allowed = f"an integer from {low} to {high}" + (" (or 0)" if zero_ok else "")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LongMediaInputError(name, value, allowed, fix)
+    if zero_ok and value == 0:
+        return 0
+    if not low <= value <= high:
+        raise LongMediaInputError(name, value, allowed, fix)
+    return value
+
+
+def check_float(name: str, value: object, low: float, high: float, fix: str) -> float:
+    """`value` as a finite float in [low, high], else LongMediaInputError."""
+    allowed = f"a number from {low:g} to {high:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LongMediaInputError(name, value, allowed, fix)
+    value = float(value)
+    if not math.isfinite(value) or not low <= value <= high:
+        raise LongMediaInputError(name, value, allowed, fix)
+    return value
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...], fix: str = "") -> str:
+    """`value` as one of `choices`, else LongMediaInputError."""
+    if not isinstance(value, str) or value not in choices:
+        raise LongMediaInputError(name, value, "one of " + ", ".join(repr(c) for c in choices),
+                                  fix or "Pick one of the listed values.")
+    return value

@@ -1,0 +1,172 @@
+"""The planner's rules with numbers: reserve, prefetch, RAM pinning, guard thresholds, risky manual values,
+and segment-length suggestions. Each rule states itself in the reason it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from . import lattice as L
+from .geometry import Geometry, SegmentRows
+from .plan_types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
+from .profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
+
+INT8_16GB_CARD_MAX = 18.5 * GIB
+PIN_HEADROOM_MIN = 12 * GIB          # RAM left free after pinning: at least this ...
+PIN_HEADROOM_FRACTION = 0.20         # ... and at least this share of RAM (text encoder, VAE, OS, browser)
+# Starting points from the field: (largest card, segment seconds low, high, note).
+FIELD_SEGMENTS = ((8.5 * GIB, 4.0, 6.0, "8 GB cards (transfer-bound: the weights stream every step)"),
+                  (12.5 * GIB, 5.0, 8.0, "12 GB cards (with a low reference budget)"),
+                  (18.5 * GIB, 5.0, 10.0, "16 GB cards"))
+
+
+def auto_reserve(device: DeviceProfile) -> int:
+    """VRAM kept free for fragmentation and other apps: 512 MiB (768 on Windows) plus 2% of the card."""
+    base = 768 * MIB if device.os_name == "windows" else 512 * MIB
+    return base + int(0.02 * device.vram_total_bytes)
+
+
+def is_16gb_int8(model: ModelProfile, device: DeviceProfile) -> bool:
+    return model.is_int8 and device.vram_total_bytes <= INT8_16GB_CARD_MAX
+
+
+def prefetch_decision(model: ModelProfile, device: DeviceProfile, g: Geometry) -> tuple[bool, str]:
+    if is_16gb_int8(model, device):
+        return False, (f"block prefetch off: INT8 weights on a {gib(device.vram_total_bytes)} card "
+                       f"(<= {INT8_16GB_CARD_MAX / GIB:g} GiB): a speculative second block "
+                       f"({gib(model.block_weight_bytes)}) would compete with live activations")
+    if not device.dynamic_vram:
+        return False, "block prefetch off: it needs dynamic VRAM"
+    return True, (f"block prefetch on: the next block ({gib(model.block_weight_bytes)}) is fetched while "
+                  "the current one runs")
+
+
+def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
+    """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing."""
+    floor = max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
+    rule = (f"RAM pinning keeps >= {gib(floor)} RAM free (max of {PIN_HEADROOM_MIN / GIB:g} GiB and "
+            f"{PIN_HEADROOM_FRACTION:.0%} of {gib(device.ram_total_bytes)}) and stays within ComfyUI's "
+            f"{gib(device.pinned_budget_bytes)} pinned budget")
+    if streamed <= 0:
+        return PinningDecision("none", 0, device.ram_available_bytes, "RAM pinning not needed: every weight stays "
+                               "in VRAM")
+    room = min(device.pinned_budget_bytes, device.ram_available_bytes - floor)
+    if streamed <= room:
+        return PinningDecision("full", streamed, device.ram_available_bytes - streamed,
+                               f"{rule}: pinning all {gib(streamed)} of streamed weights leaves "
+                               f"{gib(device.ram_available_bytes - streamed)}")
+    if room >= model.block_weight_bytes:
+        pinned = room - room % max(1, model.block_weight_bytes)
+        return PinningDecision("partial", pinned, device.ram_available_bytes - pinned,
+                               f"{rule}: full pinning of {gib(streamed)} rejected (it would leave "
+                               f"{gib(device.ram_available_bytes - streamed)}); pinning {gib(pinned)} "
+                               "(whole blocks), the rest streams from pageable RAM")
+    return PinningDecision("none", 0, device.ram_available_bytes,
+                           f"{rule}: full pinning of {gib(streamed)} rejected (it would leave "
+                           f"{gib(device.ram_available_bytes - streamed)}), and not even one block fits; "
+                           "weights stream from pageable RAM")
+
+
+def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile, mem: MemoryBreakdown,
+                g: Geometry) -> GuardThresholds:
+    """Guard thresholds from the plan's own numbers; each manual value replaces its one field."""
+    x_bytes = g.seq_len * model.dims.hidden * model.compute_dtype_bytes
+    block_need = mem.block_activation_bytes - x_bytes + mem.workspace_bytes + model.block_weight_bytes
+    final_need = max(0, mem.final_bytes - mem.held_outside_bytes - x_bytes)
+    last = model.dims.num_blocks - 1
+    late_start = max(0, last - 1) if mem.final_bytes > mem.blocks_stage_bytes else last
+    vram = device.vram_total_bytes
+    cleanup = 256 if vram <= 8.5 * GIB else 512 if vram <= 18.5 * GIB else 1024
+    auto = GuardThresholds(inter_block_vram_guard_mb=mib(block_need), inter_block_guard_cooldown_blocks=2,
+                           inter_block_guard_emergency_mb=max(256, mib(block_need) // 4),
+                           late_block_guard_start=late_start, late_block_guard_target_mb=mib(final_need),
+                           step_boundary_cleanup_mb=cleanup)
+    return replace(auto, **{k: getattr(request, k) for k in auto.__dataclass_fields__ if getattr(request, k) is not None})
+
+
+def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresholds, auto_reserve_bytes: int,
+                    model: ModelProfile) -> list[str]:
+    """Plain-language flags for manual values that put the job at risk; the values themselves are kept."""
+    out = []
+    chunk_fields = [f for f in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens")
+                    if getattr(request, f) is not None]
+    if chunk_fields and not cand.fits:
+        out.append(f"risky: manual {', '.join(f'{f}={getattr(request, f)}' for f in chunk_fields)} leave the "
+                   f"predicted peak at {gib(cand.memory.activation_need_bytes)}, over the {gib(usable)} usable")
+    if request.sol_out_proj_chunk_tokens and cand.chunks.qkv_chunk_tokens == 0:
+        out.append("sol_out_proj_chunk_tokens has no effect while sol_qkv_chunk_tokens is 0 (stock attention)")
+    r = request.vram_activation_reserve_mb
+    if r is not None and r * MIB < auto_reserve_bytes // 2:
+        out.append(f"risky: vram_activation_reserve_mb={r} is under half the auto {mib(auto_reserve_bytes)} MB: "
+                   "fragmentation or another app can push the job into an OOM")
+    auto_need = mib(cand.memory.block_activation_bytes + cand.memory.workspace_bytes)
+    if request.inter_block_vram_guard_mb is not None and guards.inter_block_vram_guard_mb == 0:
+        out.append("inter_block_vram_guard_mb=0 turns the inter-block guard off")
+    if request.inter_block_guard_cooldown_blocks == 0:
+        out.append("risky: inter_block_guard_cooldown_blocks=0 lets the guard clean up before every block (slow)")
+    if request.inter_block_guard_emergency_mb is not None and \
+            guards.inter_block_guard_emergency_mb > guards.inter_block_vram_guard_mb:
+        out.append("inter_block_guard_emergency_mb is above inter_block_vram_guard_mb: every guard event is an "
+                   "emergency")
+    if request.late_block_guard_target_mb is not None and cand.memory.final_bytes > cand.memory.blocks_stage_bytes \
+            and guards.late_block_guard_target_mb * MIB < cand.memory.final_bytes - cand.memory.blocks_stage_bytes:
+        out.append(f"risky: late_block_guard_target_mb={guards.late_block_guard_target_mb} is below what the final "
+                   f"layer needs beyond a block ({mib(cand.memory.final_bytes - cand.memory.blocks_stage_bytes)} MB)")
+    if request.inter_block_vram_guard_mb is not None and 0 < guards.inter_block_vram_guard_mb < auto_need // 2:
+        out.append(f"risky: inter_block_vram_guard_mb={guards.inter_block_vram_guard_mb} is far below a block's "
+                   f"predicted need ({auto_need} MB): the guard will not act before an OOM")
+    return out
+
+
+def with_pass_frames(g: Geometry, frames: int) -> Geometry:
+    """`g` with its target audio and video resized to a `frames`-long pass (guides and references kept)."""
+    audio_t = L.target_audio_frames(frames)
+    lt = L.latent_frames(frames)
+    segs = tuple(s for s in g.segments if s.kind not in ("audio", "video")) + (
+        SegmentRows("audio", audio_t * L.AUDIO_ROWS_PER_FRAME, f"target audio ({audio_t} latent frames x stereo)"),
+        SegmentRows("video", lt * g.rows_per_latent_frame, f"target video ({lt} latent frames x "
+                                                           f"{g.rows_per_latent_frame} rows)"))
+    return replace(g, frames=frames, audio_latent_frames=audio_t, segments=segs)
+
+
+def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, cand,
+                       fits: Callable[[Geometry], str | None]) -> SegmentSuggestion | None:
+    """A segment length when the pass does not fit, only fits in ultra_low_vram, or is longer than the field's
+    range for this card class."""
+    field = next(((lo, hi, note) for top, lo, hi, note in FIELD_SEGMENTS if device.vram_total_bytes <= top), None)
+    too_long = field is not None and g.seconds > field[1] + 0.5
+    if cand.fits and cand.mode != "ultra_low_vram" and not too_long:
+        return None
+    largest = None
+    f = g.frames
+    while f >= L.MIN_FRAMES:
+        mode = fits(with_pass_frames(g, f))
+        if mode is not None and (mode != "ultra_low_vram" or largest is None):
+            if mode != "ultra_low_vram":
+                largest = (f, mode)
+                break
+            largest = largest or (f, mode)
+        f -= L.CLIP_FRAMES
+    if largest is None:
+        return SegmentSuggestion(0.0, 0, field[:2] if field else None, None,
+                                 "no segment length fits this card: even a 5-frame pass needs more than the budget "
+                                 "(fewer or smaller references, a lower resolution, or more VRAM)")
+    fit_frames, fit_mode = largest
+    frames = fit_frames
+    if field is not None:
+        frames = min(frames, L.snap_frames_down(max(L.MIN_FRAMES, int(field[1] * L.FPS))))
+    sec = round(frames / L.FPS, 2)
+    why = (f"suggested segment: {sec:g} s ({frames} frames), the longest that fits in {fit_mode}"
+           if frames == fit_frames else
+           f"suggested segment: {sec:g} s ({frames} frames) from the field range "
+           f"{field[0]:g}-{field[1]:g} s for {field[2]}")
+    if not cand.fits:
+        why += "; one pass does not fit"
+    elif cand.mode == "ultra_low_vram":
+        why += "; one pass only fits in ultra_low_vram (slow)"
+    elif too_long:
+        why += f"; a {g.seconds:.1f} s pass is longer than the field range and attention cost grows with its square"
+    if field is not None and fit_frames / L.FPS < field[0]:
+        why += f" (below the field's {field[0]:g} s starting point: this job's geometry is heavier than usual)"
+    return SegmentSuggestion(sec, frames, field[:2] if field else None, round(fit_frames / L.FPS, 2), why)
