@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -22,6 +23,7 @@ QSTREAM = ("qstream_attention",)
 QSTREAM_REF = ("qstream_attention_reference", "qstream_attention")
 SOL = ("sol_attention",)
 SOL_REF = ("sol_attention_reference", "sol_attention")
+SOL_BLOCK = 64
 
 
 def merge_heads(out: torch.Tensor) -> torch.Tensor:
@@ -150,15 +152,42 @@ def _qstream_factory(module_name: str, names: tuple[str, ...], int8: bool) -> Ca
     return factory
 
 
+class _SummaryMemo:
+    """Sol's key-block summaries of the last k/v seen, reused while the same tensors (unmodified) come back.
+
+    Weak references and version counters, so a new block's K/V (even at a reused address) never hits.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._value: object = None
+
+    def get(self, k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, make: Callable[[], object]) -> object:
+        key = self._key
+        if key is not None and key[0]() is k and key[1]() is v and key[2:] == (k._version, v._version, dtype):
+            return self._value
+        self._key, self._value = None, None  # drop the old summaries before making new ones
+        value = make()
+        self._key, self._value = (weakref.ref(k), weakref.ref(v), k._version, v._version, dtype), value
+        return value
+
+
 def _sol_factory(module_name: str, names: tuple[str, ...]) -> Callable[[BuildContext], AttentionFn]:
     def factory(context: BuildContext) -> AttentionFn:
         if context.tau is None:
             raise BackendUnavailableError("a Sol backend needs a tau: BuildContext(tau=...)")
         attention = _kernel(module_name, names)
+        module = importlib.import_module(f"..kernels.{module_name}", __package__)
+        summarise = _entry(module, ("sol_key_summaries",)) if module_name == "sol_attention" else None
+        memo = _SummaryMemo()
 
         def sol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
+            extra = {}
+            if summarise is not None:  # once per K/V, not once per query chunk (what the kernel would do)
+                extra["summaries"] = memo.get(k, v, q.dtype, lambda: summarise(k, v, block=SOL_BLOCK, dtype=q.dtype))
             out = attention(q, k, v, tau=context.tau, q_offset=q_offset, sink_ranges=context.sink_ranges,
-                            exact_query_ranges=context.exact_query_ranges, sm_scale=context.sm_scale)
+                            exact_query_ranges=context.exact_query_ranges, sm_scale=context.sm_scale,
+                            block=SOL_BLOCK, **extra)
             return merge_heads(out)
         return sol
     return factory
@@ -207,11 +236,11 @@ def builtin_backends() -> tuple[BackendSpec, ...]:
                     probe=_kernel_probe("qstream_reference", QSTREAM_REF, needs_triton=False),
                     description="eager fp32 torch reference of the exact kernel: the last exact fallback"),
         BackendSpec(name="sol", exact=False, dtypes=HALF, head_dims=(64, 128), min_capability=(8, 0),
-                    key_block=64, speed_rank=0, factory=_sol_factory("sol_attention", SOL),
+                    key_block=SOL_BLOCK, speed_rank=0, factory=_sol_factory("sol_attention", SOL),
                     probe=_kernel_probe("sol_attention", SOL, needs_triton=True),
                     description="our block-sparse Sol kernel: approximate, routed by tau"),
         BackendSpec(name="sol_reference", exact=False, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
-                    kv_element_bytes=6, score_bytes=8, key_block=64, speed_rank=1,
+                    kv_element_bytes=6, score_bytes=8, key_block=SOL_BLOCK, speed_rank=1,
                     factory=_sol_factory("sol_reference", SOL_REF),
                     probe=_kernel_probe("sol_reference", SOL_REF, needs_triton=False),
                     description="eager fp32 torch reference of Sol: the approximate fallback"),

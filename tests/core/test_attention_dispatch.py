@@ -232,6 +232,53 @@ def test_int8_factory_quantises_or_takes_prequantised_kv():
         fn(q, k8, v8, q_offset=0)
 
 
+def test_sol_summary_memo_never_serves_stale_kv():
+    memo, made = builtin._SummaryMemo(), []
+    k, v = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
+
+    def make():
+        made.append(1)
+        return len(made)
+    assert memo.get(k, v, torch.float32, make) == memo.get(k, v, torch.float32, make) == 1
+    k.mul_(2.0)  # modified in place: its version moves
+    assert memo.get(k, v, torch.float32, make) == 2
+    assert memo.get(k.clone(), v, torch.float32, make) == 3  # another tensor with equal values
+    assert memo.get(k, v, torch.float16, make) == 4
+
+
+needs_sol_kernel = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or importlib.util.find_spec("longmedia.kernels.sol_attention") is None,
+    reason="triton or longmedia.kernels.sol_attention is not installed")
+
+
+@needs_sol_kernel
+def test_sol_kernel_backend_per_query_chunk_matches_reference(monkeypatch):
+    """Under the Triton interpreter: 64-row query chunks share one key summary and equal one reference call."""
+    import longmedia.kernels.sol_attention as kernel
+    from longmedia.kernels.sol_reference import sol_attention as reference
+    made = []
+    real = kernel.sol_key_summaries
+    monkeypatch.setattr(kernel, "sol_key_summaries", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    q, k, v = rand_qkv(11, heads=2, rows=200, seq=200, dim=64)
+    ctx = BuildContext(tau=0.5, sink_ranges=((0, 40),))
+    fn = builtin.default_registry().build("sol", ctx)
+    out = torch.cat([fn(q[:, :, a:a + 64], k, v, q_offset=a) for a in range(0, 200, 64)], dim=1)
+    ref = builtin.merge_heads(reference(q, k, v, tau=0.5, sink_ranges=((0, 40),)))
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    assert len(made) == 1
+
+
+@needs_sol_kernel
+def test_exact_kernel_backends_under_the_interpreter():
+    q, k, v = rand_qkv(12, heads=2, rows=64, seq=150, dim=64, dtype=torch.float16)
+    reg, ref = builtin.default_registry(), sdpa_attention(q.float(), k.float(), v.float())
+    exact = reg.build("qstream_triton")(q, k, v, q_offset=0)
+    assert exact.dtype == torch.float16 and exact.shape == (1, 64, 128)
+    torch.testing.assert_close(exact.float(), ref, rtol=2e-3, atol=2e-3)
+    int8 = reg.build("qstream_triton_int8")(q, k, v, q_offset=0).float()
+    assert ((int8 - ref).norm() / ref.norm()).item() < 1e-2
+
+
 def test_build_follows_the_schedule_and_the_sink_mode():
     log = []
     reg = fake_registry(log)
