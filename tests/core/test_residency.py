@@ -1,0 +1,166 @@
+"""The residency boundary against fake ComfyUI namespaces, with and without each API."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from longmedia.residency import (STEPS, BoundaryReport, ComfyModules, MemorySnapshot, ResidencyBoundaryError,
+                                 read_memory, residency_boundary)
+
+CUDA = "cuda:0"
+
+
+class FakeDevice:
+    """A device whose allocator cache shrinks on empty_cache; every API call is logged."""
+
+    def __init__(self, seed: int):
+        rng = random.Random(seed)
+        self.allocated = rng.randrange(1 << 30, 4 << 30)
+        self.cached = rng.randrange(1 << 28, 2 << 30)
+        self.total = 24 << 30
+        self.calls: list[str] = []
+
+    def snapshot(self, device) -> MemorySnapshot:
+        reserved = self.allocated + self.cached
+        return MemorySnapshot(str(device), self.allocated, reserved, self.total - reserved, self.total)
+
+    def log(self, name: str, effect=None):
+        def call(*args):
+            self.calls.append(name)
+            if effect is not None:
+                effect()
+        return call
+
+    def empty(self):
+        self.cached = 0
+
+
+def full_comfy(dev: FakeDevice, *, aimdo_enabled: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(
+        model_management=SimpleNamespace(
+            synchronize=dev.log("mm.synchronize"), reset_cast_buffers=dev.log("mm.reset_cast_buffers"),
+            cleanup_models_gc=dev.log("mm.cleanup_models_gc"), cleanup_models=dev.log("mm.cleanup_models"),
+            soft_empty_cache=dev.log("mm.soft_empty_cache", dev.empty)),
+        model_prefetch=SimpleNamespace(cleanup_prefetch_queues=dev.log("prefetch.cleanup_prefetch_queues")),
+        memory_management=SimpleNamespace(aimdo_enabled=aimdo_enabled),
+        aimdo_vbar=SimpleNamespace(vbars_reset_watermark_limits=dev.log("vbar.vbars_reset_watermark_limits")),
+        aimdo_control=SimpleNamespace(),
+        torch_cuda=SimpleNamespace(synchronize=dev.log("torch.synchronize"),
+                                   empty_cache=dev.log("torch.empty_cache", dev.empty)),
+    )
+
+
+def test_full_comfy_runs_every_step_in_order_and_snapshots():
+    dev = FakeDevice(0)
+    cached = dev.cached
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=full_comfy(dev))
+    assert isinstance(report, BoundaryReport)
+    assert report.done == STEPS and report.skipped == ()
+    assert dev.calls == ["mm.synchronize", "mm.reset_cast_buffers", "prefetch.cleanup_prefetch_queues",
+                         "vbar.vbars_reset_watermark_limits", "mm.cleanup_models_gc", "mm.cleanup_models",
+                         "mm.soft_empty_cache"]
+    assert report.before.cached_bytes == cached and report.after.cached_bytes == 0
+    assert report.released_reserved_bytes == cached
+    assert report.after.allocated_bytes == report.before.allocated_bytes
+    assert report.lines[1] == "reset_cast_buffers: done (comfy.model_management.reset_cast_buffers)"
+
+
+@pytest.mark.parametrize("missing", ["synchronize", "reset_cast_buffers", "cleanup_models_gc", "cleanup_models",
+                                     "soft_empty_cache"])
+def test_each_missing_model_management_function_is_a_skipped_or_torch_step(missing):
+    dev = FakeDevice(1)
+    comfy = full_comfy(dev)
+    delattr(comfy.model_management, missing)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    by_name = {a.name: a for a in report.actions}
+    assert tuple(by_name) == STEPS
+    if missing in ("synchronize", "soft_empty_cache"):
+        step = "synchronize" if missing == "synchronize" else "empty_cache"
+        assert by_name[step].done
+        assert by_name[step].detail.startswith("torch.cuda.")
+        assert f"comfy.model_management.{missing} is absent" in by_name[step].detail
+        assert ("torch.synchronize" if missing == "synchronize" else "torch.empty_cache") in dev.calls
+    else:
+        skipped = [a for a in report.actions if not a.done]
+        assert len(skipped) == 1
+        assert skipped[0].line.endswith(f"skipped: comfy.model_management.{missing} is absent in this install")
+    assert f"mm.{missing}" not in dev.calls
+    assert report.after.cached_bytes == 0
+
+
+def test_without_comfy_aimdo_the_watermark_step_is_skipped():
+    dev = FakeDevice(2)
+    comfy = full_comfy(dev)
+    comfy.aimdo_vbar = None
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    assert report.skipped == ("reset_vbar_watermarks",)
+    assert "comfy_aimdo.model_vbar is not importable" in report.actions[3].line
+
+
+def test_aimdo_installed_but_off_skips_the_watermark_step():
+    dev = FakeDevice(3)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=full_comfy(dev, aimdo_enabled=False))
+    assert report.skipped == ("reset_vbar_watermarks",)
+    assert "aimdo_enabled is off" in report.actions[3].detail
+    assert "vbar.vbars_reset_watermark_limits" not in dev.calls
+
+
+def test_old_comfyui_without_prefetch_module_or_memory_management():
+    dev = FakeDevice(4)
+    comfy = full_comfy(dev)
+    del comfy.model_prefetch, comfy.memory_management
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    assert set(report.skipped) == {"cleanup_prefetch_queues", "reset_vbar_watermarks"}
+    assert "comfy.model_prefetch is not importable" in report.actions[2].detail
+
+
+def test_no_comfy_at_all_uses_torch_for_sync_and_cache_and_skips_the_rest():
+    dev = FakeDevice(5)
+    comfy = SimpleNamespace(torch_cuda=full_comfy(dev).torch_cuda)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    assert report.done == ("synchronize", "empty_cache")
+    assert dev.calls == ["torch.synchronize", "torch.empty_cache"]
+    assert len(report.actions) == len(STEPS)
+    assert report.after.cached_bytes == 0
+
+
+def test_cpu_does_nothing_but_reports():
+    dev = FakeDevice(6)
+    comfy = full_comfy(dev)
+    report = residency_boundary(device="cpu", comfy=comfy)
+    assert dev.calls == []
+    assert report.done == () and report.skipped == STEPS
+    assert all("no accelerator memory" in a.detail for a in report.actions)
+    assert report.before == report.after == MemorySnapshot("cpu", 0, 0, None, None)
+
+
+def test_a_failing_present_function_names_the_step():
+    dev = FakeDevice(7)
+    comfy = full_comfy(dev)
+
+    def broken():
+        raise RuntimeError("stream destroyed")
+
+    comfy.model_management.reset_cast_buffers = broken
+    with pytest.raises(ResidencyBoundaryError, match="'reset_cast_buffers'.*reset_cast_buffers\\(\\) raised "
+                                                     "RuntimeError: stream destroyed"):
+        residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+
+
+def test_reports_are_frozen_and_modules_normalise():
+    dev = FakeDevice(8)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=full_comfy(dev))
+    with pytest.raises(AttributeError):
+        report.actions = ()
+    modules = ComfyModules.of(SimpleNamespace(memory_management=SimpleNamespace(aimdo_enabled=True)))
+    assert modules.aimdo_enabled and modules.model_management is None
+    assert ComfyModules.of(modules) is modules
+
+
+def test_read_memory_on_cpu_is_all_zero_and_unknown():
+    snap = read_memory("cpu", ComfyModules())
+    assert snap == MemorySnapshot("cpu", 0, 0, None, None)
+    assert snap.cached_bytes == 0
