@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 import weakref
 from collections.abc import Callable
 
@@ -24,6 +25,12 @@ QSTREAM_REF = ("qstream_attention_reference", "qstream_attention")
 SOL = ("sol_attention",)
 SOL_REF = ("sol_attention_reference", "sol_attention")
 SOL_BLOCK = 64
+REFUSED = ("No available kernel", "No viable backend")
+"""How torch says a pinned SDPA kernel cannot take the inputs (older and newer wording)."""
+
+
+class SdpaFallbackWarning(UserWarning):
+    """A pinned SDPA kernel refused the inputs; torch's default kernel choice ran instead (still exact)."""
 
 
 def merge_heads(out: torch.Tensor) -> torch.Tensor:
@@ -122,11 +129,18 @@ def _sdpa_factory(kernel: str | None) -> Callable[[BuildContext], AttentionFn]:
         def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
             del q_offset  # exact attention does not depend on where the chunk sits
             if kernel is None:
-                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **extra)
-            else:
-                from torch.nn.attention import SDPBackend, sdpa_kernel
+                return merge_heads(torch.nn.functional.scaled_dot_product_attention(q, k, v, **extra))
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            try:
                 with sdpa_kernel(getattr(SDPBackend, kernel)):
                     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **extra)
+            except RuntimeError as err:  # the pinned kernel refuses these shapes/strides/device
+                if not any(phrase in str(err) for phrase in REFUSED):
+                    raise
+                warnings.warn(SdpaFallbackWarning(
+                    f"SDPA pinned to {kernel} refused q {tuple(q.shape)} {q.dtype} strides {q.stride()}, "
+                    f"k strides {k.stride()}; ran torch's own SDPA kernel choice instead"), stacklevel=2)
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, **extra)
             return merge_heads(out)
         return sdpa
     return factory

@@ -281,7 +281,8 @@ def _resolve_auto(registry: BackendRegistry, avail: frozenset[str], facts: _Fact
                 f"{_describe_fit(smallest, facts.budget)}")
     sol_specs, sol_passed = _usable(registry, avail, facts, exact=False)
     sol_notes = [why for _, why in sol_passed]
-    auto_sol = replace(settings, min_tokens=0, dense_percent=0.0)
+    # the packed sequence always runs Sol; shorter calls (the text refiner) still run exact
+    auto_sol = replace(settings, min_tokens=min(settings.min_tokens, facts.seq_len), dense_percent=0.0)
     for spec in sol_specs:
         fit = facts.fit(spec)
         if fit.fits:

@@ -97,7 +97,8 @@ def test_auto_takes_sol_only_when_no_exact_path_fits():
                                available=avail, registry=registry)
     assert (choice.backend, choice.exact, choice.fits) == ("sol", False, True)
     assert "no exact path fits the budget" in choice.reason and "the most exact" in choice.reason
-    assert choice.tau_at(0.0, S) == choice.tau_at(1.0, 16) == 0.8  # fixed tau, no dense phase, no min_tokens
+    assert choice.tau_at(0.0, S) == choice.tau_at(1.0, S) == 0.8  # fixed tau, no dense phase
+    assert choice.tau_at(0.5, 300) is None  # a short call (the text refiner) still runs exact
     roomy = resolve_attention("auto", seq_len=S, **H3, device_capability=(9, 0), budget_bytes_for_attention=8 * GIB,
                               available=avail, registry=registry)
     assert roomy.exact and roomy.backend == "sdpa_cudnn"
@@ -202,6 +203,13 @@ def test_cpu_sdpa_backends_match_the_contract(name):
     scaled = builtin.default_registry().build(name, BuildContext(sm_scale=0.05))(q, k, v, q_offset=0)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.05)
     torch.testing.assert_close(scaled, builtin.merge_heads(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_pinned_sdpa_falls_back_loudly_when_the_kernel_refuses():
+    q, k, v = rand_qkv(13)  # CPU tensors: the cuDNN kernel takes none
+    with pytest.warns(builtin.SdpaFallbackWarning, match="CUDNN_ATTENTION"):
+        out = builtin.default_registry().build("sdpa_cudnn")(q, k, v, q_offset=0)
+    torch.testing.assert_close(out, sdpa_attention(q, k, v), rtol=1e-5, atol=1e-5)
 
 
 needs_refs = pytest.mark.skipif(importlib.util.find_spec("longmedia.kernels.qstream_reference") is None,
