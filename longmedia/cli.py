@@ -93,7 +93,8 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--reference-budget", choices=tuple(REFERENCE_BUDGETS), default="low")
     j.add_argument("--ref-image-size", choices=("match", "max"), default="match")
     j.add_argument("--segment-seconds", type=float, default=None, help="generate in segments of this length")
-    j.add_argument("--context-frames", type=int, default=0, help="frames each segment re-reads from the previous")
+    j.add_argument("--context-frames", type=int, default=None,
+                   help="frames each later segment re-reads from the previous (17k+5, default 22)")
     m = p.add_argument_group("modes and manual controls (unset = auto)")
     m.add_argument("--memory-mode", choices=MEMORY_MODES, default="auto")
     m.add_argument("--attention-mode", choices=ATTENTION_MODES, default="auto")

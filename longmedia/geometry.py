@@ -15,6 +15,7 @@ from . import lattice as L
 from .input_errors import LongMediaInputError, check_choice, check_float, check_int
 from .references import (REFERENCE_BUDGETS, KeyframeSpec, ReferenceBudget, ReferenceSpec,
                          ResolvedReference, resolve_keyframes, resolve_references)
+from .segments import DEFAULT_CONTEXT_FRAMES, plan_segments
 
 __all__ = ["Geometry", "SegmentRows", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
            "REFERENCE_BUDGETS", "build_geometry", "LongMediaInputError"]
@@ -49,7 +50,7 @@ class Geometry:
     audio: bool = True             # H3 always packs its audio stream; False only marks it as discarded
     total_frames: int = 0          # frames of the whole video (== frames for a single pass)
     segment_count: int = 1
-    context_frames: int = 0        # frames each later pass re-reads from the previous one
+    context_frames: int = 0        # frames each later pass re-reads from the previous one (inside the pass)
 
     @property
     def latent_width(self) -> int:
@@ -134,47 +135,45 @@ class Geometry:
         return out
 
 
-def _pass_frames(seconds: float | None, frames: int | None, fps: int) -> int:
+def _requested_frames(seconds: float | None, frames: int | None, fps: int) -> int:
+    """Frames asked for (before lattice snapping)."""
     if (seconds is None) == (frames is None):
         raise LongMediaInputError("duration", {"seconds": seconds, "frames": frames},
                                   "exactly one of seconds or frames", "Give the duration once.")
     if frames is not None:
-        check_int("frames", frames, 1, int(MAX_TOTAL_SECONDS * L.FPS), "Give the frame count at 24 fps.")
-        return L.snap_frames(frames)
+        return check_int("frames", frames, 1, int(MAX_TOTAL_SECONDS * L.FPS), "Give the frame count at 24 fps.")
     check_float("seconds", seconds, 0.04, MAX_TOTAL_SECONDS, "Give the video length in seconds.")
-    return L.frames_for_seconds(seconds, fps)
+    return max(1, math.ceil(seconds * fps - 1e-9))
 
 
-def _segmenting(total_frames: int, segment_seconds: float | None, context_frames: int) -> tuple[int, int]:
-    """(frames per pass, passes) for the whole video."""
+def _segmenting(requested: int, segment_seconds: float | None, context_frames: int | None
+                ) -> tuple[int, int, int, int, int]:
+    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames)."""
+    total = L.snap_frames(requested)
     if segment_seconds is None:
-        if total_frames > L.MAX_STOCK_FRAMES:
-            raise LongMediaInputError("seconds", round(total_frames / L.FPS, 2),
+        if context_frames is not None:
+            raise LongMediaInputError("context_frames", context_frames, "unset without segment_seconds",
+                                      "Set segment_seconds, or drop context_frames.")
+        if total > L.MAX_STOCK_FRAMES:
+            raise LongMediaInputError("seconds", round(total / L.FPS, 2),
                                       f"at most {L.MAX_STOCK_FRAMES / L.FPS:.1f} s in one pass",
                                       "Set segment_seconds to generate the video in segments.")
-        if context_frames:
-            raise LongMediaInputError("context_frames", context_frames, "0 without segment_seconds",
-                                      "Set segment_seconds, or leave context_frames at 0.")
-        return total_frames, 1
-    check_float("segment_seconds", segment_seconds, 0.2, L.MAX_STOCK_FRAMES / L.FPS,
-                "Pick a segment length a single pass can hold.")
-    pass_frames = min(L.frames_for_seconds(segment_seconds), total_frames)
-    if context_frames:
-        if context_frames != 1 and not L.is_lattice_frames(context_frames) or context_frames >= pass_frames:
-            raise LongMediaInputError("context_frames", context_frames,
-                                      f"0, 1 or a 17k+5 count below the {pass_frames}-frame segment",
-                                      "Use 1 (last frame) or 5, 22, 39 ... frames of context.")
-    step = pass_frames - context_frames
-    passes = 1 + math.ceil(max(0, total_frames - pass_frames) / step)
-    return pass_frames, passes
+        return total, total, L.target_audio_frames(total), 1, 0
+    sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds,
+                       context_frames=DEFAULT_CONTEXT_FRAMES if context_frames is None else context_frames)
+    return sp.pixel_frames, sp.max_pass_frames, sp.max_pass_audio_frames, sp.count, sp.context_frames
 
 
 def build_geometry(width: int, height: int, *, seconds: float | None = None, frames: int | None = None,
                    fps: int = L.FPS, audio: bool = True, text_tokens: int = 256,
                    references: tuple[ReferenceSpec, ...] = (), keyframes: tuple[KeyframeSpec, ...] = (),
                    reference_budget: str = "low", ref_image_size: str = "match",
-                   segment_seconds: float | None = None, context_frames: int = 0) -> Geometry:
-    """The packed sequence of a width x height, `seconds` (or `frames`) long H3 pass, sized as ComfyUI does."""
+                   segment_seconds: float | None = None, context_frames: int | None = None) -> Geometry:
+    """The packed sequence of a width x height, `seconds` (or `frames`) long H3 job, sized as ComfyUI does.
+
+    With `segment_seconds` the job runs as `segments.plan_segments` passes (each later one re-reading
+    `context_frames` of the previous, default 22) and the geometry is that of the longest pass.
+    """
     check_int("width", width, L.CANVAS_MULTIPLE, MAX_PIXELS_EDGE, "Use the video width in pixels (step 32).")
     check_int("height", height, L.CANVAS_MULTIPLE, MAX_PIXELS_EDGE, "Use the video height in pixels (step 32).")
     if fps != L.FPS:
@@ -183,20 +182,15 @@ def build_geometry(width: int, height: int, *, seconds: float | None = None, fra
     check_int("text_tokens", text_tokens, 0, MAX_TEXT_TOKENS, "Give the prompt length in Qwen tokens.")
     check_choice("reference_budget", reference_budget, tuple(REFERENCE_BUDGETS))
     check_choice("ref_image_size", ref_image_size, ("match", "max"))
-    check_int("context_frames", context_frames, 0, L.MAX_STOCK_FRAMES, "Use 0, 1 or a 17k+5 frame count.")
     budget = REFERENCE_BUDGETS[reference_budget]
 
-    total = _pass_frames(seconds, frames, fps)
-    pass_frames, passes = _segmenting(total, segment_seconds, context_frames)
-    audio_t = L.target_audio_frames(pass_frames)
+    requested = _requested_frames(seconds, frames, fps)
+    total, pass_frames, audio_t, passes, context = _segmenting(requested, segment_seconds, context_frames)
     per_frame = L.frame_rows(width, height)
 
     kf_rows, kf_prompt = resolve_keyframes(tuple(keyframes), pass_frames, audio_t, per_frame, width, height,
                                                has_references=bool(references))
     kf_segments = tuple(SegmentRows(*s) for s in kf_rows)
-    if context_frames and passes > 1:  # later passes re-read the previous pass's tail as a guide clip
-        kf_segments = kf_segments + (SegmentRows("cond", L.latent_frames(context_frames) * per_frame,
-                                                 f"context from the previous segment ({context_frames} frames)"),)
     refs = resolve_references(tuple(references), budget, pass_frames, width, height, ref_image_size)
     ref_rows = sum(r.rows + r.prompt_tokens for r in refs)
     if budget.total_rows is not None and ref_rows > budget.total_rows:
@@ -217,4 +211,4 @@ def build_geometry(width: int, height: int, *, seconds: float | None = None, fra
     return Geometry(width=width, height=height, frames=pass_frames, audio_latent_frames=audio_t,
                     segments=tuple(segments), prompt_tokens=text_tokens, references=refs,
                     keyframes=tuple(keyframes), reference_budget=budget, audio=bool(audio),
-                    total_frames=total, segment_count=passes, context_frames=context_frames if passes > 1 else 0)
+                    total_frames=total, segment_count=passes, context_frames=context)

@@ -5,22 +5,18 @@ and segment-length suggestions. Each rule states itself in the reason it returns
 from __future__ import annotations
 
 from dataclasses import replace
+import math
 from typing import Callable
 
 from . import lattice as L
 from .geometry import Geometry, SegmentRows
 from .plan_types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 from .profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
+from .segments import DEFAULT_CONTEXT_FRAMES, suggest_segment_seconds
 
 INT8_16GB_CARD_MAX = 18.5 * GIB
 PIN_HEADROOM_MIN = 12 * GIB          # RAM left free after pinning: at least this ...
 PIN_HEADROOM_FRACTION = 0.20         # ... and at least this share of RAM (text encoder, VAE, OS, browser)
-# Starting points from the field: (largest card, segment seconds low, high, note).
-FIELD_SEGMENTS = ((8.5 * GIB, 4.0, 6.0, "8 GB cards (transfer-bound: the weights stream every step)"),
-                  (12.5 * GIB, 5.0, 8.0, "12 GB cards (with a low reference budget)"),
-                  (18.5 * GIB, 5.0, 10.0, "16 GB cards"))
-
-
 def auto_reserve(device: DeviceProfile) -> int:
     """VRAM kept free for fragmentation and other apps: 512 MiB (768 on Windows) plus 2% of the card."""
     base = 768 * MIB if device.os_name == "windows" else 512 * MIB
@@ -130,43 +126,52 @@ def with_pass_frames(g: Geometry, frames: int) -> Geometry:
     return replace(g, frames=frames, audio_latent_frames=audio_t, segments=segs)
 
 
+def _card_gb(device: DeviceProfile) -> float:
+    """The card's marketed size: 16376 MiB reads as 16 GB."""
+    return float(max(1, math.floor(device.vram_total_bytes / GIB + 0.5)))
+
+
 def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, cand,
                        fits: Callable[[Geometry], str | None]) -> SegmentSuggestion | None:
-    """A segment length when the pass does not fit, only fits in ultra_low_vram, or is longer than the field's
-    range for this card class."""
-    field = next(((lo, hi, note) for top, lo, hi, note in FIELD_SEGMENTS if device.vram_total_bytes <= top), None)
-    too_long = field is not None and g.seconds > field[1] + 0.5
+    """A `segment_seconds` when the pass does not fit, only fits in ultra_low_vram, or one pass is longer than
+    the field's range for this card (`segments.suggest_segment_seconds`); None otherwise.
+
+    Later segments re-read `context` frames, so a segment of 17j+5 new frames is a 17(j+k)+5-frame pass:
+    each candidate is checked at that length.
+    """
+    tip = suggest_segment_seconds(_card_gb(device), g.reference_budget.name)
+    too_long = g.segment_count == 1 and g.frames > L.frames_for_seconds(tip.max_seconds)
     if cand.fits and cand.mode != "ultra_low_vram" and not too_long:
         return None
-    largest = None
-    f = g.frames
-    while f >= L.MIN_FRAMES:
-        mode = fits(with_pass_frames(g, f))
-        if mode is not None and (mode != "ultra_low_vram" or largest is None):
-            if mode != "ultra_low_vram":
-                largest = (f, mode)
-                break
-            largest = largest or (f, mode)
-        f -= L.CLIP_FRAMES
-    if largest is None:
-        return SegmentSuggestion(0.0, 0, field[:2] if field else None, None,
-                                 "no segment length fits this card: even a 5-frame pass needs more than the budget "
-                                 "(fewer or smaller references, a lower resolution, or more VRAM)")
-    fit_frames, fit_mode = largest
-    frames = fit_frames
-    if field is not None:
-        frames = min(frames, L.snap_frames_down(max(L.MIN_FRAMES, int(field[1] * L.FPS))))
-    sec = round(frames / L.FPS, 2)
-    why = (f"suggested segment: {sec:g} s ({frames} frames), the longest that fits in {fit_mode}"
-           if frames == fit_frames else
-           f"suggested segment: {sec:g} s ({frames} frames) from the field range "
-           f"{field[0]:g}-{field[1]:g} s for {field[2]}")
+    context = g.context_frames or DEFAULT_CONTEXT_FRAMES
+    extra = (context - L.MIN_FRAMES) // L.CLIP_FRAMES * L.CLIP_FRAMES
+    first = g.frames if g.segment_count == 1 else g.frames - extra
+    cap = L.snap_frames_down(max(L.MIN_FRAMES, int(tip.max_seconds * L.FPS)))
+    found, fallback = None, None
+    for f in range(min(first, cap), L.MIN_FRAMES + L.CLIP_FRAMES - 1, -L.CLIP_FRAMES):
+        mode = fits(with_pass_frames(g, f + extra))
+        if mode is not None and mode != "ultra_low_vram":
+            found = (f, mode)
+            break
+        if mode is not None and fallback is None:
+            fallback = (f, mode)
+    found = found or fallback
+    field = (tip.min_seconds, tip.max_seconds)
+    if found is None:
+        return SegmentSuggestion(0.0, 0, field, None,
+                                 "no segment length fits this card: even the shortest segment needs more than the "
+                                 "budget (fewer or smaller references, a lower resolution, or more VRAM)")
+    f, mode = found
+    sec = round(f / L.FPS, 2)
+    why = (f"suggested segment_seconds={sec:g} ({f} new frames; later passes {f + extra} frames with {context} of "
+           f"context) fits in {mode}; field range for this card {field[0]:g}-{field[1]:g} s")
     if not cand.fits:
         why += "; one pass does not fit"
     elif cand.mode == "ultra_low_vram":
         why += "; one pass only fits in ultra_low_vram (slow)"
     elif too_long:
-        why += f"; a {g.seconds:.1f} s pass is longer than the field range and attention cost grows with its square"
-    if field is not None and fit_frames / L.FPS < field[0]:
-        why += f" (below the field's {field[0]:g} s starting point: this job's geometry is heavier than usual)"
-    return SegmentSuggestion(sec, frames, field[:2] if field else None, round(fit_frames / L.FPS, 2), why)
+        why += (f"; a {g.seconds:.1f} s pass is longer than the field range, and attention cost grows with the "
+                "square of its length")
+    if sec < field[0]:
+        why += f" (below the field's {field[0]:g} s: this job's geometry is heavier than usual)"
+    return SegmentSuggestion(sec, f + extra, field, sec, why)
