@@ -1,0 +1,125 @@
+"""Launch configs for the attention kernels and the argument checks every entry point shares.
+
+A `LaunchConfig` is injectable so the Triton interpreter (which cannot autotune over several
+configs) runs one small config, while a GPU run either autotunes over a short list or takes the
+config a benchmark hands in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+HEAD_DIMS = (32, 64, 128)
+
+
+class AttentionArgumentError(ValueError):
+    """An attention kernel argument is outside what the kernels support."""
+
+
+def _power_of_two(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile sizes and scheduling of one kernel launch.
+
+    block_m: query rows per program (Sol: 64 or 128, one or two Sol query blocks).
+    block_n: keys per inner step of the exact kernel (Sol always steps one Sol block).
+    group:   Sol only: key blocks scored per routing step.
+    """
+
+    block_m: int = 128
+    block_n: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+    group: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "group"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not _power_of_two(value) or value < 16:
+                raise AttentionArgumentError(
+                    f"LaunchConfig.{name} must be a power of two >= 16 (tl.dot's smallest tile), got {value!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise AttentionArgumentError(f"LaunchConfig.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 6:
+            raise AttentionArgumentError(f"LaunchConfig.num_stages must be an integer in [1, 6], got {self.num_stages!r}")
+
+
+INTERPRETER_QSTREAM = LaunchConfig(block_m=32, block_n=32, num_warps=4, num_stages=1)
+"""One small config for TRITON_INTERPRET=1 runs of the exact kernel."""
+
+INTERPRETER_SOL = LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, group=16)
+"""One small config for TRITON_INTERPRET=1 runs of the Sol kernel (block_m must cover whole Sol blocks)."""
+
+HOPPER_QSTREAM = (
+    LaunchConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
+    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
+    LaunchConfig(block_m=128, block_n=64, num_warps=4, num_stages=3),
+    LaunchConfig(block_m=128, block_n=128, num_warps=8, num_stages=2),
+)
+"""Autotune set of the exact kernel on CUDA (first entry: the default when autotune is off)."""
+
+HOPPER_SOL = (
+    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, group=32),
+    LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, group=32),
+    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, group=64),
+    LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, group=64),
+)
+"""Autotune set of the Sol kernel on CUDA (block_n is ignored: Sol steps one Sol block)."""
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> bool:
+    """Validate shapes, dtypes and scales; return whether K/V are int8."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise AttentionArgumentError(
+                f"{name} must be 4-D [batch, heads, seq, head_dim], got shape {tuple(t.shape)}; add the batch dim")
+    if q.dtype not in FLOAT_DTYPES:
+        raise AttentionArgumentError(f"q dtype must be one of {FLOAT_DTYPES}, got {q.dtype}; cast q first")
+    b, h, _, d = q.shape
+    if d not in HEAD_DIMS:
+        raise AttentionArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {d}; pad or reshape the heads")
+    if k.shape != v.shape or k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+        raise AttentionArgumentError(
+            f"k and v must both be [{b}, {h}, seq, {d}] to match q {tuple(q.shape)}, "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    if k.shape[2] < 1:
+        raise AttentionArgumentError("k/v sequence length must be >= 1, got 0; there is nothing to attend to")
+    if not (q.device == k.device == v.device):
+        raise AttentionArgumentError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
+    int8 = k.dtype == torch.int8
+    if int8 != (v.dtype == torch.int8):
+        raise AttentionArgumentError(f"k and v must both be int8 or both be float, got {k.dtype} and {v.dtype}")
+    if int8:
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is None or tuple(s.shape) != tuple(k.shape[:3]) or s.dtype != torch.float32:
+                got = None if s is None else (tuple(s.shape), s.dtype)
+                raise AttentionArgumentError(
+                    f"int8 K/V need {name} as float32 [{b}, {h}, {k.shape[2]}] (see quantize_kv_int8), got {got}")
+    else:
+        if k.dtype != q.dtype or v.dtype != q.dtype:
+            raise AttentionArgumentError(
+                f"float k/v must have q's dtype {q.dtype} (or be int8 with scales), got {k.dtype}, {v.dtype}")
+        if k_scale is not None or v_scale is not None:
+            raise AttentionArgumentError("k_scale/v_scale are only for int8 K/V; drop them for float K/V")
+    return int8
+
+
+def check_out(out: torch.Tensor, q: torch.Tensor) -> None:
+    """`out` must be q-shaped and q-typed (any strides)."""
+    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.device != q.device:
+        raise AttentionArgumentError(
+            f"out must be {tuple(q.shape)} {q.dtype} on {q.device} (e.g. torch.empty(b, s, h, d).transpose(1, 2)), "
+            f"got {tuple(out.shape)} {out.dtype} on {out.device}")
+
+
+def empty_output(q: torch.Tensor) -> torch.Tensor:
+    """[B, H, Sq, D] view of a [B, Sq, H, D] buffer, so the head merge after attention is free."""
+    b, h, s, d = q.shape
+    return torch.empty(b, s, h, d, dtype=q.dtype, device=q.device).transpose(1, 2)

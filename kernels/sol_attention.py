@@ -1,0 +1,304 @@
+"""Sol block-sparse attention in Triton (routing rules and reference: `sol_reference.py`).
+
+One program owns 64 or 128 query rows (one or two Sol query blocks) of one head and makes three
+passes. (1) Proxy statistics: scores of its rows against every key block's mean key give, per query
+block, the column means = proxy scores; their mean and variance are merged group by group (Chan's
+parallel update). (2) Routing and approximation: the same scores are routed against mu + tau*sigma,
+the diagonal band, sink and exact-query flags; approximate blocks enter the online softmax as
+`count` copies of the mean key with the summed V (one [rows, group] x [group, D] dot per group),
+exact blocks are appended to a per-program list (int32: block * 4 + which halves want it).
+(3) Exact blocks: a pipelinable loop over that list, real keys, rows of a half that did not pick
+the block masked out. Scores use exp2 with log2e folded into sm_scale; accumulators are fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import HOPPER_SOL, AttentionArgumentError, INTERPRETER_SOL, LaunchConfig, check_out, check_qkv, empty_output
+from .qstream_attention import LOG2E, interpreting
+from .qstream_reference import default_sm_scale
+from .sol_reference import (SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_sol_args, query_block_span,
+                            sol_key_summaries)
+
+LIST_BUDGET_BYTES = 128 << 20
+"""Largest exact-block list one launch may use; longer query ranges are split into block-aligned launches."""
+
+__all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
+
+
+@triton.jit
+def _half_proxy(s, in_half, n_half):
+    """Column means of the scores over one half's valid rows: the proxy score of each key block."""
+    return tl.sum(tl.where(in_half[:, None], s, 0.0), axis=0) / tl.maximum(n_half, 1.0)
+
+
+@triton.jit
+def _chan_merge(count, mean, m2, vals, valid, group_n):
+    """Merge one group's proxies into a running (count, mean, M2): numerically stable variance."""
+    g_mean = tl.sum(tl.where(valid, vals, 0.0), axis=0) / group_n
+    g_m2 = tl.sum(tl.where(valid, (vals - g_mean) * (vals - g_mean), 0.0), axis=0)
+    total = count + group_n
+    delta = g_mean - mean
+    return mean + delta * (group_n / total), m2 + g_m2 + delta * delta * (count * group_n / total)
+
+
+@triton.jit
+def _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE: tl.constexpr):
+    kc = tl.load(kc_base + offs_g[None, :].to(tl.int64) * stride_kcn + offs_d[:, None] * stride_kcd,
+                 mask=valid_g[None, :], other=0.0)
+    if IEEE:
+        s = tl.dot(q, kc.to(q.dtype), input_precision="ieee")
+    else:
+        s = tl.dot(q, kc.to(q.dtype))
+    return s * qk_scale
+
+
+@triton.jit
+def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
+             stride_qb, stride_qh, stride_qm, stride_qd,
+             stride_kb, stride_kh, stride_kn, stride_kd,
+             stride_vb, stride_vh, stride_vn, stride_vd,
+             stride_ksb, stride_ksh, stride_ksn,
+             stride_vsb, stride_vsh, stride_vsn,
+             stride_kcb, stride_kch, stride_kcn, stride_kcd,
+             stride_vcb, stride_vch, stride_vcn, stride_vcd,
+             stride_sb, stride_sh, stride_sq,
+             stride_ob, stride_oh, stride_om, stride_od,
+             heads, sq, skv, nk, nq, row0, first_block, qk_scale, tau, var_eps,
+             HEAD_DIM: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, GROUP: tl.constexpr,
+             KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr):
+    BLOCK_M: tl.constexpr = QB * BLK
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // heads).to(tl.int64)
+    h = (pid_bh % heads).to(tl.int64)
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_gr = tl.arange(0, GROUP)
+    offs_n = tl.arange(0, BLK)
+    rows = row0 + pid_m * BLOCK_M + offs_r
+    valid_r = (rows >= 0) & (rows < sq)
+    half = offs_r // BLK
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None].to(tl.int64) * stride_qm
+                + offs_d[None, :] * stride_qd, mask=valid_r[:, None], other=0.0)
+    in0 = valid_r & (half == 0)
+    in1 = valid_r & (half == 1)
+    n0 = tl.sum(in0.to(tl.float32), axis=0)
+    n1 = tl.sum(in1.to(tl.float32), axis=0)
+    lqb0 = pid_m * QB
+    gqb0 = first_block + lqb0
+    # per-query-block scalars as GROUP-wide vectors (the interpreter cannot mix 0-d and 1-d booleans)
+    zero_g = offs_gr * 0
+    qf0 = tl.load(QFLAG + lqb0 + zero_g) != 0
+    live0 = (zero_g.to(tl.float32) + n0) > 0
+    if QB == 2:
+        qf1 = tl.load(QFLAG + lqb0 + 1 + zero_g, mask=lqb0 + 1 + zero_g < nq, other=0) != 0
+        live1 = (zero_g.to(tl.float32) + n1) > 0
+    else:
+        qf1 = qf0
+        live1 = live0
+    kc_base = KC + b * stride_kcb + h * stride_kch
+    vc_base = VC + b * stride_vcb + h * stride_vch
+
+    # pass 1: mean and variance of each half's proxy scores over all key blocks
+    count = tl.zeros([], dtype=tl.float32)
+    mean0 = tl.zeros([], dtype=tl.float32)
+    m2_0 = tl.zeros([], dtype=tl.float32)
+    mean1 = tl.zeros([], dtype=tl.float32)
+    m2_1 = tl.zeros([], dtype=tl.float32)
+    for g0 in range(0, nk, GROUP):
+        offs_g = g0 + offs_gr
+        valid_g = offs_g < nk
+        group_n = tl.sum(valid_g.to(tl.float32), axis=0)
+        s = _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
+        mean0, m2_0 = _chan_merge(count, mean0, m2_0, _half_proxy(s, in0, n0), valid_g, group_n)
+        if QB == 2:
+            mean1, m2_1 = _chan_merge(count, mean1, m2_1, _half_proxy(s, in1, n1), valid_g, group_n)
+        count += group_n
+    thr0 = mean0 + tau * tl.sqrt(m2_0 / count + var_eps)
+    thr1 = mean1 + tau * tl.sqrt(m2_1 / count + var_eps)
+
+    # pass 2: route; fold approximate blocks in; list exact blocks
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: rows may see no key in a step
+    list_base = LIST + (pid_bh * tl.num_programs(0) + pid_m).to(tl.int64) * nk
+    n_list = tl.zeros([], dtype=tl.int32)
+    ex0 = tl.zeros([], dtype=tl.int32)
+    ex1 = tl.zeros([], dtype=tl.int32)
+    for g0 in range(0, nk, GROUP):
+        offs_g = g0 + offs_gr
+        valid_g = offs_g < nk
+        s = _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
+        sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
+        e0 = (_half_proxy(s, in0, n0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
+        e0 = e0 & valid_g & live0
+        if QB == 2:
+            e1 = (_half_proxy(s, in1, n1) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
+            e1 = e1 & valid_g & live1
+            apx = valid_g[None, :] & tl.where(half[:, None] == 0, (~e0)[None, :], (~e1)[None, :])
+            union = e0 | e1
+            code = offs_g * 4 + e0.to(tl.int32) + 2 * e1.to(tl.int32)
+            ex1 += tl.sum(e1.to(tl.int32), axis=0)
+        else:
+            apx = valid_g[None, :] & (~e0)[None, :]
+            union = e0
+            code = offs_g * 4 + e0.to(tl.int32)
+        ex0 += tl.sum(e0.to(tl.int32), axis=0)
+        s = tl.where(apx, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        cnt = tl.load(CNT + offs_g, mask=valid_g, other=0.0)
+        l_i = l_i * alpha + tl.sum(p * cnt[None, :], axis=1)
+        vc = tl.load(vc_base + offs_g[:, None].to(tl.int64) * stride_vcn + offs_d[None, :] * stride_vcd,
+                     mask=valid_g[:, None], other=0.0)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype))
+        m_i = m_new
+        pos = n_list + tl.cumsum(union.to(tl.int32), axis=0) - 1
+        tl.store(list_base + pos, code, mask=union)
+        n_list += tl.sum(union.to(tl.int32), axis=0)
+    tl.debug_barrier()  # the list written above is read by other threads of this program below
+
+    # pass 3: exact key blocks
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    ks_base = KS + b * stride_ksb + h * stride_ksh
+    vs_base = VS + b * stride_vsb + h * stride_vsh
+    for i in range(n_list):
+        code = tl.load(list_base + i)
+        keys = (code >> 2) * BLK + offs_n
+        valid_n = keys < skv
+        keys64 = keys.to(tl.int64)
+        kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+                     mask=valid_n[None, :], other=0.0)
+        if IEEE:
+            s = tl.dot(q, kt.to(q.dtype), input_precision="ieee")
+        else:
+            s = tl.dot(q, kt.to(q.dtype))
+        if KV_INT8:
+            k_sc = tl.load(ks_base + keys64 * stride_ksn, mask=valid_n, other=0.0)
+            s = s * (k_sc * qk_scale)[None, :]
+        else:
+            s = s * qk_scale
+        if QB == 2:
+            want = tl.where(half == 0, (code & 1) != 0, (code & 2) != 0)
+        else:
+            want = tl.full([BLOCK_M], 1, tl.int1)
+        s = tl.where(want[:, None] & valid_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                     mask=valid_n[:, None], other=0.0)
+        if KV_INT8:
+            p = p * tl.load(vs_base + keys64 * stride_vsn, mask=valid_n, other=0.0)[None, :]
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype))
+        m_i = m_new
+
+    acc = acc / l_i[:, None]
+    tl.store(O + b * stride_ob + h * stride_oh + rows[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_od,
+             acc.to(O.dtype.element_ty), mask=valid_r[:, None])
+    if WITH_STATS:
+        s_base = STATS + b * stride_sb + h * stride_sh
+        tl.store(s_base + lqb0 * stride_sq, ex0, mask=n0 > 0)
+        if QB == 2:
+            tl.store(s_base + (lqb0 + 1) * stride_sq, ex1, mask=n1 > 0)
+
+
+def _autotuned():
+    """The kernel under triton.autotune over HOPPER_SOL (Triton keeps the tuning cache on it)."""
+    configs = [triton.Config({"QB": c.block_m // 64, "GROUP": c.group}, num_warps=c.num_warps,
+                             num_stages=c.num_stages) for c in HOPPER_SOL]
+    return triton.autotune(configs=configs, key=["HEAD_DIM", "BLK", "KV_INT8", "IEEE", "WITH_STATS"])(_sol_fwd)
+
+
+_sol_fwd_tuned = _autotuned()
+
+
+def _launch(q, k, v, ks, vs, summ, cnt, kflag, qflag, stats, out, lst, *, q_offset, tau, qk_scale, var_eps,
+            kv_int8, with_stats, config):
+    b, h, sq, d = q.shape
+    blk = summ.block
+    first, nq = query_block_span(q_offset, sq, blk)
+    row0 = first * blk - q_offset
+    nk = summ.num_blocks
+    args = (q, k, v, ks, vs, summ.key_means, summ.value_sums, cnt, kflag, qflag, lst, stats, out,
+            *q.stride(), *k.stride(), *v.stride(), *ks.stride(), *vs.stride(), *summ.key_means.stride(),
+            *summ.value_sums.stride(), *stats.stride(), *out.stride(),
+            h, sq, k.shape[2], nk, nq, row0, first, qk_scale, float(tau), var_eps)
+    flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats)
+    if config is None:
+        grid = lambda meta: (triton.cdiv(nq, meta["QB"]), b * h)  # noqa: E731
+        _sol_fwd_tuned[grid](*args, **flags)
+    else:
+        qb = max(1, config.block_m // blk)
+        if qb not in (1, 2):
+            raise AttentionArgumentError(f"Sol config.block_m must be 1 or 2 Sol blocks ({blk} or {2 * blk}), got {config.block_m}")
+        _sol_fwd[(triton.cdiv(nq, qb), b * h)](*args, QB=qb, GROUP=config.group, num_warps=config.num_warps,
+                                               num_stages=config.num_stages, **flags)
+
+
+def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: float, q_offset: int = 0,
+                  sink_ranges: Sequence[tuple[int, int]] = (), exact_query_ranges: Sequence[tuple[int, int]] = (),
+                  k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                  sm_scale: float | None = None, block: int = 64, config: LaunchConfig | None = None,
+                  return_stats: bool = False, summaries: SolKeySummaries | None = None,
+                  out: torch.Tensor | None = None):
+    """Sol attention of a query chunk against every key; semantics in `sol_reference`.
+
+    Returns out ([B, H, Sq, D], storage [B, Sq, H, D]) or (out, SolStats) with return_stats.
+    Pass `summaries=sol_key_summaries(k, v, block=block, dtype=q.dtype)` to reuse them across chunks.
+    config=None: autotune over HOPPER_SOL on CUDA, INTERPRETER_SOL under the interpreter.
+    """
+    kv_int8 = check_qkv(q, k, v, k_scale, v_scale)
+    sinks, exact_q = check_sol_args(q, k, tau, q_offset, block, summaries, sink_ranges, exact_query_ranges)
+    if out is None:
+        out = empty_output(q)
+    check_out(out, q)
+    b, h, sq, d = q.shape
+    if summaries is None:
+        summaries = sol_key_summaries(k, v, block=block, k_scale=k_scale, v_scale=v_scale, dtype=q.dtype)
+    summ = summaries.to(q.dtype)
+    nk = summ.num_blocks
+    first, nq = query_block_span(q_offset, sq, block)
+    stats = torch.zeros(b, h, nq if return_stats else 1, dtype=torch.int32, device=q.device)
+    if sq == 0:
+        return (out, SolStats(stats[:, :, :0], nk)) if return_stats else out
+    if config is None and interpreting():
+        config = INTERPRETER_SOL
+    cnt = summ.counts()
+    kflag = block_flags(sinks, 0, nk, block, q.device)
+    ks = k_scale if kv_int8 else torch.ones(1, 1, 1, dtype=torch.float32, device=q.device)
+    vs = v_scale if kv_int8 else ks
+    scale = default_sm_scale(d, sm_scale)
+    common = dict(tau=tau, qk_scale=scale * LOG2E, var_eps=SIGMA_EPS * LOG2E * LOG2E, kv_int8=kv_int8,
+                  with_stats=return_stats, config=config)
+    blocks_per_launch = max(2, LIST_BUDGET_BYTES // (4 * b * h * nk))
+    # one int32 per (program, key block); sized for one Sol block per program, the most programs
+    lst = torch.empty(b * h * min(nq, blocks_per_launch) * nk, dtype=torch.int32, device=q.device)
+    qb0 = 0  # local query block where the next launch starts
+    while qb0 < nq:
+        qb1 = min(nq, qb0 + blocks_per_launch)
+        r0 = max(0, (first + qb0) * block - q_offset)
+        r1 = min(sq, (first + qb1) * block - q_offset)
+        qflag = block_flags(exact_q, first + qb0, qb1 - qb0, block, q.device)
+        st = stats[:, :, qb0:qb1] if return_stats else stats
+        _launch(q[:, :, r0:r1], k, v, ks, vs, summ, cnt, kflag, qflag, st, out[:, :, r0:r1], lst,
+                q_offset=q_offset + r0, **common)
+        qb0 = qb1
+    if return_stats:
+        return out, SolStats(stats, nk)
+    return out
