@@ -86,6 +86,7 @@ def existing_attention_fn(transformer_options: Mapping[str, Any] | None, heads: 
     mask=None, skip_reshape=True, transformer_options=...)` call per query chunk, with q/k/v in
     AttentionTensorContainers where this ComfyUI has them, exactly as H3 calls it. A foreign override
     in transformer_options is honoured; ours is bypassed (it would route back here).
+    heads: the model's head count; each call passes q's own head count (head groups hand in fewer).
     attention / container: injectable for tests (default: ComfyUI's, detected)."""
     fn = installed_attention() if attention is None else attention
     container = _container_type() if container is DETECT else container
@@ -93,9 +94,10 @@ def existing_attention_fn(transformer_options: Mapping[str, Any] | None, heads: 
 
     def existing(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
         del q_offset  # ComfyUI's backends do not take positions
+        n_heads = q.shape[1]  # head groups hand in fewer heads than the model has: count them from q
         if container is not None:
             q, k, v = container(q), container(k), container(v)
-        return fn(q, k, v, heads, mask=None, skip_reshape=True, transformer_options=options)
+        return fn(q, k, v, n_heads, mask=None, skip_reshape=True, transformer_options=options)
     return existing
 
 
@@ -110,13 +112,23 @@ def progress_from_options(transformer_options: Mapping[str, Any] | None) -> floa
 
 
 def _segments_for(seq_len: int, segments: Iterable[tuple[int, int, str]] | None) -> tuple | None:
-    """The segment table when it describes this call's packed sequence, else None (e.g. the text refiner)."""
+    """The segment table for this call's packed sequence, else None (e.g. the text refiner's call).
+
+    A table made for another prompt length (cond vs uncond) is shifted: only the leading text
+    segment differs between them, everything after it moves by the difference.
+    """
     if segments is None:
         return None
-    table = tuple(tuple(row) for row in segments)
-    if not table or table[-1][1] != seq_len:
+    table = tuple((int(a), int(b), str(kind)) for a, b, kind in segments)
+    if not table:
         return None
-    return table
+    delta = seq_len - table[-1][1]
+    if delta == 0:
+        return table
+    text_rows = table[0][1] - table[0][0] + delta
+    if table[0][2] != "text" or table[0][0] != 0 or text_rows < 1:
+        return None
+    return ((0, text_rows, "text"),) + tuple((a + delta, b + delta, kind) for a, b, kind in table[1:])
 
 
 @dataclass(frozen=True)

@@ -415,9 +415,12 @@ def test_override_reads_sigma_progress_and_segments():
     with pytest.warns(SolSegmentsWarning, match="segment table"):
         override(refuse, q, k, v, 4, mask=None, skip_reshape=True, transformer_options=opts)
     assert log[-1][0] == "exact_fake"
-    short = LongMediaAttentionOverride(choice, segments=table, registry=reg)  # a table for another sequence
-    with pytest.warns(SolSegmentsWarning):
-        short(refuse, q[:, :, :64], k[:, :, :64], v[:, :, :64], 4, mask=None, skip_reshape=True,
+    other = LongMediaAttentionOverride(choice, segments=table, registry=reg)
+    other(refuse, q[:, :, :150], k[:, :, :150], v[:, :, :150], 4, mask=None, skip_reshape=True,
+          transformer_options=opts)  # a 10-token-shorter prompt (uncond): the table shifts with the text
+    assert log[-1][0] == "sol_fake" and log[-1][1].sink_ranges == ((0, 50),)
+    with pytest.warns(SolSegmentsWarning):  # not the packed sequence at all (the text refiner)
+        other(refuse, q[:, :, :20], k[:, :, :20], v[:, :, :20], 4, mask=None, skip_reshape=True,
               transformer_options=opts)
     assert log[-1][0] == "exact_fake"
 
