@@ -441,6 +441,8 @@ def test_existing_attention_fn_calls_comfy_as_h3_does():
     q_, k_, v_, heads, kwargs = seen[-1]
     assert isinstance(q_, Box) and heads == 4
     assert kwargs == dict(mask=None, skip_reshape=True, transformer_options={"x": 1})  # ours bypassed
+    existing_attention_fn({}, 4, attention=installed, container=Box)(q[:, :2], k[:, :2], v[:, :2], q_offset=0)
+    assert seen[-1][3] == 2  # a head group passes its own head count
     existing_attention_fn({OVERRIDE_KEY: foreign}, 4, attention=installed, container=Box)(q, k, v, q_offset=0)
     assert seen[-1][4]["transformer_options"] == {OVERRIDE_KEY: foreign}  # a foreign override is honoured
     plain = []
