@@ -1,0 +1,121 @@
+"""Sol Triton kernel vs its fp32 reference and dense attention, under TRITON_INTERPRET=1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton", reason="triton is not installed: `pip install triton` to run the interpreter kernel tests")
+
+from longmedia.kernels import sol_reference  # noqa: E402
+from longmedia.kernels.int8_kv import quantize_kv_int8  # noqa: E402
+from longmedia.kernels.launch import LaunchConfig  # noqa: E402
+from longmedia.kernels.sol_attention import sol_attention, sol_key_summaries  # noqa: E402
+
+ONE_BLOCK = LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, group=16)
+TWO_BLOCKS = LaunchConfig(block_m=128, block_n=64, num_warps=4, num_stages=1, group=16)
+FP32 = dict(atol=2e-6, rtol=1e-5)
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+
+
+@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_BLOCKS], ids=["block_m64", "block_m128"])
+def test_tau_minus_100_is_dense_attention(fused_qkv, config):
+    q, k, v = fused_qkv(231, 231, 2, 64, dtype=torch.float32)  # strided views, ragged last block
+    out, stats = sol_attention(q, k, v, tau=-100.0, config=config, return_stats=True)
+    assert stats.density == 1.0 and stats.exact_blocks.shape == (1, 2, 4)
+    torch.testing.assert_close(out.double(), sdpa(q, k, v), **FP32)
+
+
+@pytest.mark.parametrize("tau", [0.8, 1.0])
+@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_BLOCKS], ids=["block_m64", "block_m128"])
+def test_kernel_matches_reference_fp32(structured_qkv, tau, config):
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)  # 467 rows: 8 blocks, the last one ragged
+    out, stats = sol_attention(q, k, v, tau=tau, config=config, return_stats=True)
+    ref, ref_stats = sol_reference.sol_attention(q, k, v, tau=tau, return_stats=True)
+    assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
+    assert 0.3 < stats.density < 0.9
+    torch.testing.assert_close(out, ref, **FP32)
+
+
+def test_kernel_matches_reference_fp16_head_dim_128(structured_qkv):
+    q, k, v = structured_qkv(1, 1, (2, 6, 20), 128, dtype=torch.float16)  # 240 rows
+    out, stats = sol_attention(q, k, v, tau=1.0, return_stats=True)
+    ref, ref_stats = sol_reference.sol_attention(q, k, v, tau=1.0, return_stats=True)
+    # fp16 summaries may flip a block sitting on the threshold; the rest must agree
+    assert (stats.exact_blocks - ref_stats.exact_blocks).abs().sum() <= 1
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 5e-3
+
+
+@pytest.mark.parametrize("sinks", [((0, 11),), ((200, 260), (430, 467)), ((0, 5), (466, 467))],
+                         ids=["text_prefix", "middle_and_tail", "single_rows"])
+def test_sink_layouts(structured_qkv, sinks):
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
+    out, stats = sol_attention(q, k, v, tau=1.3, sink_ranges=sinks, config=TWO_BLOCKS, return_stats=True)
+    ref, ref_stats = sol_reference.sol_attention(q, k, v, tau=1.3, sink_ranges=sinks, return_stats=True)
+    assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
+    torch.testing.assert_close(out, ref, **FP32)
+    plain = sol_reference.sol_attention(q, k, v, tau=1.3, return_stats=True)[1]
+    assert bool((stats.exact_blocks >= plain.exact_blocks).all()) and stats.density > plain.density
+
+
+def test_ragged_last_block_folded_with_its_real_count():
+    """A 5-key last block, far from every query block, enters the softmax as 5 copies, not 64."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 1, n, 32, generator=g) for n in (64, 389, 389))
+    out, stats = sol_attention(q, k, v, tau=3.0, config=ONE_BLOCK, return_stats=True)
+    assert int(stats.exact_blocks) == 2  # the band {0, 1} only: tau=3 > sqrt(6) routes nothing else
+    ref = sol_reference.sol_attention(q, k, v, tau=3.0)
+    torch.testing.assert_close(out, ref, **FP32)
+
+
+@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_BLOCKS], ids=["block_m64", "block_m128"])
+def test_aligned_query_chunks_equal_rows_of_full_call(structured_qkv, config):
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
+    kw = dict(tau=1.0, sink_ranges=((0, 11),), exact_query_ranges=((300, 301),), config=config)
+    full = sol_attention(q, k, v, **kw)
+    summ = sol_key_summaries(k, v, block=64, dtype=q.dtype)  # computed once, reused by every chunk
+    parts = [sol_attention(q[:, :, a:a + 192], k, v, q_offset=a, summaries=summ, **kw) for a in (0, 192, 384)]
+    torch.testing.assert_close(torch.cat(parts, dim=2), full, atol=1e-6, rtol=1e-6)
+    ref = sol_reference.sol_attention(q, k, v, **kw)
+    torch.testing.assert_close(full, ref, **FP32)
+
+
+def test_unaligned_query_offset_matches_reference(structured_qkv):
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
+    chunk = q[:, :, 100:290]
+    out, stats = sol_attention(chunk, k, v, tau=1.0, q_offset=100, config=TWO_BLOCKS, return_stats=True)
+    ref, ref_stats = sol_reference.sol_attention(chunk, k, v, tau=1.0, q_offset=100, return_stats=True)
+    assert stats.exact_blocks.shape == (1, 2, 4)  # partial blocks 1 and 4, whole blocks 2 and 3
+    assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
+    torch.testing.assert_close(out, ref, **FP32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_int8_kv_matches_int8_reference(structured_qkv, dtype):
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11, dtype=dtype)
+    k8, ks = quantize_kv_int8(k)
+    v8, vs = quantize_kv_int8(v)
+    out, stats = sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, config=TWO_BLOCKS, return_stats=True)
+    ref, ref_stats = sol_reference.sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, return_stats=True)
+    if dtype == torch.float32:
+        assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
+        torch.testing.assert_close(out, ref, **FP32)
+    else:
+        assert (stats.exact_blocks - ref_stats.exact_blocks).abs().sum() <= 1
+        assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 5e-3
+
+
+def test_launches_split_by_list_budget_give_the_same_result(structured_qkv, monkeypatch):
+    import longmedia.kernels.sol_attention as sol_module
+
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
+    whole = sol_attention(q, k, v, tau=1.0, config=TWO_BLOCKS)
+    monkeypatch.setattr(sol_module, "LIST_BUDGET_BYTES", 4 * 2 * 8 * 3)  # three query blocks per launch
+    split, stats = sol_attention(q, k, v, tau=1.0, config=TWO_BLOCKS, return_stats=True)
+    torch.testing.assert_close(split, whole, atol=1e-6, rtol=1e-6)
+    ref_stats = sol_reference.sol_attention(q, k, v, tau=1.0, return_stats=True)[1]
+    assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
