@@ -165,7 +165,8 @@ def test_card_presets():
 def test_pinned_budget_rules():
     assert pinned_ram_budget(16 * GIB, "linux") == int(0.4 * 16 * GIB)
     assert pinned_ram_budget(256 * GIB, "linux") == int(0.9 * 256 * GIB)     # 90% < RAM-4 and RAM-16
-    assert pinned_ram_budget(64 * GIB, "linux", swap_bytes=32 * GIB) == 60 * GIB
+    assert pinned_ram_budget(64 * GIB, "linux") == 48 * GIB                  # RAM-16 without swap
+    assert pinned_ram_budget(64 * GIB, "linux", swap_bytes=32 * GIB) == int(0.9 * 64 * GIB)
 
 
 def test_detect_reads_this_machine():
