@@ -1,0 +1,264 @@
+"""The memory-mode planner: a table of expected modes, properties, manual controls, policies, validation."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from longmedia import attention_path
+from longmedia.attention_path import default_attention_path
+from longmedia.execution.memory import predicted_peak_bytes
+from longmedia.geometry import ReferenceSpec, build_geometry
+from longmedia.input_errors import LongMediaInputError
+from longmedia.plan_types import MANUAL_CONTROLS, PlanRequest
+from longmedia.planner import plan
+from longmedia.profiles import GIB, DeviceProfile, ModelProfile
+
+MODELS = {q: ModelProfile.preset(f"h3-{q}") for q in ("bf16", "int8", "nvfp4")}
+RES = {"720p": (1280, 720), "1080p": (1920, 1080)}
+RANK = {"normal": 0, "low_vram": 1, "ultra_low_vram": 2, "none": 3}
+
+
+def _plan(vram, quant="int8", w=1344, h=768, seconds=10.0, ram=64, request=PlanRequest(), **geo):
+    g = build_geometry(w, h, seconds=seconds, **geo)
+    return plan(MODELS[quant], DeviceProfile.card(vram, ram), g, request, attention_resolver=default_attention_path)
+
+
+def _mode(p):
+    return p.memory_mode if p.fits else "none"
+
+
+# Expected modes, reasoned from per-token costs (bf16 activations, hidden 5376):
+#   normal   ~ S x 132.5 KB (stock block 118.3 KB + ~14.2 KB ComfyUI keeps around the blocks: embeddings,
+#              patch rows, sampler latents, rope table) + 0.25 GiB workspace + one block of weights
+#              (bf16 1.2 / int8 0.6 / nvfp4 0.34 GiB + 0.5 GiB per-stage dequantised weight)
+#   low_vram ~ max(S x 53.6 KB + chunks, the stock final layer ~ S x 57 KB)
+# against usable = card - 0.5 GiB driver/context - (0.5 GiB + 2%) reserve: 8 GB 6.84, 12 GB 10.76,
+# 16 GB 14.68, 24 GB 22.52, 48 GB 46.0, 80 GB 77.4 GiB.
+# S: 720p 5/10/30 s = 34710 / 67306 / 202350 rows; 1080p = 76150 / 147946 / 445390 rows.
+# ultra_low_vram never appears here: without references the stock final layer (which LongMedia does not
+# stream) needs more than a low_vram block, so whenever low_vram's blocks do not fit, neither does the
+# final layer. It appears with heavy references (test_heavy_references_need_ultra_low_vram).
+EXPECTED = {
+    # (res, seconds): {vram: mode for every quant, or {quant: mode}}
+    ("720p", 5): {8: "normal", 12: "normal", 16: "normal", 24: "normal", 48: "normal", 80: "normal"},
+    ("720p", 10): {8: "low_vram", 12: "normal", 16: "normal", 24: "normal", 48: "normal", 80: "normal"},
+    ("720p", 30): {8: "none", 12: "none", 16: "low_vram", 24: "low_vram", 48: "normal", 80: "normal"},
+    # 12 GB, 1080p 5 s: normal needs 9.4 GiB + 0.25 + weights: bf16 10.85 > 10.76 usable, int8 10.25,
+    # nvfp4 10.5 (its per-stage dequantised adaLN weight costs 0.5 GiB) -> only bf16 streams.
+    ("1080p", 5): {8: "low_vram", 12: {"bf16": "low_vram", "int8": "normal", "nvfp4": "normal"}, 16: "normal",
+                   24: "normal", 48: "normal", 80: "normal"},
+    ("1080p", 10): {8: "none", 12: "low_vram", 16: "low_vram", 24: "normal", 48: "normal", 80: "normal"},
+    # 24 GB, 1080p 30 s: the stock final layer alone needs ~23.6 GiB > 22.5 usable.
+    ("1080p", 30): {8: "none", 12: "none", 16: "none", 24: "none", 48: "low_vram", 80: "normal"},
+}
+CASES = [(res, sec, vram, q, (exp if isinstance(exp, str) else exp[q]))
+         for (res, sec), row in EXPECTED.items() for vram, exp in row.items() for q in MODELS]
+
+
+@pytest.mark.parametrize("res, seconds, vram, quant, expected", CASES)
+def test_expected_mode_table(res, seconds, vram, quant, expected):
+    p = _plan(vram, quant, *RES[res], seconds=seconds)
+    assert _mode(p) == expected, p.reasons
+    if p.fits:
+        assert p.predicted_peak_bytes <= p.usable_bytes < p.budget_bytes
+    else:
+        assert p.segment_suggestion is not None and p.segment_suggestion.seconds > 0
+
+
+def test_reference_job_on_a_16gb_int8_card():
+    p = _plan(16)
+    assert p.memory_mode == "normal" and p.fits and p.chunks.is_stock
+    assert not p.prefetch and p.pinning.mode == "full"
+    assert any("16 GB-class card with native INT8" in r for r in p.reasons)
+    assert any("block prefetch off" in r and "18.5 GiB" in r for r in p.reasons)
+    assert p.segment_suggestion is None
+    assert p.memory.block_activation_bytes == predicted_peak_bytes(p.geometry.seq_len, MODELS["int8"].dims, p.chunks)
+
+
+def test_heavy_references_need_ultra_low_vram():
+    refs = (ReferenceSpec("video", 1280, 720, seconds=10, with_audio=True),) + \
+        tuple(ReferenceSpec("picture", 2048, 2048) for _ in range(9))
+    p = _plan(8, "int8", 1280, 720, seconds=5, references=refs, reference_budget="max", ref_image_size="max")
+    assert p.memory_mode == "ultra_low_vram" and p.fits
+    group = p.chunks.heads_per_group
+    assert 0 < group < 56 and 56 % group == 0 and group % 2 == 0
+    assert any("last resort" in r for r in p.reasons)
+    low = _plan(8, "int8", 1280, 720, seconds=5, references=refs, reference_budget="max", ref_image_size="max",
+                request=PlanRequest(memory_mode="low_vram"))
+    assert not low.fits and any("auto would pick ultra_low_vram" in r for r in low.reasons)
+
+
+def test_nothing_fits_suggests_a_segment_within_the_field_range():
+    p = _plan(8, "int8", 1280, 720, seconds=30)
+    s = p.segment_suggestion
+    assert not p.fits and s.field_range_seconds == (4.0, 6.0)
+    assert 4.0 <= s.seconds <= 6.0 and "does not fit" in s.why
+    shorter = _plan(8, "int8", 1280, 720, seconds=30, segment_seconds=s.seconds)
+    assert shorter.fits and shorter.geometry.segment_count > 1
+
+
+def test_long_single_pass_on_16gb_is_flagged_as_needlessly_slow():
+    p = _plan(16, "int8", 1280, 720, seconds=30)
+    assert p.fits and p.memory_mode == "low_vram"
+    assert p.segment_suggestion is not None and p.segment_suggestion.seconds <= 10
+    assert "square" in p.segment_suggestion.why
+
+
+def test_explicit_mode_is_kept_even_when_it_does_not_fit():
+    p = _plan(12, "int8", 1920, 1080, seconds=10, request=PlanRequest(memory_mode="normal"))
+    assert p.memory_mode == "normal" and not p.fits and p.chunks.is_stock
+    assert any("auto would pick low_vram" in r for r in p.reasons)
+
+
+def test_bigger_cards_prefetch_and_pin_less():
+    small = _plan(24, "bf16")
+    assert small.prefetch and any("prefetch on" in r for r in small.reasons)
+    huge = _plan(80, "int8")
+    assert not huge.prefetch and huge.pinning.mode == "none"
+    assert huge.memory.resident_weight_bytes == MODELS["int8"].weight_bytes
+
+
+def test_pinning_rejected_when_it_would_eat_the_ram_headroom():
+    p = _plan(16, "bf16", ram=64)
+    assert p.pinning.mode == "partial"
+    assert "rejected" in p.pinning.reason and "12.80 GiB" in p.pinning.reason
+    q = _plan(16, "int8", ram=16)      # 14.5 GiB available - 12 GiB floor: 2.5 GiB, four whole blocks
+    assert q.pinning.mode == "partial" and q.pinning.pinned_bytes <= 2.5 * GIB
+    r = _plan(16, "int8", ram=12)      # 10.5 GiB available is already under the floor
+    assert r.pinning.mode == "none" and r.pinning.pinned_bytes == 0
+
+
+def test_no_dynamic_vram_recommends_re_enabling_it():
+    g = build_geometry(1344, 768, seconds=10)
+    p = plan(MODELS["int8"], DeviceProfile.card(16, 64, dynamic_vram=False), g,
+             attention_resolver=default_attention_path)
+    assert any("re-enable dynamic VRAM" in r for r in p.reasons)
+    ok = plan(MODELS["int8"], DeviceProfile.card(80, 256, dynamic_vram=False), g,
+              attention_resolver=default_attention_path)
+    assert not any("re-enable dynamic VRAM" in r for r in ok.reasons)
+
+
+def test_manual_risky_values_are_kept_and_flagged():
+    r = PlanRequest(mlp_chunk_tokens=0, sol_qkv_chunk_tokens=0, vram_activation_reserve_mb=16,
+                    inter_block_guard_cooldown_blocks=0, inter_block_vram_guard_mb=64)
+    p = _plan(8, "int8", 1280, 720, seconds=10, request=r)
+    assert p.chunks.mlp_chunk_tokens == 0 and p.chunks.qkv_chunk_tokens == 0
+    assert p.activation_reserve_bytes == 16 * 2 ** 20
+    text = " ".join(p.warnings)
+    assert "mlp_chunk_tokens=0" in text and "vram_activation_reserve_mb=16" in text
+    assert "cooldown_blocks=0" in text and "inter_block_vram_guard_mb=64" in text
+    assert set(p.manual_fields) == {"mlp_chunk_tokens", "sol_qkv_chunk_tokens", "vram_activation_reserve_mb",
+                                    "inter_block_guard_cooldown_blocks", "inter_block_vram_guard_mb"}
+
+
+@pytest.mark.parametrize("field, value", [("mlp_chunk_tokens", 10), ("sol_qkv_chunk_tokens", -1),
+                                          ("vram_activation_reserve_mb", 1 << 21), ("memory_mode", "turbo"),
+                                          ("attention_mode", "flash"), ("step_boundary_cleanup_mb", 1.5)])
+def test_bad_request_values_raise_before_planning(field, value):
+    with pytest.raises(LongMediaInputError) as info:
+        PlanRequest(**{field: value})
+    assert field in str(info.value) and "expected" in str(info.value)
+
+
+def test_block_indices_are_checked_against_the_model():
+    with pytest.raises(LongMediaInputError, match="late_block_guard_start=50"):
+        _plan(16, request=PlanRequest(late_block_guard_start=50))
+    with pytest.raises(LongMediaInputError, match="geometry"):
+        plan(MODELS["int8"], DeviceProfile.card(16), "1344x768")
+
+
+def test_plan_serialises():
+    p = _plan(16)
+    d = json.loads(p.to_json())
+    assert d["memory_mode"] == "normal" and d["fits"] is True
+    assert d["chunks"] == {"qkv_chunk_tokens": 0, "out_proj_chunk_tokens": 0, "mlp_chunk_tokens": 0,
+                           "heads_per_group": 0}
+    assert d["geometry"]["seq_len"] == p.geometry.seq_len and d["predicted_peak_bytes"] == p.predicted_peak_bytes
+    assert "choice" not in d["attention"]
+
+
+def test_attention_dispatcher_is_consulted_by_default():
+    pytest.importorskip("torch")
+    g = build_geometry(1344, 768, seconds=10)
+    p = plan(MODELS["int8"], DeviceProfile.card(16, 64), g)
+    assert p.attention.source == "dispatcher" and p.attention.choice is not None
+    assert p.attention.exact
+
+
+def test_attention_default_when_the_dispatcher_is_missing(monkeypatch):
+    monkeypatch.setattr(attention_path, "_dispatcher", lambda: None)
+    g = build_geometry(1344, 768, seconds=10)
+    p = plan(MODELS["int8"], DeviceProfile.card(16, 64), g, PlanRequest(attention_mode="sol"))
+    assert p.attention.source == "default" and not p.attention.exact
+    assert "not installed" in p.attention.reasons[0]
+
+
+# ----- properties -----------------------------------------------------------------------------------
+
+jobs = st.fixed_dictionaries({
+    "quant": st.sampled_from(sorted(MODELS)),
+    "size": st.sampled_from([(1344, 768), (1280, 720), (1920, 1080), (768, 1344), (640, 384)]),
+    "seconds": st.floats(0.5, 40.0),
+    "refs": st.integers(0, 2),
+})
+
+
+def _geometry(job):
+    refs = tuple(ReferenceSpec("picture", 1024, 1024) for _ in range(job["refs"]))
+    return build_geometry(*job["size"], seconds=job["seconds"], references=refs, reference_budget="medium")
+
+
+@settings(max_examples=80, deadline=None)
+@given(jobs, st.floats(6.0, 96.0), st.floats(16.0, 256.0))
+def test_predicted_peak_within_budget_whenever_a_plan_fits(job, vram, ram):
+    p = plan(MODELS[job["quant"]], DeviceProfile.card(vram, ram), _geometry(job),
+             attention_resolver=default_attention_path)
+    if p.fits:
+        assert p.predicted_peak_bytes <= p.usable_bytes <= p.budget_bytes
+        assert p.memory.resident_weight_bytes <= MODELS[job["quant"]].weight_bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs, st.floats(6.0, 90.0), st.floats(0.5, 30.0))
+def test_more_vram_never_gives_a_more_constrained_mode(job, vram, more):
+    g = _geometry(job)
+    small = plan(MODELS[job["quant"]], DeviceProfile.card(vram), g, attention_resolver=default_attention_path)
+    big = plan(MODELS[job["quant"]], DeviceProfile.card(vram + more), g, attention_resolver=default_attention_path)
+    assert RANK[_mode(big)] <= RANK[_mode(small)]
+
+
+manual = st.fixed_dictionaries({}, optional={
+    name: (st.just(0) | st.integers(low, min(high, 65536))) if zero_ok else st.integers(low, min(high, 49))
+    for name, low, high, zero_ok, _ in MANUAL_CONTROLS})
+
+
+@settings(max_examples=60, deadline=None)
+@given(manual, st.sampled_from(("auto", "normal", "low_vram", "ultra_low_vram")), st.sampled_from((8, 16, 24)))
+def test_manual_values_reach_the_plan_unchanged(values, mode, vram):
+    request = PlanRequest(memory_mode=mode, **values)
+    p = _plan(vram, request=request)
+    assert set(p.manual_fields) == set(values)
+    seen = {"mlp_chunk_tokens": p.chunks.mlp_chunk_tokens, "sol_qkv_chunk_tokens": p.chunks.qkv_chunk_tokens,
+            "sol_out_proj_chunk_tokens": p.chunks.out_proj_chunk_tokens,
+            "vram_activation_reserve_mb": p.activation_reserve_bytes // 2 ** 20}
+    seen.update({name: getattr(p.guards, name) for name in p.guards.__dataclass_fields__})
+    for name, value in values.items():
+        assert seen[name] == value, name
+    if mode != "auto":
+        assert p.memory_mode == mode
+
+
+def test_manual_values_one_at_a_time_leave_the_rest_auto():
+    auto = _plan(8, "int8", 1280, 720, seconds=10)
+    one = _plan(8, "int8", 1280, 720, seconds=10, request=PlanRequest(mlp_chunk_tokens=1024))
+    assert one.chunks == replace(auto.chunks, mlp_chunk_tokens=1024)
+    assert one.guards.step_boundary_cleanup_mb == auto.guards.step_boundary_cleanup_mb
+    assert one.manual_fields == ("mlp_chunk_tokens",)
+
+
+def test_gib_reasons_state_the_numbers():
+    p = _plan(16)
+    assert any(f"{16 * GIB / GIB - 0.5:.2f} GiB budget" in r for r in p.reasons)
