@@ -4,12 +4,13 @@ ComfyUI imports this file when the pack sits in `custom_nodes/`. The nodes live 
 ComfyUI-free core in `longmedia/`; the frontend extension in `web/`.
 """
 
+import importlib.util
+
 WEB_DIRECTORY = "./web"
+__all__ = ["WEB_DIRECTORY"]
 
-try:
+# Outside ComfyUI (pip install, the CLI, pytest collecting this folder) there is no node API to register.
+if importlib.util.find_spec("comfy_api") is not None:
     from .nodes import comfy_entrypoint  # noqa: F401
-except ImportError as error:  # named: imported outside ComfyUI (pip install, tests): no node API
-    if "comfy_api" not in str(error):
-        raise
 
-__all__ = ["WEB_DIRECTORY", "comfy_entrypoint"]
+    __all__.append("comfy_entrypoint")

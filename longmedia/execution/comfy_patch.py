@@ -50,20 +50,6 @@ def comfy_interrupt():
     _comfy("comfy.model_management").throw_exception_if_processing_interrupted()
 
 
-def existing_attention(transformer_options: dict, heads: int):
-    """ComfyUI's installed attention (with any override in transformer_options) as an AttentionFn."""
-    attention = _comfy("comfy.ldm.modules.attention")
-    container = getattr(attention, "AttentionTensorContainer", None)
-    wrap = container if container is not None else (lambda t: t)
-
-    def call(q, k, v, *, q_offset: int):
-        del q_offset  # head groups hand in fewer heads than the model has: count them from q
-        return attention.optimized_attention(wrap(q), wrap(k), wrap(v), q.shape[1], mask=None, skip_reshape=True,
-                                             transformer_options=transformer_options)
-
-    return call
-
-
 @dataclass(frozen=True)
 class StreamedBlocks:
     """What was installed: chunk sizes per block index."""
@@ -75,9 +61,10 @@ class StreamedBlocks:
         return tuple(i for i, c in enumerate(self.chunks) if not c.is_stock)
 
 
-def _replacement(blocks, index: int, chunks: ChunkSizes, attention_factory: AttentionFactory,
-                 on_block: Callable[[int, str], None] | None):
-    block = blocks[index]
+def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factory: AttentionFactory, *,
+                         on_block: Callable[[int, str], None] | None = None,
+                         phase: Callable[[str], contextlib.AbstractContextManager] | None = None):
+    """A `patches_replace["dit"][("double_block", index)]` function running `block` through the executor."""
 
     def replace(args: dict, extra: dict) -> dict:
         topts = args.get("transformer_options", {})
@@ -85,7 +72,7 @@ def _replacement(blocks, index: int, chunks: ChunkSizes, attention_factory: Atte
             on_block(index, "start")
         x = run_block(block, args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"], chunks=chunks,
                       attention=attention_factory(topts, block.attn.heads), weights=comfy_weights(),
-                      interrupt=comfy_interrupt, cast_small=comfy_cast_small)
+                      interrupt=comfy_interrupt, cast_small=comfy_cast_small, phase=phase)
         if on_block is not None:
             on_block(index, "end")
         return {"img": x}
@@ -93,8 +80,14 @@ def _replacement(blocks, index: int, chunks: ChunkSizes, attention_factory: Atte
     return replace
 
 
+def _existing(transformer_options: dict, heads: int):
+    from ..attention.comfy_override import existing_attention_fn
+
+    return existing_attention_fn(transformer_options, heads)
+
+
 def install_streamed_blocks(patcher, chunks_per_block: list[ChunkSizes], *,
-                            attention_factory: AttentionFactory = existing_attention,
+                            attention_factory: AttentionFactory = _existing,
                             on_block: Callable[[int, str], None] | None = None) -> StreamedBlocks:
     """Install the executor on `patcher` (a clone: the caller's model stays untouched).
 
@@ -105,6 +98,6 @@ def install_streamed_blocks(patcher, chunks_per_block: list[ChunkSizes], *,
         raise ValueError(f"chunks_per_block has {len(chunks_per_block)} entries, the model has {len(blocks)} blocks")
     for i, chunks in enumerate(chunks_per_block):
         if not chunks.is_stock:
-            patcher.set_model_patch_replace(_replacement(blocks, i, chunks, attention_factory, on_block),
-                                            "dit", "double_block", i)
+            patcher.set_model_patch_replace(streamed_replacement(blocks[i], i, chunks, attention_factory,
+                                                                 on_block=on_block), "dit", "double_block", i)
     return StreamedBlocks(tuple(chunks_per_block))

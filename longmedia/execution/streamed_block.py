@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import contextlib
+
 import torch
 
 from ..attention.protocol import AttentionFn, sdpa_attention
@@ -62,10 +64,10 @@ def _spans(n: int, chunk: int):
 class _Run:
     """One block call: its inputs, settings and the stage functions."""
 
-    def __init__(self, block, x, t_emb, segments, rope, chunks, attention, weights, interrupt, cast_small):
+    def __init__(self, block, x, t_emb, segments, rope, chunks, attention, weights, interrupt, cast_small, phase):
         self.block, self.x, self.t_emb, self.segments, self.rope = block, x, t_emb, segments, rope
         self.chunks, self.attention, self.weights, self.cast_small = chunks, attention, weights, cast_small
-        self.interrupt = interrupt
+        self.interrupt, self.phase = interrupt, phase
         attn = block.attn
         self.heads, self.head_dim = attn.heads, attn.head_dim
         self.inner = self.heads * self.head_dim
@@ -158,20 +160,22 @@ class _Run:
         qw, kw = self.norm_weights()
         w_q, w_k, w_v = qkv.rows(0, inner), qkv.rows(inner, 2 * inner), qkv.rows(2 * inner, 3 * inner)
         spans = _spans(s, self.chunks.qkv_chunk_tokens)
-        k_buf = x.new_empty(s, inner)
-        v_buf = x.new_empty(s, inner)
-        for a, b in spans:
-            self.tick()
-            h = self.norm_rows(self.block.norm1, shift, scale, a, b)
-            self._kv_rows(h, w_k, w_v, self.rope[:, a:b], kw, k_buf, v_buf, a, b, self.heads)
-            del h
-        for a, b in spans:
-            self.tick()
-            h = self.norm_rows(self.block.norm1, shift, scale, a, b)
-            o = self._query_rows(h, w_q, self.rope[:, a:b], qw, k_buf, v_buf, a, self.heads)
-            del h
-            self._out_rows(o, out_proj, gate, a)
-            del o
+        with self.phase("qkv"):
+            k_buf = x.new_empty(s, inner)
+            v_buf = x.new_empty(s, inner)
+            for a, b in spans:
+                self.tick()
+                h = self.norm_rows(self.block.norm1, shift, scale, a, b)
+                self._kv_rows(h, w_k, w_v, self.rope[:, a:b], kw, k_buf, v_buf, a, b, self.heads)
+                del h
+        with self.phase("attention"):
+            for a, b in spans:
+                self.tick()
+                h = self.norm_rows(self.block.norm1, shift, scale, a, b)
+                o = self._query_rows(h, w_q, self.rope[:, a:b], qw, k_buf, v_buf, a, self.heads)
+                del h
+                self._out_rows(o, out_proj, gate, a)
+                del o
 
     def _attention_head_groups(self, qkv: LinearWeight, out_proj: LinearWeight, g: int):
         shift, scale, gate = self.mods[0], self.mods[1], self.mods[2]
@@ -187,16 +191,18 @@ class _Run:
             lo, hi = c0 * d, (c0 + heads) * d
             w_q, w_k, w_v = qkv.rows(lo, hi), qkv.rows(inner + lo, inner + hi), qkv.rows(2 * inner + lo, 2 * inner + hi)
             w_o = out_proj.cols(lo, hi)
-            k_buf = self.x.new_empty(s, hi - lo)
-            v_buf = self.x.new_empty(s, hi - lo)
-            for a, b in spans:
-                self.tick()
-                self._kv_rows(h[a:b], w_k, w_v, self.rope[:, a:b], kw, k_buf, v_buf, a, b, heads)
-            for a, b in spans:
-                self.tick()
-                o = self._query_rows(h[a:b], w_q, self.rope[:, a:b], qw, k_buf, v_buf, a, heads)
-                self._out_rows(o, w_o, gate, a)
-                del o
+            with self.phase("qkv"):
+                k_buf = self.x.new_empty(s, hi - lo)
+                v_buf = self.x.new_empty(s, hi - lo)
+                for a, b in spans:
+                    self.tick()
+                    self._kv_rows(h[a:b], w_k, w_v, self.rope[:, a:b], kw, k_buf, v_buf, a, b, heads)
+            with self.phase("attention"):
+                for a, b in spans:
+                    self.tick()
+                    o = self._query_rows(h[a:b], w_q, self.rope[:, a:b], qw, k_buf, v_buf, a, heads)
+                    self._out_rows(o, w_o, gate, a)
+                    del o
             del k_buf, v_buf
 
     def streamed_mlp(self):
@@ -223,20 +229,28 @@ def _to_device(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_segments: Segments, rope_table: torch.Tensor, *,
               chunks: ChunkSizes, attention: AttentionFn | None = None, weights: WeightAccess | None = None,
               interrupt: Callable[[], None] | None = None,
-              cast_small: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+              cast_small: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+              phase: Callable[[str], contextlib.AbstractContextManager] | None = None) -> torch.Tensor:
     """One H3 DiT block on the packed sequence `x` [S, hidden], updated in place and returned.
 
     `block` has H3's submodules (norm1, norm2, attn.{qkv_proj,q_norm,k_norm,out_proj}, mlp.{fc1,fc2},
     adaln_proj): ComfyUI's `DiTBlock` or `longmedia.testing.reference_block.ReferenceBlock`.
     `weights` hands out the large Linear weights once per stage; `cast_small(w, like)` moves the q/k
-    norm weights next to the activations; `interrupt()` raises to cancel and runs before every chunk.
+    norm weights next to the activations; `interrupt()` raises to cancel and runs before every chunk;
+    `phase(name)` wraps each stage ("qkv", "attention", "mlp"), e.g. to turn an OOM into a fact report.
     """
+    phase = phase or (lambda name: contextlib.nullcontext())
     run = _Run(block, x, t_emb, mod_segments, rope_table, chunks, attention or sdpa_attention,
-               weights or plain_weights, interrupt, cast_small or _to_device)
+               weights or plain_weights, interrupt, cast_small or _to_device, phase)
     try:
         run.tick()
-        run.streamed_attention() if chunks.streams_attention else run.stock_attention()
-        run.streamed_mlp() if chunks.streams_mlp else run.stock_mlp()
+        if chunks.streams_attention:
+            run.streamed_attention()
+        else:
+            with phase("attention"):
+                run.stock_attention()
+        with phase("mlp"):
+            run.streamed_mlp() if chunks.streams_mlp else run.stock_mlp()
     finally:
         run.mods = None  # drop references held by the run before an exception propagates
     return x

@@ -1,0 +1,69 @@
+"""The Sampler's memory and attention inputs, shared by Sampler, Hi-Res and Refiner (V3 schema pieces)."""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from ..longmedia import plan_types as PLAN_TYPES
+from ..longmedia.attention.schedule import SolSettings
+
+AUTO = -1
+MANUAL_HELP = {
+    "mlp_chunk_tokens": "Rows per SwiGLU MLP chunk: smaller holds less of fc1's output at once.",
+    "sol_qkv_chunk_tokens": "Rows per K/V projection chunk and per query chunk of the streamed attention.",
+    "sol_out_proj_chunk_tokens": "Rows per out-projection call inside a query chunk.",
+    "vram_activation_reserve_mb": "VRAM kept free beside the predicted peak (allocator slack, other models).",
+    "inter_block_vram_guard_mb": "After a block, clean up when less than this many MB are free.",
+    "inter_block_guard_cooldown_blocks": "Blocks skipped after an inter-block clean-up.",
+    "inter_block_guard_emergency_mb": "Below this many free MB, clean up whatever the cooldown says.",
+    "late_block_guard_start": "From this block index on, keep the late-block target free (for the final layer).",
+    "late_block_guard_target_mb": "Free MB the late-block guard keeps before the final layer.",
+    "step_boundary_cleanup_mb": "At each sampler step boundary, clean up when less than this many MB are free.",
+}
+
+MEMORY_HELP = ("auto (recommended): the least constrained mode whose predicted peak fits your card. normal: stock "
+               "block math. low_vram: exact streamed attention and chunked MLP (about a third of the activations). "
+               "ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
+ATTENTION_HELP = ("auto (recommended): the fastest exact attention that fits; Sol only when nothing exact fits. "
+                  "existing: keep ComfyUI's installed attention. sol: approximate block-sparse attention at a "
+                  "fixed tau. scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
+
+
+def memory_inputs() -> list:
+    """memory_mode, attention_mode, the Sol schedule and the ten manual VRAM controls (-1 = auto)."""
+    inputs = [
+        io.Combo.Input("memory_mode", options=list(PLAN_TYPES.MEMORY_MODES), default="auto", tooltip=MEMORY_HELP),
+        io.Combo.Input("attention_mode", options=list(PLAN_TYPES.ATTENTION_MODES), default="auto",
+                       tooltip=ATTENTION_HELP),
+        io.Float.Input("sol_tau_start", default=1.3, min=-100.0, max=10.0, step=0.05, advanced=True,
+                       tooltip="Sol threshold at the start (sol uses only this). Lower keeps more key blocks exact; "
+                               "-100 is exact dense attention."),
+        io.Float.Input("sol_tau_end", default=0.8, min=-100.0, max=10.0, step=0.05, advanced=True,
+                       tooltip="Sol threshold at the end of the schedule (scheduled_sol)."),
+        io.Combo.Input("sol_curve", options=["linear", "cosine", "sqrt", "smoothstep", "exponential", "step"],
+                       default="cosine", advanced=True, tooltip="How tau moves from start to end over sigma progress."),
+        io.Int.Input("sol_min_tokens", default=16384, min=0, max=1 << 22, advanced=True,
+                     tooltip="Sequences shorter than this run exact attention (Sol gains little there)."),
+        io.Float.Input("sol_dense_percent", default=0.2, min=0.0, max=1.0, step=0.05, advanced=True,
+                       tooltip="Leading fraction of the schedule that runs exact (scheduled_sol)."),
+        io.Combo.Input("sol_sink_conditioning", options=["exact_kv", "exact_kv_and_rows", "off"], default="exact_kv",
+                       advanced=True, tooltip="exact_kv: text/conditioning/reference/audio keys always exact; "
+                                              "exact_kv_and_rows: their query rows too; off: route them like video."),
+    ]
+    for name, low, high, zero_ok, fix in PLAN_TYPES.MANUAL_CONTROLS:
+        inputs.append(io.Int.Input(name, default=AUTO, min=AUTO, max=high, advanced=True,
+                                   tooltip=f"{MANUAL_HELP.get(name, name)} -1 = auto (the planner decides). "
+                                           + ("0 = stock path for that stage. " if zero_ok else "") + fix))
+    return inputs
+
+
+def plan_request(kwargs: dict):
+    """The node's widget values as a PlanRequest (-1 -> None = auto) with its Sol settings."""
+    manual = {name: (None if kwargs.get(name, AUTO) == AUTO else kwargs[name]) for name in PLAN_TYPES.MANUAL_FIELDS}
+    sol = SolSettings(tau_start=kwargs.get("sol_tau_start", 1.3), tau_end=kwargs.get("sol_tau_end", 0.8),
+                                 curve=kwargs.get("sol_curve", "cosine"),
+                                 min_tokens=kwargs.get("sol_min_tokens", 16384),
+                                 dense_percent=kwargs.get("sol_dense_percent", 0.2),
+                                 sink_conditioning=kwargs.get("sol_sink_conditioning", "exact_kv"))
+    return PLAN_TYPES.PlanRequest(memory_mode=kwargs.get("memory_mode", "auto"),
+                                  attention_mode=kwargs.get("attention_mode", "auto"), sol=sol, **manual)

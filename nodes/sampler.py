@@ -1,0 +1,43 @@
+"""LongMedia Sampler: SamplerCustomAdvanced's inputs and outputs, planned and streamed to fit the card."""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from ..longmedia.comfy_sampler import run_sampler
+from .controls import memory_inputs, plan_request
+
+Job = io.Custom("LONGMEDIA_JOB")
+
+
+class LongMediaSampler(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="LongMediaSampler",
+            display_name="LongMedia Sampler",
+            category="LongMedia",
+            description="Drop-in for SamplerCustomAdvanced on MiniMax H3: plans memory for the real packed sequence, "
+                        "streams blocks exactly when the stock path would not fit, and reports what it did.",
+            inputs=[
+                io.Noise.Input("noise", tooltip="RandomNoise / DisableNoise, as for SamplerCustomAdvanced."),
+                io.Guider.Input("guider", tooltip="CFGGuider or BasicGuider over a MiniMax H3 model."),
+                io.Sampler.Input("sampler", tooltip="Any ComfyUI sampler (KSamplerSelect)."),
+                io.Sigmas.Input("sigmas", tooltip="The schedule (BasicScheduler, SplitSigmas ...): non-increasing."),
+                io.Latent.Input("latent", tooltip="The H3 AV latent (LongMedia Setup or EmptyMiniMaxH3LatentAV)."),
+                Job.Input("job", optional=True, tooltip="LongMedia Setup's job (geometry, references, segments)."),
+                *memory_inputs(),
+            ],
+            outputs=[
+                io.Latent.Output(display_name="output"),
+                io.Latent.Output(display_name="denoised_output"),
+                io.String.Output(display_name="report", tooltip="The plan and what was measured, as JSON."),
+            ],
+        )
+
+    @classmethod
+    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
+        result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
+        report = result.report
+        return io.NodeOutput(result.output, result.denoised, report.to_json(),
+                             ui={"longmedia_report": [report.to_dict()["plan"] | {"summary": report.summary_lines()}]})

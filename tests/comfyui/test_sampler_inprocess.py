@@ -1,0 +1,135 @@
+"""LongMedia's sampler core against ComfyUI's SamplerCustomAdvanced, in-process on the tiny checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from longmedia.diagnostics import LongMediaOOM
+from longmedia.input_errors import LongMediaInputError
+from longmedia.plan_types import PlanRequest
+from longmedia.testing import tiny_conditioning as tc
+from longmedia.testing.tiny_h3 import TINY_DIMS
+
+WIDTH, HEIGHT, LENGTH = 128, 96, 39  # 12 latent frames x 12 rows + 130 audio rows + text: ~290 packed rows
+
+
+@pytest.fixture(scope="module")
+def env(comfy_inprocess, tiny_checkpoints):
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    from longmedia import comfy_sampler
+
+    models = {v: comfy.sd.load_diffusion_model(str(tiny_checkpoints[v])) for v in ("fp32", "int8")}
+    return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "models": models, "core": comfy_sampler}
+
+
+def job(env, variant="fp32", seed=3, steps=2):
+    samplers, ncs, h3n = env["samplers"], env["ncs"], env["h3n"]
+    patcher = env["models"][variant]
+    guider = samplers.CFGGuider(patcher)
+    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
+    guider.set_cfg(3.0)
+    sigmas = samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
+    latent = h3n.EmptyMiniMaxH3LatentAV.execute(WIDTH, HEIGHT, LENGTH).result[0]
+    return ncs.Noise_RandomNoise(seed), guider, samplers.sampler_object("euler"), sigmas, latent
+
+
+def stock(env, *args):
+    out = env["ncs"].SamplerCustomAdvanced.execute(*args).result
+    return out[0]["samples"].unbind(), out[1]["samples"].unbind()
+
+
+def ours(env, request, *args):
+    result = env["core"].run_sampler(*args, request)
+    return result.output["samples"].unbind(), result.denoised["samples"].unbind(), result
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_normal_existing_equals_stock_bit_for_bit(env, variant):
+    (sv, sa), (dv, da) = stock(env, *job(env, variant))
+    (ov, oa), (odv, oda), result = ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"),
+                                        *job(env, variant))
+    assert torch.isfinite(sv).all() and sv.std() > 0.05
+    assert torch.equal(ov, sv) and torch.equal(oa, sa)
+    assert torch.equal(odv, dv) and torch.equal(oda, da)
+    report = result.report
+    assert report.streamed_blocks == () and len(report.steps) >= 2 and report.boundaries
+    json.loads(report.to_json())
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+@pytest.mark.parametrize("mode,chunks", [("low_vram", dict(sol_qkv_chunk_tokens=64, mlp_chunk_tokens=96)),
+                                         ("ultra_low_vram", dict(sol_qkv_chunk_tokens=64, sol_out_proj_chunk_tokens=64,
+                                                                 mlp_chunk_tokens=64))])
+def test_streamed_modes_match_stock(env, variant, mode, chunks):
+    (sv, sa), _ = stock(env, *job(env, variant))
+    (ov, oa), _, result = ours(env, PlanRequest(memory_mode=mode, attention_mode="existing", **chunks),
+                               *job(env, variant))
+    plan = result.plan
+    assert plan.memory_mode == mode and plan.chunks.qkv_chunk_tokens == 64
+    assert result.report.streamed_blocks == tuple(range(TINY_DIMS.num_blocks))
+    tol = 1e-5 if variant == "fp32" else 2e-2
+    assert rel(ov, sv) <= tol and rel(oa, sa) <= tol
+
+
+def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
+    runs = [ours(env, request, *job(env, seed=s))[2] for s in (1, 2, 3)]
+    plans = [json.dumps(r.report.plan, sort_keys=True, default=str) for r in runs]
+    assert plans[0] == plans[1] == plans[2]
+    assert runs[0].report.boundaries == runs[1].report.boundaries == runs[2].report.boundaries
+    outs = [r.output["samples"].unbind()[0] for r in runs]
+    assert not torch.equal(outs[0], outs[1])  # the seed still matters
+
+
+def test_injected_oom_raises_fact_report_and_next_run_succeeds(env, monkeypatch):
+    from longmedia.execution import comfy_patch
+
+    real = comfy_patch.run_block
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        phase = kwargs["phase"]
+        with phase("attention"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(comfy_patch, "run_block", failing)
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
+    with pytest.raises(LongMediaOOM) as info:
+        ours(env, request, *job(env))
+    assert isinstance(info.value, torch.OutOfMemoryError)
+    assert info.value.report.phase == "attention" and info.value.report.block_index == 0
+    assert "change next" in str(info.value)
+    monkeypatch.setattr(comfy_patch, "run_block", real)
+    (ov, _), _, _ = ours(env, request, *job(env))
+    assert torch.isfinite(ov).all()
+
+
+def test_bad_inputs_are_rejected_before_sampling(env):
+    noise, guider, sampler, sigmas, latent = job(env)
+    core = env["core"]
+    with pytest.raises(LongMediaInputError, match="sigmas"):
+        core.run_sampler(noise, guider, sampler, torch.tensor([1.0, float("nan"), 0.0]), latent, PlanRequest())
+    with pytest.raises(LongMediaInputError, match="sigmas"):
+        core.run_sampler(noise, guider, sampler, torch.tensor([0.5, 0.9, 0.0]), latent, PlanRequest())
+    with pytest.raises(LongMediaInputError, match="latent"):
+        core.run_sampler(noise, guider, sampler, sigmas, {"samples": torch.zeros(1, 16, 4, 8, 8)}, PlanRequest())
+    with pytest.raises(LongMediaInputError, match="mlp_chunk_tokens"):
+        PlanRequest(mlp_chunk_tokens=-4)
+
+    class NotH3:
+        model_patcher = type("P", (), {"model": type("M", (), {"diffusion_model": torch.nn.Linear(2, 2)})()})()
+
+    with pytest.raises(LongMediaInputError, match="guider"):
+        core.run_sampler(noise, NotH3(), sampler, sigmas, latent, PlanRequest())
