@@ -137,7 +137,8 @@ def render(p: ExecutionPlan) -> str:
     g, m, d, c, gd, mem = p.geometry, p.model, p.device, p.chunks, p.guards, p.memory
     seg = " | ".join(f"{s.kind} {s.rows}" for s in g.segments)
     heads = c.group_heads(m.dims.heads)
-    passes = "one pass" if g.segment_count == 1 else f"{g.segment_count} segments of {g.seconds:.2f} s"
+    passes = "one pass" if g.segment_count == 1 else \
+        f"{g.segment_count} segments (longest pass {g.seconds:.2f} s with {g.context_frames} context frames)"
     rows = [
         ("model", f"{m.name}: {m.param_count / 1e9:.1f} B params, {gib(m.weight_bytes)}, {m.quantization}"),
         ("machine", f"{d.name}, {d.os_name}, dynamic VRAM {'on' if d.dynamic_vram else 'off'}"),

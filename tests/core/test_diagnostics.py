@@ -1,0 +1,113 @@
+"""The OOM fact report: conversion of torch OOMs per phase, the single pressure point, memory readers."""
+
+import pytest
+import torch
+
+from longmedia.attention_path import default_attention_path
+from longmedia.diagnostics import (PHASES, LongMediaOOM, MemoryReadings, OOMContext, UnknownPhaseError, phase,
+                                   pressure_point, torch_memory_reader)
+from longmedia.execution.chunks import ChunkSizes
+from longmedia.geometry import build_geometry
+from longmedia.planner import plan
+from longmedia.profiles import GIB, DeviceProfile, ModelProfile
+
+READ = MemoryReadings(gpu_total_bytes=16 * GIB, gpu_free_bytes=GIB // 10, torch_allocated_bytes=14 * GIB,
+                      torch_reserved_bytes=14 * GIB + GIB // 4, aimdo_vram_bytes=15 * GIB,
+                      vbar_resident_bytes=5 * GIB, pinned_ram_bytes=25 * GIB)
+STREAMED = OOMContext(attention_backend="sdpa_flash", memory_mode="low_vram",
+                      chunks=ChunkSizes(4096, 0, 8192), heads=56, seq_len=73642,
+                      segments=(("text", 256), ("audio", 810), ("video", 72576)), late_block_guard_target_mb=2500)
+
+
+def _raise_in(name, exc, context=STREAMED, reader=lambda: READ, block_index=7):
+    with pytest.raises(LongMediaOOM) as info:
+        with phase(name, context=context, reader=reader, block_index=block_index):
+            raise exc
+    return info.value
+
+
+def test_torch_oom_becomes_longmedia_oom_with_the_report():
+    err = _raise_in("mlp", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert isinstance(err, torch.OutOfMemoryError) and isinstance(err, torch.cuda.OutOfMemoryError)
+    r = err.report
+    assert (r.phase, r.block_index, r.readings, r.context) == ("mlp", 7, READ, STREAMED)
+    assert r.pressure_point == "mlp_chunk_tokens" and "8192 to 4096" in r.next_step
+    text = str(err)
+    for part in ("phase mlp, block 7", "0.10 GiB free of 16.00 GiB", "reserved 14.25 GiB", "pinned RAM 25.00 GiB",
+                 "73642 packed rows", "attention sdpa_flash", "change next: mlp_chunk_tokens"):
+        assert part in text, part
+    assert "Tried to allocate" in r.error and isinstance(err.__cause__, torch.OutOfMemoryError)
+
+
+@pytest.mark.parametrize("name, context, point", [
+    ("qkv", STREAMED, "sol_qkv_chunk_tokens"),
+    ("attention", OOMContext(chunks=ChunkSizes(), heads=56), "memory_mode"),
+    ("attention", OOMContext(chunks=ChunkSizes(512, 0, 512), heads=56), "memory_mode"),
+    ("attention", OOMContext(chunks=ChunkSizes(512, 0, 512, 2), heads=56), "segment length"),
+    ("mlp", OOMContext(chunks=ChunkSizes()), "mlp_chunk_tokens"),
+    ("mlp", OOMContext(chunks=ChunkSizes(512, 0, 512)), "segment length"),
+    ("final_output", STREAMED, "late_block_guard_target_mb"),
+    ("before_block_0", STREAMED, "segment length"),
+    ("before_block_0", OOMContext(seq_len=1000, segments=(("ref_img", 600), ("video", 400))), "reference_budget"),
+])
+def test_one_pressure_point_per_phase(name, context, point):
+    assert pressure_point(name, READ, context)[0] == point
+
+
+def test_prefetch_transport_is_a_residency_problem_not_attention():
+    err = _raise_in("prefetch_transport", torch.OutOfMemoryError("CUDA out of memory"))
+    point, step = err.report.pressure_point, err.report.next_step
+    assert "prefetch" in point and "residency" in point
+    assert "attention settings are not the cause" in step
+    # even when the cache is fragmented, transport stays the pressure point
+    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    assert "prefetch" in pressure_point("prefetch_transport", fragmented, STREAMED)[0]
+
+
+def test_fragmentation_points_at_the_allocator():
+    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    point, step = pressure_point("mlp", fragmented, STREAMED)
+    assert point == "step_boundary_cleanup_mb" and "expandable_segments" in step
+
+
+def test_runtime_errors_that_are_ooms_are_converted_others_pass():
+    err = _raise_in("attention", RuntimeError("CUDA error: out of memory"))
+    assert err.report.phase == "attention"
+    with pytest.raises(RuntimeError, match="shape mismatch") as info:
+        with phase("qkv", reader=lambda: READ):
+            raise RuntimeError("shape mismatch")
+    assert not isinstance(info.value, LongMediaOOM)
+    with pytest.raises(KeyError):
+        with phase("qkv", reader=lambda: READ):
+            raise KeyError("x")
+
+
+def test_an_existing_report_is_not_wrapped_twice():
+    inner = _raise_in("mlp", torch.OutOfMemoryError("oom"))
+    with pytest.raises(LongMediaOOM) as info:
+        with phase("final_output", reader=lambda: READ):
+            raise inner
+    assert info.value is inner and info.value.report.phase == "mlp"
+
+
+def test_unknown_phase_is_refused():
+    with pytest.raises(UnknownPhaseError, match="before_block_0"):
+        with phase("decode"):
+            pass
+    assert len(PHASES) == 6
+
+
+def test_context_from_a_plan():
+    g = build_geometry(1344, 768, seconds=10)
+    p = plan(ModelProfile.preset("h3-int8"), DeviceProfile.card(16), g, attention_resolver=default_attention_path)
+    ctx = OOMContext.from_plan(p)
+    assert (ctx.seq_len, ctx.memory_mode, ctx.heads, ctx.chunks) == (g.seq_len, "normal", 56, p.chunks)
+    assert ctx.late_block_guard_target_mb == p.guards.late_block_guard_target_mb
+    assert pressure_point("attention", READ, ctx)[0] == "memory_mode"
+
+
+def test_default_reader_on_this_machine():
+    r = torch_memory_reader()()
+    if not torch.cuda.is_available():
+        assert r.gpu_total_bytes is None and r.torch_allocated_bytes is None and r.idle_reserved_bytes is None
+    assert r.to_dict() if hasattr(r, "to_dict") else True
