@@ -52,6 +52,7 @@ class PlanRequest:
     late_block_guard_start: int | None = None
     late_block_guard_target_mb: int | None = None
     step_boundary_cleanup_mb: int | None = None
+    sol: Any = None  # longmedia.attention.schedule.SolSettings for sol / scheduled_sol; None = its defaults
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
