@@ -30,28 +30,31 @@ ATTENTION_HELP = ("auto (recommended): the fastest exact attention that fits; So
 
 
 def memory_inputs() -> list:
-    """memory_mode, attention_mode, the Sol schedule and the ten manual VRAM controls (-1 = auto)."""
+    """memory_mode, attention_mode, the Sol schedule and the ten manual VRAM controls (-1 = auto).
+
+    The advanced ones are optional so API prompts may leave them out: a missing value means its default.
+    """
     inputs = [
         io.Combo.Input("memory_mode", options=list(PLAN_TYPES.MEMORY_MODES), default="auto", tooltip=MEMORY_HELP),
         io.Combo.Input("attention_mode", options=list(PLAN_TYPES.ATTENTION_MODES), default="auto",
                        tooltip=ATTENTION_HELP),
-        io.Float.Input("sol_tau_start", default=1.3, min=-100.0, max=10.0, step=0.05, advanced=True,
+        io.Float.Input("sol_tau_start", default=1.3, min=-100.0, max=10.0, step=0.05, advanced=True, optional=True,
                        tooltip="Sol threshold at the start (sol uses only this). Lower keeps more key blocks exact; "
                                "-100 is exact dense attention."),
-        io.Float.Input("sol_tau_end", default=0.8, min=-100.0, max=10.0, step=0.05, advanced=True,
+        io.Float.Input("sol_tau_end", default=0.8, min=-100.0, max=10.0, step=0.05, advanced=True, optional=True,
                        tooltip="Sol threshold at the end of the schedule (scheduled_sol)."),
         io.Combo.Input("sol_curve", options=["linear", "cosine", "sqrt", "smoothstep", "exponential", "step"],
-                       default="cosine", advanced=True, tooltip="How tau moves from start to end over sigma progress."),
-        io.Int.Input("sol_min_tokens", default=16384, min=0, max=1 << 22, advanced=True,
+                       default="cosine", advanced=True, optional=True, tooltip="How tau moves from start to end over sigma progress."),
+        io.Int.Input("sol_min_tokens", default=16384, min=0, max=1 << 22, advanced=True, optional=True,
                      tooltip="Sequences shorter than this run exact attention (Sol gains little there)."),
-        io.Float.Input("sol_dense_percent", default=0.2, min=0.0, max=1.0, step=0.05, advanced=True,
+        io.Float.Input("sol_dense_percent", default=0.2, min=0.0, max=1.0, step=0.05, advanced=True, optional=True,
                        tooltip="Leading fraction of the schedule that runs exact (scheduled_sol)."),
         io.Combo.Input("sol_sink_conditioning", options=["exact_kv", "exact_kv_and_rows", "off"], default="exact_kv",
-                       advanced=True, tooltip="exact_kv: text/conditioning/reference/audio keys always exact; "
+                       advanced=True, optional=True, tooltip="exact_kv: text/conditioning/reference/audio keys always exact; "
                                               "exact_kv_and_rows: their query rows too; off: route them like video."),
     ]
     for name, low, high, zero_ok, fix in PLAN_TYPES.MANUAL_CONTROLS:
-        inputs.append(io.Int.Input(name, default=AUTO, min=AUTO, max=high, advanced=True,
+        inputs.append(io.Int.Input(name, default=AUTO, min=AUTO, max=high, advanced=True, optional=True,
                                    tooltip=f"{MANUAL_HELP.get(name, name)} -1 = auto (the planner decides). "
                                            + ("0 = stock path for that stage. " if zero_ok else "") + fix))
     return inputs

@@ -40,4 +40,4 @@ class LongMediaSampler(io.ComfyNode):
         result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
         report = result.report
         return io.NodeOutput(result.output, result.denoised, report.to_json(),
-                             ui={"longmedia_report": [report.to_dict()["plan"] | {"summary": report.summary_lines()}]})
+                             ui={"longmedia_report": [report.to_dict() | {"summary": report.summary_lines()}]})
