@@ -130,13 +130,15 @@ def check_sol_args(q: torch.Tensor, k: torch.Tensor, tau: float, q_offset: int, 
     tau = float(tau)
     if tau != tau or abs(tau) == float("inf"):
         raise AttentionArgumentError(f"tau must be finite (1.0 typical, -100 = dense), got {tau!r}")
-    if not isinstance(q_offset, int) or q_offset < 0:
+    if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
         raise AttentionArgumentError(f"q_offset must be an integer >= 0 (packed index of q's first row), got {q_offset!r}")
     if summaries is not None and (summaries.block != block or summaries.seq_len != k.shape[2]
-                                  or tuple(summaries.key_means.shape[:2]) != tuple(k.shape[:2])):
+                                  or tuple(summaries.key_means.shape[:2]) != tuple(k.shape[:2])
+                                  or summaries.key_means.device != k.device):
         raise AttentionArgumentError(
             f"summaries were made for block {summaries.block}, seq_len {summaries.seq_len}, "
-            f"shape {tuple(summaries.key_means.shape)}; this call has block {block} and k {tuple(k.shape)}: "
+            f"shape {tuple(summaries.key_means.shape)} on {summaries.key_means.device}; this call has block {block} "
+            f"and k {tuple(k.shape)} on {k.device}: "
             "recompute them with sol_key_summaries(k, v, block=block)")
     return _check_ranges("sink_ranges", sink_ranges), _check_ranges("exact_query_ranges", exact_query_ranges)
 
