@@ -28,7 +28,8 @@ from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs 
 
 CONFIGS = {
     "streamed 4k": ChunkSizes(4096, 0, 4096),
-    "streamed 8k": ChunkSizes(8192, 0, 8192),
+    "grouped 28h": ChunkSizes(4096, 0, 4096, 28),
+    "grouped 14h": ChunkSizes(4096, 0, 4096, 14),
     "grouped 8h": ChunkSizes(4096, 2048, 2048, 8),
 }
 
