@@ -64,25 +64,34 @@ def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> Pinnin
                            "weights stream from pageable RAM")
 
 
+GUARD_MARGIN_MB = 256   # cuBLAS workspaces and small allocations made outside torch's cache
+
+
 def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile, mem: MemoryBreakdown,
                 g: Geometry) -> GuardThresholds:
-    """Guard thresholds from the plan's own numbers; each manual value replaces its one field."""
-    x_bytes = g.seq_len * model.dims.hidden * model.compute_dtype_bytes
-    block_need = mem.block_activation_bytes - x_bytes + mem.workspace_bytes + model.block_weight_bytes
-    final_need = max(0, mem.final_bytes - mem.held_outside_bytes - x_bytes)
+    """Guard thresholds from the plan's own numbers; each manual value replaces its one field.
+
+    The guards read the driver's free VRAM, outside torch's cache (execution/guards.py): activations
+    reuse that cache from block to block, so the thresholds cover what is allocated beside it: the next
+    block's weights when weights stream, and a small margin; the late-block target adds what the stock
+    final layer needs beyond a block stage.
+    """
+    streams = mem.streamed_weight_bytes > 0
+    inter = (mib(model.block_weight_bytes) if streams else 0) + GUARD_MARGIN_MB
+    final_extra = max(0, mem.final_bytes - mem.blocks_stage_bytes)
     last = model.dims.num_blocks - 1
-    late_start = max(0, last - 1) if mem.final_bytes > mem.blocks_stage_bytes else last
     vram = device.vram_total_bytes
     cleanup = 256 if vram <= 8.5 * GIB else 512 if vram <= 18.5 * GIB else 1024
-    auto = GuardThresholds(inter_block_vram_guard_mb=mib(block_need), inter_block_guard_cooldown_blocks=2,
-                           inter_block_guard_emergency_mb=max(256, mib(block_need) // 4),
-                           late_block_guard_start=late_start, late_block_guard_target_mb=mib(final_need),
+    auto = GuardThresholds(inter_block_vram_guard_mb=inter, inter_block_guard_cooldown_blocks=2,
+                           inter_block_guard_emergency_mb=max(GUARD_MARGIN_MB // 2, inter // 2),
+                           late_block_guard_start=max(0, last - 1) if final_extra else last,
+                           late_block_guard_target_mb=mib(final_extra) + GUARD_MARGIN_MB,
                            step_boundary_cleanup_mb=cleanup)
     return replace(auto, **{k: getattr(request, k) for k in auto.__dataclass_fields__ if getattr(request, k) is not None})
 
 
-def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresholds, auto_reserve_bytes: int,
-                    model: ModelProfile) -> list[str]:
+def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresholds, auto: GuardThresholds,
+                    auto_reserve_bytes: int) -> list[str]:
     """Plain-language flags for manual values that put the job at risk; the values themselves are kept."""
     out = []
     chunk_fields = [f for f in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens")
@@ -96,22 +105,23 @@ def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresh
     if r is not None and r * MIB < auto_reserve_bytes // 2:
         out.append(f"risky: vram_activation_reserve_mb={r} is under half the auto {mib(auto_reserve_bytes)} MB: "
                    "fragmentation or another app can push the job into an OOM")
-    auto_need = mib(cand.memory.block_activation_bytes + cand.memory.workspace_bytes)
-    if request.inter_block_vram_guard_mb is not None and guards.inter_block_vram_guard_mb == 0:
+    if request.inter_block_vram_guard_mb == 0:
         out.append("inter_block_vram_guard_mb=0 turns the inter-block guard off")
+    elif request.inter_block_vram_guard_mb is not None and \
+            guards.inter_block_vram_guard_mb < auto.inter_block_vram_guard_mb // 2:
+        out.append(f"risky: inter_block_vram_guard_mb={guards.inter_block_vram_guard_mb} is under half the auto "
+                   f"{auto.inter_block_vram_guard_mb} MB (the next block's weights and a margin): the guard may "
+                   "not act before an OOM")
     if request.inter_block_guard_cooldown_blocks == 0:
-        out.append("risky: inter_block_guard_cooldown_blocks=0 lets the guard clean up before every block (slow)")
+        out.append("risky: inter_block_guard_cooldown_blocks=0 lets the guard clean up after every block (slow)")
     if request.inter_block_guard_emergency_mb is not None and \
             guards.inter_block_guard_emergency_mb > guards.inter_block_vram_guard_mb:
         out.append("inter_block_guard_emergency_mb is above inter_block_vram_guard_mb: every guard event is an "
                    "emergency")
-    if request.late_block_guard_target_mb is not None and cand.memory.final_bytes > cand.memory.blocks_stage_bytes \
-            and guards.late_block_guard_target_mb * MIB < cand.memory.final_bytes - cand.memory.blocks_stage_bytes:
-        out.append(f"risky: late_block_guard_target_mb={guards.late_block_guard_target_mb} is below what the final "
-                   f"layer needs beyond a block ({mib(cand.memory.final_bytes - cand.memory.blocks_stage_bytes)} MB)")
-    if request.inter_block_vram_guard_mb is not None and 0 < guards.inter_block_vram_guard_mb < auto_need // 2:
-        out.append(f"risky: inter_block_vram_guard_mb={guards.inter_block_vram_guard_mb} is far below a block's "
-                   f"predicted need ({auto_need} MB): the guard will not act before an OOM")
+    if request.late_block_guard_target_mb is not None and \
+            guards.late_block_guard_target_mb < auto.late_block_guard_target_mb // 2:
+        out.append(f"risky: late_block_guard_target_mb={guards.late_block_guard_target_mb} is under half the auto "
+                   f"{auto.late_block_guard_target_mb} MB the stock final layer needs beyond a block")
     return out
 
 

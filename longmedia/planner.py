@@ -246,7 +246,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
         reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from RAM on every model call")
     reasons.extend(f"attention: {r}" for r in attention.reasons)
     guards = auto_guards(request, model, device, mem, geometry)
-    warnings = manual_warnings(request, cand, p.usable, guards, auto_reserve(device), model)
+    warnings = manual_warnings(request, cand, p.usable, guards, auto_guards(PlanRequest(), model, device, mem, geometry),
+                               auto_reserve(device))
     suggestion = segment_suggestion(model, device, geometry, cand,
                                     lambda g2: _fits_any(model, device, g2, request, reserve, pref))
     if suggestion is not None:
