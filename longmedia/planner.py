@@ -177,13 +177,14 @@ def _describe_chunks(c: ChunkSizes, heads: int) -> str:
     return "; ".join(parts)
 
 
-def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request: PlanRequest = PlanRequest(), *,
+def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request: PlanRequest | None = None, *,
          attention_resolver=resolve_attention_path) -> ExecutionPlan:
     """The execution plan of one H3 pass; raises LongMediaInputError before any GPU work on bad input.
 
     attention_resolver(request, geometry, model, device, chunks, budget_bytes) -> AttentionPath: the
     dispatcher by default; the CLI passes `attention_path.default_attention_path` to stay torch-free.
     """
+    request = PlanRequest() if request is None else request
     _validate(model, device, geometry, request)
     reserve_mb = request.vram_activation_reserve_mb
     reserve = reserve_mb * 2 ** 20 if reserve_mb is not None else auto_reserve(device)
@@ -203,7 +204,6 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
             pref, pref_reason = False, (f"block prefetch off: a second block ({gib(model.block_weight_bytes)}) "
                                         f"does not fit beside {cand.mode}'s activations")
 
-    heads = cand.chunks.group_heads(model.dims.heads)
     attn_budget = p.usable - p.fixed - geometry.seq_len * model.dims.hidden * model.compute_dtype_bytes
     attention: AttentionPath = attention_resolver(request, geometry, model, device, cand.chunks, max(0, attn_budget))
     chunks = cand.chunks
@@ -248,8 +248,15 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     guards = auto_guards(request, model, device, mem, geometry)
     warnings = manual_warnings(request, cand, p.usable, guards, auto_guards(PlanRequest(), model, device, mem, geometry),
                                auto_reserve(device))
+    if attention.query_chunk_tokens and not chunks.streams_attention:
+        warnings.append(f"the attention backend ({attention.backend}) needs query chunks of "
+                        f"{attention.query_chunk_tokens} rows to fit, but this plan runs stock attention: use "
+                        "memory_mode=low_vram or set sol_qkv_chunk_tokens")
+    if attention.working_bytes > max(0, attn_budget) and attention.source == "dispatcher":
+        warnings.append(f"the attention backend's working set ({gib(attention.working_bytes)}) is over the "
+                        f"{gib(max(0, attn_budget))} the plan leaves for attention")
     suggestion = segment_suggestion(model, device, geometry, cand,
-                                    lambda g2: _fits_any(model, device, g2, request, reserve, pref))
+                                    lambda g2: _fits_any(model, device, g2, request, reserve))
     if suggestion is not None:
         reasons.append(suggestion.why)
     reasons.extend(f"reference budget: {note}" for r in g.references for note in r.capped)
@@ -260,8 +267,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                          reasons=tuple(reasons), segment_suggestion=suggestion)
 
 
-def _fits_any(model: ModelProfile, device: DeviceProfile, g: Geometry, request: PlanRequest, reserve: int,
-              prefetch: bool) -> str | None:
-    """The least constrained mode in which geometry `g` fits (None = none)."""
-    p = _Pass(model, device, g, replace(request, memory_mode="auto"), reserve, prefetch)
+def _fits_any(model: ModelProfile, device: DeviceProfile, g: Geometry, request: PlanRequest,
+              reserve: int) -> str | None:
+    """The least constrained mode in which geometry `g` fits (None = none), one block of weights resident."""
+    p = _Pass(model, device, g, replace(request, memory_mode="auto"), reserve, False)
     return next((m for m in MODE_ORDER if evaluate_mode(p, m).fits), None)

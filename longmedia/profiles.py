@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from . import checkpoint_scan as scan
 from .dims import H3_FULL, H3Dims
-from .input_errors import LongMediaInputError, check_choice, check_float
+from .input_errors import check_choice, check_float
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -21,7 +21,7 @@ RES = {"720p": (1280, 720), "1080p": (1920, 1080)}
 RANK = {"normal": 0, "low_vram": 1, "ultra_low_vram": 2, "none": 3}
 
 
-def _plan(vram, quant="int8", w=1344, h=768, seconds=10.0, ram=64, request=PlanRequest(), **geo):
+def _plan(vram, quant="int8", w=1344, h=768, seconds=10.0, ram=64, request=None, **geo):
     g = build_geometry(w, h, seconds=seconds, **geo)
     return plan(MODELS[quant], DeviceProfile.card(vram, ram), g, request, attention_resolver=default_attention_path)
 
