@@ -80,7 +80,7 @@ def _qstream_fwd(Q, K, V, KS, VS, O,
                  stride_ob, stride_oh, stride_om, stride_od,
                  heads, sq, skv, qk_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 KV_INT8: tl.constexpr, IEEE: tl.constexpr):
+                 KV_INT8: tl.constexpr, IEEE: tl.constexpr, WHILE_LOOPS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // heads).to(tl.int64)
@@ -99,10 +99,18 @@ def _qstream_fwd(Q, K, V, KS, VS, O,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     n_full = (skv // BLOCK_N) * BLOCK_N
-    for start_n in range(0, n_full, BLOCK_N):
-        acc, l_i, m_i = _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, skv,
-                                     stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
-                                     HEAD_DIM, BLOCK_N, KV_INT8, False, IEEE)
+    if WHILE_LOOPS:  # interpreter: see `while_loops`
+        start_n = 0
+        while start_n < n_full:
+            acc, l_i, m_i = _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, skv,
+                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
+                                         HEAD_DIM, BLOCK_N, KV_INT8, False, IEEE)
+            start_n += BLOCK_N
+    else:
+        for start_n in range(0, n_full, BLOCK_N):
+            acc, l_i, m_i = _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, skv,
+                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
+                                         HEAD_DIM, BLOCK_N, KV_INT8, False, IEEE)
     if n_full < skv:
         acc, l_i, m_i = _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, n_full, skv,
                                      stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
@@ -125,6 +133,15 @@ _qstream_fwd_tuned = _autotuned()
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1 (CPU tensors run through Triton's interpreter)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def while_loops() -> bool:
+    """Loops with runtime bounds as `while` (interpreter only; compiled code keeps pipelined `for` loops).
+
+    Triton 3.6's interpreter turns `range(bound)` into `int(1-element array)`, which NumPy >= 2.4 rejects;
+    a `while` condition only needs `bool()`, which works with every NumPy.
+    """
+    return interpreting()
 
 
 def qstream_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_scale: torch.Tensor | None = None,
@@ -152,9 +169,10 @@ def qstream_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_sc
         config = INTERPRETER_QSTREAM
     if config is None:
         grid = lambda meta: (triton.cdiv(sq, meta["BLOCK_M"]), b * h)  # noqa: E731
-        _qstream_fwd_tuned[grid](*args, HEAD_DIM=d, KV_INT8=kv_int8, IEEE=ieee)
+        _qstream_fwd_tuned[grid](*args, HEAD_DIM=d, KV_INT8=kv_int8, IEEE=ieee, WHILE_LOOPS=False)
     else:
         grid = (triton.cdiv(sq, config.block_m), b * h)
         _qstream_fwd[grid](*args, HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, KV_INT8=kv_int8,
-                           IEEE=ieee, num_warps=config.num_warps, num_stages=config.num_stages)
+                           IEEE=ieee, WHILE_LOOPS=while_loops(), num_warps=config.num_warps,
+                           num_stages=config.num_stages)
     return out

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from .launch import HOPPER_SOL, AttentionArgumentError, INTERPRETER_SOL, LaunchConfig, check_out, check_qkv, empty_output
-from .qstream_attention import LOG2E, interpreting
+from .qstream_attention import LOG2E, interpreting, while_loops
 from .qstream_reference import default_sm_scale
 from .sol_reference import (SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_sol_args, query_block_span,
                             sol_key_summaries)
@@ -48,7 +48,7 @@ def _chan_merge(count, mean, m2, vals, valid, group_n):
 
 
 @triton.jit
-def _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE: tl.constexpr):
+def _summary_scores(q, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE: tl.constexpr):
     kc = tl.load(kc_base + offs_g[None, :].to(tl.int64) * stride_kcn + offs_d[:, None] * stride_kcd,
                  mask=valid_g[None, :], other=0.0)
     if IEEE:
@@ -56,6 +56,100 @@ def _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_
     else:
         s = tl.dot(q, kc.to(q.dtype))
     return s * qk_scale
+
+
+@triton.jit
+def _stats_step(g0, q, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd, qk_scale, in0, in1, n0, n1,
+                count, mean0, m2_0, mean1, m2_1, QB: tl.constexpr, IEEE: tl.constexpr):
+    """Pass 1 over one group of key blocks: merge its proxies into each half's running mean / M2."""
+    offs_g = g0 + offs_gr
+    valid_g = offs_g < nk
+    group_n = tl.sum(valid_g.to(tl.float32), axis=0)
+    s = _summary_scores(q, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
+    mean0, m2_0 = _chan_merge(count, mean0, m2_0, _half_proxy(s, in0, n0), valid_g, group_n)
+    if QB == 2:
+        mean1, m2_1 = _chan_merge(count, mean1, m2_1, _half_proxy(s, in1, n1), valid_g, group_n)
+    return count + group_n, mean0, m2_0, mean1, m2_1
+
+
+@triton.jit
+def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk,
+                stride_kcn, stride_kcd, stride_vcn, stride_vcd, qk_scale, in0, in1, n0, n1, thr0, thr1,
+                gqb0, qf0, qf1, live0, live1, acc, l_i, m_i, n_list, ex0, ex1,
+                QB: tl.constexpr, IEEE: tl.constexpr):
+    """Pass 2 over one group: route each block, fold the approximate ones in, append the exact ones."""
+    offs_g = g0 + offs_gr
+    valid_g = offs_g < nk
+    s = _summary_scores(q, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
+    sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
+    e0 = (_half_proxy(s, in0, n0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
+    e0 = e0 & valid_g & live0
+    if QB == 2:
+        e1 = (_half_proxy(s, in1, n1) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
+        e1 = e1 & valid_g & live1
+        apx = valid_g[None, :] & tl.where(half[:, None] == 0, (~e0)[None, :], (~e1)[None, :])
+        union = e0 | e1
+        code = offs_g * 4 + e0.to(tl.int32) + 2 * e1.to(tl.int32)
+        ex1 += tl.sum(e1.to(tl.int32), axis=0)
+    else:
+        apx = valid_g[None, :] & (~e0)[None, :]
+        union = e0
+        code = offs_g * 4 + e0.to(tl.int32)
+    ex0 += tl.sum(e0.to(tl.int32), axis=0)
+    s = tl.where(apx, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    cnt = tl.load(CNT + offs_g, mask=valid_g, other=0.0)
+    l_i = l_i * alpha + tl.sum(p * cnt[None, :], axis=1)
+    vc = tl.load(vc_base + offs_g[:, None].to(tl.int64) * stride_vcn + offs_d[None, :] * stride_vcd,
+                 mask=valid_g[:, None], other=0.0)
+    if IEEE:
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype), input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype))
+    pos = n_list + tl.cumsum(union.to(tl.int32), axis=0) - 1
+    tl.store(list_base + pos, code, mask=union)
+    return acc, l_i, m_new, n_list + tl.sum(union.to(tl.int32), axis=0), ex0, ex1
+
+
+@triton.jit
+def _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+                stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale, acc, l_i, m_i,
+                BLOCK_M: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, KV_INT8: tl.constexpr,
+                IEEE: tl.constexpr):
+    """Pass 3, one listed key block: real keys, rows of a half that did not pick it masked out."""
+    code = tl.load(list_base + i)
+    keys = (code >> 2) * BLK + offs_n
+    valid_n = keys < skv
+    keys64 = keys.to(tl.int64)
+    kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd, mask=valid_n[None, :], other=0.0)
+    if IEEE:
+        s = tl.dot(q, kt.to(q.dtype), input_precision="ieee")
+    else:
+        s = tl.dot(q, kt.to(q.dtype))
+    if KV_INT8:
+        k_sc = tl.load(ks_base + keys64 * stride_ksn, mask=valid_n, other=0.0)
+        s = s * (k_sc * qk_scale)[None, :]
+    else:
+        s = s * qk_scale
+    if QB == 2:
+        want = tl.where(half == 0, (code & 1) != 0, (code & 2) != 0)
+    else:
+        want = tl.full([BLOCK_M], 1, tl.int1)
+    s = tl.where(want[:, None] & valid_n[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=valid_n[:, None], other=0.0)
+    if KV_INT8:
+        p = p * tl.load(vs_base + keys64 * stride_vsn, mask=valid_n, other=0.0)[None, :]
+    if IEEE:
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype), input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype))
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -71,7 +165,7 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
              stride_ob, stride_oh, stride_om, stride_od,
              heads, sq, skv, nk, nq, row0, first_block, qk_scale, tau, var_eps,
              HEAD_DIM: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, GROUP: tl.constexpr,
-             KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr):
+             KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr, WHILE_LOOPS: tl.constexpr):
     BLOCK_M: tl.constexpr = QB * BLK
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -111,15 +205,18 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     m2_0 = tl.zeros([], dtype=tl.float32)
     mean1 = tl.zeros([], dtype=tl.float32)
     m2_1 = tl.zeros([], dtype=tl.float32)
-    for g0 in range(0, nk, GROUP):
-        offs_g = g0 + offs_gr
-        valid_g = offs_g < nk
-        group_n = tl.sum(valid_g.to(tl.float32), axis=0)
-        s = _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
-        mean0, m2_0 = _chan_merge(count, mean0, m2_0, _half_proxy(s, in0, n0), valid_g, group_n)
-        if QB == 2:
-            mean1, m2_1 = _chan_merge(count, mean1, m2_1, _half_proxy(s, in1, n1), valid_g, group_n)
-        count += group_n
+    if WHILE_LOOPS:  # interpreter: see qstream_attention.while_loops
+        g0 = 0
+        while g0 < nk:
+            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, q, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
+                                                          qk_scale, in0, in1, n0, n1, count, mean0, m2_0, mean1,
+                                                          m2_1, QB, IEEE)
+            g0 += GROUP
+    else:
+        for g0 in range(0, nk, GROUP):
+            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, q, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
+                                                          qk_scale, in0, in1, n0, n1, count, mean0, m2_0, mean1,
+                                                          m2_1, QB, IEEE)
     thr0 = mean0 + tau * tl.sqrt(m2_0 / count + var_eps)
     thr1 = mean1 + tau * tl.sqrt(m2_1 / count + var_eps)
 
@@ -131,41 +228,20 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     n_list = tl.zeros([], dtype=tl.int32)
     ex0 = tl.zeros([], dtype=tl.int32)
     ex1 = tl.zeros([], dtype=tl.int32)
-    for g0 in range(0, nk, GROUP):
-        offs_g = g0 + offs_gr
-        valid_g = offs_g < nk
-        s = _summary_scores(q, KC, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
-        sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
-        e0 = (_half_proxy(s, in0, n0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
-        e0 = e0 & valid_g & live0
-        if QB == 2:
-            e1 = (_half_proxy(s, in1, n1) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
-            e1 = e1 & valid_g & live1
-            apx = valid_g[None, :] & tl.where(half[:, None] == 0, (~e0)[None, :], (~e1)[None, :])
-            union = e0 | e1
-            code = offs_g * 4 + e0.to(tl.int32) + 2 * e1.to(tl.int32)
-            ex1 += tl.sum(e1.to(tl.int32), axis=0)
-        else:
-            apx = valid_g[None, :] & (~e0)[None, :]
-            union = e0
-            code = offs_g * 4 + e0.to(tl.int32)
-        ex0 += tl.sum(e0.to(tl.int32), axis=0)
-        s = tl.where(apx, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
-        cnt = tl.load(CNT + offs_g, mask=valid_g, other=0.0)
-        l_i = l_i * alpha + tl.sum(p * cnt[None, :], axis=1)
-        vc = tl.load(vc_base + offs_g[:, None].to(tl.int64) * stride_vcn + offs_d[None, :] * stride_vcd,
-                     mask=valid_g[:, None], other=0.0)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype), input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype))
-        m_i = m_new
-        pos = n_list + tl.cumsum(union.to(tl.int32), axis=0) - 1
-        tl.store(list_base + pos, code, mask=union)
-        n_list += tl.sum(union.to(tl.int32), axis=0)
+    if WHILE_LOOPS:
+        g0 = 0
+        while g0 < nk:
+            acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
+                g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
+                stride_vcn, stride_vcd, qk_scale, in0, in1, n0, n1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
+            g0 += GROUP
+    else:
+        for g0 in range(0, nk, GROUP):
+            acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
+                g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
+                stride_vcn, stride_vcd, qk_scale, in0, in1, n0, n1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
     tl.debug_barrier()  # the list written above is read by other threads of this program below
 
     # pass 3: exact key blocks
@@ -173,40 +249,18 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     v_base = V + b * stride_vb + h * stride_vh
     ks_base = KS + b * stride_ksb + h * stride_ksh
     vs_base = VS + b * stride_vsb + h * stride_vsh
-    for i in range(n_list):
-        code = tl.load(list_base + i)
-        keys = (code >> 2) * BLK + offs_n
-        valid_n = keys < skv
-        keys64 = keys.to(tl.int64)
-        kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd,
-                     mask=valid_n[None, :], other=0.0)
-        if IEEE:
-            s = tl.dot(q, kt.to(q.dtype), input_precision="ieee")
-        else:
-            s = tl.dot(q, kt.to(q.dtype))
-        if KV_INT8:
-            k_sc = tl.load(ks_base + keys64 * stride_ksn, mask=valid_n, other=0.0)
-            s = s * (k_sc * qk_scale)[None, :]
-        else:
-            s = s * qk_scale
-        if QB == 2:
-            want = tl.where(half == 0, (code & 1) != 0, (code & 2) != 0)
-        else:
-            want = tl.full([BLOCK_M], 1, tl.int1)
-        s = tl.where(want[:, None] & valid_n[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                     mask=valid_n[:, None], other=0.0)
-        if KV_INT8:
-            p = p * tl.load(vs_base + keys64 * stride_vsn, mask=valid_n, other=0.0)[None, :]
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype), input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype))
-        m_i = m_new
+    if WHILE_LOOPS:
+        i = 0
+        while i < n_list:
+            acc, l_i, m_i = _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+                                        stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
+                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE)
+            i += 1
+    else:
+        for i in range(n_list):
+            acc, l_i, m_i = _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+                                        stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
+                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE)
 
     acc = acc / l_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + rows[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_od,
@@ -242,13 +296,13 @@ def _launch(q, k, v, ks, vs, summ, cnt, kflag, qflag, stats, out, lst, *, q_offs
     flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats)
     if config is None:
         grid = lambda meta: (triton.cdiv(nq, meta["QB"]), b * h)  # noqa: E731
-        _sol_fwd_tuned[grid](*args, **flags)
+        _sol_fwd_tuned[grid](*args, WHILE_LOOPS=False, **flags)
     else:
         qb = max(1, config.block_m // blk)
         if qb not in (1, 2):
             raise AttentionArgumentError(f"Sol config.block_m must be 1 or 2 Sol blocks ({blk} or {2 * blk}), got {config.block_m}")
-        _sol_fwd[(triton.cdiv(nq, qb), b * h)](*args, QB=qb, GROUP=config.group, num_warps=config.num_warps,
-                                               num_stages=config.num_stages, **flags)
+        _sol_fwd[(triton.cdiv(nq, qb), b * h)](*args, QB=qb, GROUP=config.group, WHILE_LOOPS=while_loops(),
+                                               num_warps=config.num_warps, num_stages=config.num_stages, **flags)
 
 
 def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: float, q_offset: int = 0,
