@@ -73,41 +73,58 @@ HOPPER_SOL = (
 """Autotune set of the Sol kernel on CUDA (block_n is ignored: Sol steps one Sol block)."""
 
 
-def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> bool:
-    """Validate shapes, dtypes and scales; return whether K/V are int8."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
+def check_kv(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
+             dtype: torch.dtype | None = None) -> bool:
+    """Validate K/V (float of `dtype`, or int8 with fp32 [B, H, S] scales); return whether they are int8."""
+    for name, t in (("k", k), ("v", v)):
         if t.dim() != 4:
             raise AttentionArgumentError(
                 f"{name} must be 4-D [batch, heads, seq, head_dim], got shape {tuple(t.shape)}; add the batch dim")
-    if q.dtype not in FLOAT_DTYPES:
-        raise AttentionArgumentError(f"q dtype must be one of {FLOAT_DTYPES}, got {q.dtype}; cast q first")
-    b, h, _, d = q.shape
-    if d not in HEAD_DIMS:
-        raise AttentionArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {d}; pad or reshape the heads")
-    if k.shape != v.shape or k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+    if k.shape != v.shape or k.shape[3] not in HEAD_DIMS:
         raise AttentionArgumentError(
-            f"k and v must both be [{b}, {h}, seq, {d}] to match q {tuple(q.shape)}, "
+            f"k and v must be equal [batch, heads, seq, head_dim] with head_dim in {HEAD_DIMS}, "
             f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
     if k.shape[2] < 1:
         raise AttentionArgumentError("k/v sequence length must be >= 1, got 0; there is nothing to attend to")
-    if not (q.device == k.device == v.device):
-        raise AttentionArgumentError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
+    if k.device != v.device:
+        raise AttentionArgumentError(f"k and v must share a device, got {k.device} and {v.device}")
     int8 = k.dtype == torch.int8
     if int8 != (v.dtype == torch.int8):
         raise AttentionArgumentError(f"k and v must both be int8 or both be float, got {k.dtype} and {v.dtype}")
     if int8:
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if s is None or tuple(s.shape) != tuple(k.shape[:3]) or s.dtype != torch.float32:
-                got = None if s is None else (tuple(s.shape), s.dtype)
+            if s is None or tuple(s.shape) != tuple(k.shape[:3]) or s.dtype != torch.float32 or s.device != k.device:
+                got = None if s is None else (tuple(s.shape), s.dtype, str(s.device))
                 raise AttentionArgumentError(
-                    f"int8 K/V need {name} as float32 [{b}, {h}, {k.shape[2]}] (see quantize_kv_int8), got {got}")
-    else:
-        if k.dtype != q.dtype or v.dtype != q.dtype:
-            raise AttentionArgumentError(
-                f"float k/v must have q's dtype {q.dtype} (or be int8 with scales), got {k.dtype}, {v.dtype}")
-        if k_scale is not None or v_scale is not None:
-            raise AttentionArgumentError("k_scale/v_scale are only for int8 K/V; drop them for float K/V")
+                    f"int8 K/V need {name} as float32 {list(k.shape[:3])} on {k.device} (see quantize_kv_int8), "
+                    f"got {got}")
+        return True
+    if k_scale is not None or v_scale is not None:
+        raise AttentionArgumentError("k_scale/v_scale are only for int8 K/V; drop them for float K/V")
+    want = dtype or k.dtype
+    if k.dtype not in FLOAT_DTYPES or k.dtype != want or v.dtype != want:
+        raise AttentionArgumentError(
+            f"float k/v must both be {want} (q's dtype; or int8 with scales), got {k.dtype}, {v.dtype}")
+    return False
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> bool:
+    """Validate shapes, dtypes and scales; return whether K/V are int8."""
+    if q.dim() != 4:
+        raise AttentionArgumentError(
+            f"q must be 4-D [batch, heads, seq, head_dim], got shape {tuple(q.shape)}; add the batch dim")
+    if q.dtype not in FLOAT_DTYPES:
+        raise AttentionArgumentError(f"q dtype must be one of {FLOAT_DTYPES}, got {q.dtype}; cast q first")
+    b, h, _, d = q.shape
+    if d not in HEAD_DIMS:
+        raise AttentionArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {d}; pad or reshape the heads")
+    int8 = check_kv(k, v, k_scale, v_scale, q.dtype)
+    if k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+        raise AttentionArgumentError(
+            f"k and v must be [{b}, {h}, seq, {d}] to match q {tuple(q.shape)}, got {tuple(k.shape)}")
+    if q.device != k.device:
+        raise AttentionArgumentError(f"q and k/v must share a device, got {q.device} and {k.device}")
     return int8
 
 

@@ -19,14 +19,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import HOPPER_SOL, AttentionArgumentError, INTERPRETER_SOL, LaunchConfig, check_out, check_qkv, empty_output
+from .launch import (HOPPER_SOL, INTERPRETER_SOL, AttentionArgumentError, LaunchConfig, check_kv, check_out, check_qkv,
+                     empty_output)
 from .qstream_attention import LOG2E, interpreting, while_loops
 from .qstream_reference import default_sm_scale
-from .sol_reference import (SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_sol_args, query_block_span,
-                            sol_key_summaries)
-
-LIST_BUDGET_BYTES = 128 << 20
-"""Largest exact-block list one launch may use; longer query ranges are split into block-aligned launches."""
+from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_block,
+                            check_sol_args, query_block_span)
+from .sol_reference import sol_key_summaries as torch_key_summaries
 
 __all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
 
@@ -270,6 +269,50 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
         tl.store(s_base + lqb0 * stride_sq, ex0, mask=n0 > 0)
         if QB == 2:
             tl.store(s_base + (lqb0 + 1) * stride_sq, ex1, mask=n1 > 0)
+
+
+@triton.jit
+def _summaries_fwd(K, V, KS, VS, KC, VC, stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn,
+                   stride_vd, stride_ksb, stride_ksh, stride_ksn, stride_vsb, stride_vsh, stride_vsn,
+                   stride_cb, stride_ch, stride_cn, heads, skv,
+                   HEAD_DIM: tl.constexpr, BLK: tl.constexpr, KV_INT8: tl.constexpr):
+    """One key block of one head: mean key and summed value, fp32 math."""
+    j = tl.program_id(0)
+    b = (tl.program_id(1) // heads).to(tl.int64)
+    h = (tl.program_id(1) % heads).to(tl.int64)
+    keys = j * BLK + tl.arange(0, BLK)
+    valid = keys < skv
+    rows = keys.to(tl.int64)[:, None]
+    offs_d = tl.arange(0, HEAD_DIM)[None, :]
+    kk = tl.load(K + b * stride_kb + h * stride_kh + rows * stride_kn + offs_d * stride_kd, mask=valid[:, None],
+                 other=0.0).to(tl.float32)
+    vv = tl.load(V + b * stride_vb + h * stride_vh + rows * stride_vn + offs_d * stride_vd, mask=valid[:, None],
+                 other=0.0).to(tl.float32)
+    if KV_INT8:
+        kk = kk * tl.load(KS + b * stride_ksb + h * stride_ksh + rows * stride_ksn, mask=valid[:, None], other=0.0)
+        vv = vv * tl.load(VS + b * stride_vsb + h * stride_vsh + rows * stride_vsn, mask=valid[:, None], other=0.0)
+    count = tl.sum(valid.to(tl.float32), axis=0)
+    out = b * stride_cb + h * stride_ch + j * stride_cn + offs_d
+    tl.store(KC + out, (tl.sum(kk, axis=0) / count)[None, :].to(KC.dtype.element_ty))
+    tl.store(VC + out, tl.sum(vv, axis=0)[None, :].to(VC.dtype.element_ty))
+
+
+def sol_key_summaries(k: torch.Tensor, v: torch.Tensor, *, block: int = 64, k_scale: torch.Tensor | None = None,
+                      v_scale: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> SolKeySummaries:
+    """Mean key and summed value per key block: one Triton pass over K/V (the torch version off-GPU)."""
+    if k.device.type != "cuda" and not interpreting():
+        return torch_key_summaries(k, v, block=block, k_scale=k_scale, v_scale=v_scale, dtype=dtype)
+    check_block(block)
+    kv_int8 = check_kv(k, v, k_scale, v_scale)
+    b, h, s, d = k.shape
+    nk = triton.cdiv(s, block)
+    means = torch.empty(b, h, nk, d, dtype=dtype, device=k.device)
+    sums = torch.empty(b, h, nk, d, dtype=dtype, device=k.device)
+    ks = k_scale if kv_int8 else torch.ones(1, 1, 1, dtype=torch.float32, device=k.device)
+    vs = v_scale if kv_int8 else ks
+    _summaries_fwd[(nk, b * h)](k, v, ks, vs, means, sums, *k.stride(), *v.stride(), *ks.stride(), *vs.stride(),
+                                *means.stride()[:3], h, s, HEAD_DIM=d, BLK=block, KV_INT8=kv_int8, num_warps=4)
+    return SolKeySummaries(means, sums, block, s)
 
 
 def _autotuned():

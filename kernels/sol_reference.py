@@ -23,13 +23,28 @@ from typing import Sequence
 
 import torch
 
-from .launch import AttentionArgumentError, LaunchConfig, check_out, check_qkv, empty_output
+from .launch import AttentionArgumentError, LaunchConfig, check_kv, check_out, check_qkv, empty_output
 from .qstream_reference import default_sm_scale, dequantized
 
 SIGMA_EPS = 1e-6
 """Added to the proxy variance (natural-log score units) so equal proxies still give a finite sigma."""
 
 SUMMARY_BLOCKS_PER_STEP = 64  # key blocks summarised per step: bounds the fp32 temporaries
+
+LIST_BUDGET_BYTES = 128 << 20
+"""Largest exact-block list one Sol launch may use; longer query ranges are split into block-aligned launches."""
+
+
+def sol_workspace_bytes(heads: int, rows: int, seq_len: int, head_dim: int, elem_bytes: int = 2,
+                        block: int = 64, batch: int = 1) -> int:
+    """Bytes the Sol kernel allocates besides its output: key summaries (when not passed in) and the
+    per-program exact-block list (capped by LIST_BUDGET_BYTES); excludes the caller's q/k/v/out."""
+    nk = -(-seq_len // block)
+    nq = -(-rows // block) + 1  # an unaligned q_offset can add one partial block
+    summaries = 2 * batch * heads * nk * head_dim * elem_bytes
+    per_block = 4 * batch * heads * nk  # one int32 per (program, key block)
+    list_bytes = per_block * min(nq, max(2, LIST_BUDGET_BYTES // per_block))
+    return summaries + list_bytes + 4 * batch * heads * nq + 5 * nk + nq
 
 
 @dataclass(frozen=True)
@@ -79,8 +94,7 @@ def sol_key_summaries(k: torch.Tensor, v: torch.Tensor, *, block: int = 64, k_sc
                       v_scale: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> SolKeySummaries:
     """Mean key and summed value of every `block` keys (fp32 math, stored as `dtype`; pass q's dtype on GPU)."""
     check_block(block)
-    if k.dim() != 4 or k.shape != v.shape:
-        raise AttentionArgumentError(f"k and v must be equal [B, H, S, D] tensors, got {tuple(k.shape)}, {tuple(v.shape)}")
+    check_kv(k, v, k_scale, v_scale)
     b, h, s, d = k.shape
     nk = -(-s // block)
     means = torch.empty(b, h, nk, d, dtype=dtype, device=k.device)

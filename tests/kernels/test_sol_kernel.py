@@ -119,3 +119,19 @@ def test_launches_split_by_list_budget_give_the_same_result(structured_qkv, monk
     torch.testing.assert_close(split, whole, atol=1e-6, rtol=1e-6)
     ref_stats = sol_reference.sol_attention(q, k, v, tau=1.0, return_stats=True)[1]
     assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
+
+
+@pytest.mark.parametrize("kind", ["fp32", "fp16", "int8"])
+def test_triton_key_summaries_match_torch(structured_qkv, kind):
+    dtype = torch.float16 if kind == "fp16" else torch.float32
+    _, k, v = structured_qkv(1, 2, (2, 5, 9), 64, text=7, dtype=dtype)  # 97 rows: last block of 33
+    scales = {}
+    if kind == "int8":
+        (k, ks), (v, vs) = quantize_kv_int8(k), quantize_kv_int8(v)
+        scales = dict(k_scale=ks, v_scale=vs)
+    got = sol_key_summaries(k, v, block=64, dtype=dtype, **scales)
+    want = sol_reference.sol_key_summaries(k, v, block=64, dtype=dtype, **scales)
+    assert (got.block, got.seq_len, got.num_blocks) == (64, 97, 2) and got.key_means.dtype == dtype
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(got.key_means, want.key_means, **tol)
+    torch.testing.assert_close(got.value_sums, want.value_sums, **tol)
