@@ -107,7 +107,9 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
-    from .execution.comfy_patch import streamed_replacement
+    from .execution.comfy_patch import comfy_interrupt, streamed_replacement
+    from .execution.final_layer import chunked_final_forward
+    from .plan_memory import FINAL_CHUNK_ROWS
     from .residency import residency_boundary
 
     opts = g.model_options
@@ -121,6 +123,10 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
             fn = streamed_replacement(block, i, plan.chunks, factory, on_block=_on_block(run), phase=phase_for)
             opts = set_model_options_patch_replace(opts, fn, "dit", "double_block", i)
         streamed = tuple(range(len(blocks)))
+        # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
+        final = g.model_patcher.model.diffusion_model.final_layer
+        g.model_patcher.add_object_patch("diffusion_model.final_layer.forward",
+                                         chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt))
     if plan.attention.choice is not None and plan.attention.backend != "existing":
         from .attention.comfy_override import install_attention_override
 

@@ -66,6 +66,17 @@ def final_bytes(g: Geometry, d: H3Dims, dtype_bytes: int) -> int:
     return g.seq_len * h * dtype_bytes + held_outside_bytes(g, d, dtype_bytes) + temporaries
 
 
+FINAL_CHUNK_ROWS = 8192  # rows per chunk of the final layer when the executor streams (execution/final_layer.py)
+
+
+def chunked_final_bytes(g: Geometry, d: H3Dims, dtype_bytes: int, rows: int = FINAL_CHUNK_ROWS) -> int:
+    """Peak of the final layer run in row chunks: two temporaries of one chunk plus the fp32 outputs."""
+    r = min(rows, max(g.video_rows, g.audio_rows))
+    outputs = FP32 * (g.video_rows * VIDEO_ROW_ELEMS + g.audio_rows * AUDIO_ROW_ELEMS)
+    return (g.seq_len * d.hidden * dtype_bytes + held_outside_bytes(g, d, dtype_bytes)
+            + r * d.hidden * (dtype_bytes + FP32) + outputs)
+
+
 def dequantised_stage_bytes(model: ModelProfile) -> int:
     """Largest block weight made in the compute dtype for one stage (formats the executor cannot slice)."""
     if model.quantization not in DEQUANTISED_FORMATS:

@@ -60,6 +60,7 @@ class _Pass:
         self.workspace = pm.workspace_bytes(g, model)
         self.pre = pm.pre_block_bytes(g, d, dt) + pm.WORKSPACE_FIXED
         self.final = pm.final_bytes(g, d, dt) + self.workspace
+        self.final_chunked = pm.chunked_final_bytes(g, d, dt) + self.workspace  # streamed modes chunk it too
         self.min_weights = model.block_weight_bytes * (2 if prefetch else 1)
         self.fixed = self.held + self.workspace + self.min_weights
 
@@ -78,7 +79,8 @@ class _Pass:
     def candidate(self, mode: str, chunks: ChunkSizes) -> Candidate:
         act = block_memory(self.g.seq_len, self.d, chunks, self.dt).peak_bytes
         mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
-                              workspace_bytes=self.workspace, pre_block_bytes=self.pre, final_bytes=self.final,
+                              workspace_bytes=self.workspace, pre_block_bytes=self.pre,
+                              final_bytes=self.final if chunks.is_stock else self.final_chunked,
                               min_weight_bytes=self.min_weights, resident_weight_bytes=self.min_weights,
                               model_weight_bytes=self.model.weight_bytes)
         spare = self.usable - mem.activation_need_bytes
