@@ -1,9 +1,9 @@
 """Sol block-sparse attention in Triton (routing rules and reference: `sol_reference.py`).
 
 One program owns 64 or 128 query rows (one or two Sol query blocks) of one head and makes three
-passes. (1) Proxy statistics: scores of its rows against every key block's mean key give, per query
-block, the column means = proxy scores; their mean and variance are merged group by group (Chan's
-parallel update). (2) Routing and approximation: the same scores are routed against mu + tau*sigma,
+passes. (1) Proxy statistics: each query block's mean query (fp32) against every key block's mean
+key gives the proxy scores; their mean and variance are merged group by group (Chan's parallel
+update). (2) Routing and approximation: the same scores are routed against mu + tau*sigma,
 the diagonal band, sink and exact-query flags; approximate blocks enter the online softmax as
 `count` copies of the mean key with the summed V (one [rows, group] x [group, D] dot per group),
 exact blocks are appended to a per-program list (int32: block * 4 + which halves want it).
@@ -31,12 +31,6 @@ __all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
 
 
 @triton.jit
-def _half_proxy(s, in_half, n_half):
-    """Column means of the scores over one half's valid rows: the proxy score of each key block."""
-    return tl.sum(tl.where(in_half[:, None], s, 0.0), axis=0) / tl.maximum(n_half, 1.0)
-
-
-@triton.jit
 def _chan_merge(count, mean, m2, vals, valid, group_n):
     """Merge one group's proxies into a running (count, mean, M2): numerically stable variance."""
     g_mean = tl.sum(tl.where(valid, vals, 0.0), axis=0) / group_n
@@ -47,44 +41,50 @@ def _chan_merge(count, mean, m2, vals, valid, group_n):
 
 
 @triton.jit
-def _summary_scores(q, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE: tl.constexpr):
-    kc = tl.load(kc_base + offs_g[None, :].to(tl.int64) * stride_kcn + offs_d[:, None] * stride_kcd,
-                 mask=valid_g[None, :], other=0.0)
-    if IEEE:
-        s = tl.dot(q, kc.to(q.dtype), input_precision="ieee")
-    else:
-        s = tl.dot(q, kc.to(q.dtype))
-    return s * qk_scale
+def _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd):
+    """[GROUP, D] mean keys of a group of key blocks (zeros past the last block)."""
+    return tl.load(kc_base + offs_g[:, None].to(tl.int64) * stride_kcn + offs_d[None, :] * stride_kcd,
+                   mask=valid_g[:, None], other=0.0)
 
 
 @triton.jit
-def _stats_step(g0, q, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd, qk_scale, in0, in1, n0, n1,
-                count, mean0, m2_0, mean1, m2_1, QB: tl.constexpr, IEEE: tl.constexpr):
+def _proxy(kc, qc, qk_scale):
+    """Proxy scores of one query block against a group: (mean query) . (mean key), fp32, log2 units."""
+    return tl.sum(kc.to(tl.float32) * qc[None, :], axis=1) * qk_scale
+
+
+@triton.jit
+def _stats_step(g0, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd, qk_scale, qc0, qc1,
+                count, mean0, m2_0, mean1, m2_1, QB: tl.constexpr):
     """Pass 1 over one group of key blocks: merge its proxies into each half's running mean / M2."""
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
     group_n = tl.sum(valid_g.to(tl.float32), axis=0)
-    s = _summary_scores(q, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
-    mean0, m2_0 = _chan_merge(count, mean0, m2_0, _half_proxy(s, in0, n0), valid_g, group_n)
+    kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
+    mean0, m2_0 = _chan_merge(count, mean0, m2_0, _proxy(kc, qc0, qk_scale), valid_g, group_n)
     if QB == 2:
-        mean1, m2_1 = _chan_merge(count, mean1, m2_1, _half_proxy(s, in1, n1), valid_g, group_n)
+        mean1, m2_1 = _chan_merge(count, mean1, m2_1, _proxy(kc, qc1, qk_scale), valid_g, group_n)
     return count + group_n, mean0, m2_0, mean1, m2_1
 
 
 @triton.jit
 def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk,
-                stride_kcn, stride_kcd, stride_vcn, stride_vcd, qk_scale, in0, in1, n0, n1, thr0, thr1,
+                stride_kcn, stride_kcd, stride_vcn, stride_vcd, qk_scale, qc0, qc1, thr0, thr1,
                 gqb0, qf0, qf1, live0, live1, acc, l_i, m_i, n_list, ex0, ex1,
                 QB: tl.constexpr, IEEE: tl.constexpr):
     """Pass 2 over one group: route each block, fold the approximate ones in, append the exact ones."""
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
-    s = _summary_scores(q, kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd, qk_scale, IEEE)
+    kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
+    if IEEE:
+        s = tl.dot(q, tl.trans(kc.to(q.dtype)), input_precision="ieee") * qk_scale
+    else:
+        s = tl.dot(q, tl.trans(kc.to(q.dtype))) * qk_scale
     sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
-    e0 = (_half_proxy(s, in0, n0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
+    e0 = (_proxy(kc, qc0, qk_scale) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
     e0 = e0 & valid_g & live0
     if QB == 2:
-        e1 = (_half_proxy(s, in1, n1) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
+        e1 = (_proxy(kc, qc1, qk_scale) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
         e1 = e1 & valid_g & live1
         apx = valid_g[None, :] & tl.where(half[:, None] == 0, (~e0)[None, :], (~e1)[None, :])
         union = e0 | e1
@@ -183,6 +183,9 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     in1 = valid_r & (half == 1)
     n0 = tl.sum(in0.to(tl.float32), axis=0)
     n1 = tl.sum(in1.to(tl.float32), axis=0)
+    qf = q.to(tl.float32)
+    qc0 = tl.sum(tl.where(in0[:, None], qf, 0.0), axis=0) / tl.maximum(n0, 1.0)  # mean query of each half
+    qc1 = tl.sum(tl.where(in1[:, None], qf, 0.0), axis=0) / tl.maximum(n1, 1.0)
     lqb0 = pid_m * QB
     gqb0 = first_block + lqb0
     # per-query-block scalars as GROUP-wide vectors (the interpreter cannot mix 0-d and 1-d booleans)
@@ -207,15 +210,13 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     if WHILE_LOOPS:  # interpreter: see qstream_attention.while_loops
         g0 = 0
         while g0 < nk:
-            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, q, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
-                                                          qk_scale, in0, in1, n0, n1, count, mean0, m2_0, mean1,
-                                                          m2_1, QB, IEEE)
+            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
+                                                          qk_scale, qc0, qc1, count, mean0, m2_0, mean1, m2_1, QB)
             g0 += GROUP
     else:
         for g0 in range(0, nk, GROUP):
-            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, q, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
-                                                          qk_scale, in0, in1, n0, n1, count, mean0, m2_0, mean1,
-                                                          m2_1, QB, IEEE)
+            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
+                                                          qk_scale, qc0, qc1, count, mean0, m2_0, mean1, m2_1, QB)
     thr0 = mean0 + tau * tl.sqrt(m2_0 / count + var_eps)
     thr1 = mean1 + tau * tl.sqrt(m2_1 / count + var_eps)
 
@@ -232,14 +233,14 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
         while g0 < nk:
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
                 g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
-                stride_vcn, stride_vcd, qk_scale, in0, in1, n0, n1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                stride_vcn, stride_vcd, qk_scale, qc0, qc1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
                 acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
             g0 += GROUP
     else:
         for g0 in range(0, nk, GROUP):
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
                 g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
-                stride_vcn, stride_vcd, qk_scale, in0, in1, n0, n1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                stride_vcn, stride_vcd, qk_scale, qc0, qc1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
                 acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
     tl.debug_barrier()  # the list written above is read by other threads of this program below
 
