@@ -89,15 +89,16 @@ class SegmentedReport:
         return tuple(s for s in self.segments if (s.pass_frames, s.context_frames) == key)
 
     @property
-    def step_time_ratio(self) -> float:
-        """s/step of the last comparable pass over the first one (1.0 = no drift)."""
+    def step_time_ratio(self) -> float | None:
+        """s/step of the last comparable pass over the first one (1.0 = no drift; None when not measured)."""
         a, b = self.comparable[0], self.comparable[-1]
-        return b.seconds_per_step / a.seconds_per_step if a.seconds_per_step > 0 else float("nan")
+        return b.seconds_per_step / a.seconds_per_step if a.seconds_per_step > 0 else None
 
     @property
-    def peak_ratio(self) -> float:
+    def peak_ratio(self) -> float | None:
+        """Peak of the last comparable pass over the first one (None on CPU, where no peak is measured)."""
         a, b = self.comparable[0], self.comparable[-1]
-        return b.peak_bytes / a.peak_bytes if a.peak_bytes > 0 else float("nan")
+        return b.peak_bytes / a.peak_bytes if a.peak_bytes > 0 else None
 
     @property
     def baseline_spread_bytes(self) -> int:
@@ -123,11 +124,16 @@ class SegmentedReport:
                          f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.get('memory_mode')}, "
                          f"attention {s.run.attention_backend}")
         c = self.comparable
-        lines.append(f"drift over segments {c[0].index}..{c[-1].index} (equal geometry): s/step x{self.step_time_ratio:.3f}, "
-                     f"peak x{self.peak_ratio:.3f}; baseline spread {self.baseline_spread_bytes / 2 ** 20:.1f} MiB")
+        lines.append(f"drift over segments {c[0].index}..{c[-1].index} (equal geometry): s/step "
+                     f"{_ratio_text(self.step_time_ratio)}, peak {_ratio_text(self.peak_ratio)}; baseline spread "
+                     f"{self.baseline_spread_bytes / 2 ** 20:.1f} MiB")
         lines.append("context guide on: " + ", ".join(self.context_on))
         lines.extend(self.notes)
         return tuple(lines)
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"x{ratio:.3f}"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..longmedia.comfy_sampler import run_sampler
+from ..longmedia.segmented import run_segmented
 from .controls import memory_inputs, plan_request
 
 Job = io.Custom("LONGMEDIA_JOB")
@@ -37,7 +38,12 @@ class LongMediaSampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
-        result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
+        if getattr(job, "segmented", False):  # a LongMediaJob with segments: one pass per segment, assembled
+            plan = job.segments
+            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), plan,
+                                   seeds=plan.seeds if job.seed is not None else None)
+        else:
+            result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
         report = result.report
         return io.NodeOutput(result.output, result.denoised, report.to_json(),
                              ui={"longmedia_report": [report.to_dict() | {"summary": report.summary_lines()}]})

@@ -246,3 +246,93 @@ def test_bad_input_is_refused_before_any_sampling(env, monkeypatch):
         {"resolved_frame_index": 30, "latent": torch.randn(1, 24, 7, 4, 4)}])[1]   # 22 frames over the first seam
     with pytest.raises(LongMediaInputError, match=r"minimax_keyframes\[0\]"):
         segmented.run_segmented(noise, bad_guide, sampler, sigmas, latent, NORMAL, plan)
+
+
+# --- through the API: a LongMedia Sampler fed a LONGMEDIA_JOB -------------------------------------------
+
+JOB_NODE = '''"""Test-only: a LONGMEDIA_JOB for a segmented job, built from frame counts (written by test_segmented.py)."""
+import os
+import sys
+
+
+def _longmedia():
+    try:
+        import longmedia.job  # noqa: F401
+    except ModuleNotFoundError:
+        sys.path.append(REPO_ROOT)
+    from longmedia.geometry import build_geometry
+    from longmedia.job import LongMediaJob
+    from longmedia.segments import plan_segments
+    return build_geometry, LongMediaJob, plan_segments
+
+
+class LongMediaTestSegmentJob:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ("LONGMEDIA_JOB",)
+    FUNCTION = "build"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        whole = {"default": 0, "min": 0, "max": 100000}
+        return {"required": {"width": ("INT", whole), "height": ("INT", whole), "total_frames": ("INT", whole),
+                             "segment_frames": ("INT", whole), "context_frames": ("INT", whole)}}
+
+    def build(self, width, height, total_frames, segment_frames, context_frames):
+        build_geometry, LongMediaJob, plan_segments = _longmedia()
+        seconds = segment_frames / 24
+        plan = plan_segments(total_frames=total_frames, segment_seconds=seconds, context_frames=context_frames)
+        geometry = build_geometry(width, height, frames=total_frames, segment_seconds=seconds,
+                                  context_frames=context_frames)
+        return (LongMediaJob(geometry=geometry, segments=plan),)
+
+
+NODE_CLASS_MAPPINGS = {"LongMediaTestSegmentJob": LongMediaTestSegmentJob}
+'''
+
+
+@pytest.fixture(scope="module")
+def job_server(comfyui_root, tmp_path_factory):
+    """A server with the pack, the test nodes and a node that makes segmented LONGMEDIA_JOBs."""
+    import harness
+
+    base = harness.prepare_base_directory(tmp_path_factory.mktemp("segmented_base"), variants=("fp32",))
+    pack = base / "custom_nodes" / "longmedia_segment_job"
+    pack.mkdir()
+    (pack / "__init__.py").write_text(f"REPO_ROOT = {str(harness.REPO_ROOT)!r}\n" + JOB_NODE)
+    server = harness.start_server(comfyui_root, base)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_three_segment_job_through_the_api(job_server):
+    from harness import t2va_prompt
+    from safetensors.torch import load_file
+
+    seed = 42
+    prompt = t2va_prompt("tiny_h3_fp32.safetensors", "segmented.safetensors", width=WIDTH, height=HEIGHT,
+                         length=107, steps=STEPS, seed=seed, text_dim=TINY_DIMS.text_dim)
+    inputs = dict(prompt["sample"]["inputs"])
+    inputs["latent"] = inputs.pop("latent_image")
+    inputs.update(job=["job", 0], memory_mode="normal", attention_mode="existing")
+    prompt["sample"] = {"class_type": "LongMediaSampler", "inputs": inputs}
+    prompt["job"] = {"class_type": "LongMediaTestSegmentJob",
+                     "inputs": {"width": WIDTH, "height": HEIGHT, "total_frames": 107, "segment_frames": 39,
+                                "context_frames": 22}}
+    entry = job_server.run(prompt, timeout=300)
+    # the first pass alone, through the stock sampler: 39 frames, the same seed
+    job_server.run(t2va_prompt("tiny_h3_fp32.safetensors", "first.safetensors", width=WIDTH, height=HEIGHT,
+                               length=39, steps=STEPS, seed=seed, text_dim=TINY_DIMS.text_dim), timeout=300)
+    out = load_file(str(job_server.output_path("segmented.safetensors")))
+    first = load_file(str(job_server.output_path("first.safetensors")))
+    assert tuple(out["video"].shape) == (1, 24, 32, 4, 4) and tuple(out["audio"].shape) == (1, 32, 2, 178)
+    assert torch.isfinite(out["video"]).all() and out["video"].std() > 0.05 and out["audio"].std() > 0.05
+    assert torch.equal(out["video"][:, :, :12], first["video"]) and torch.equal(out["audio"][..., :65], first["audio"])
+    report = entry["outputs"]["sample"]["longmedia_report"][0]
+    segs = report["segments"]
+    assert [s["index"] for s in segs] == [0, 1, 2] and [s["seed"] for s in segs] == [seed, seed + 1, seed + 2]
+    assert [s["video_latent_range"] for s in segs] == [[0, 12], [12, 22], [22, 32]]
+    assert all(len(s["run"]["boundaries"]) == 1 for s in segs)
+    assert segs[0]["boundary"] == segs[1]["boundary"] == segs[2]["boundary"]
+    assert any(line.startswith("segment 2: seed 44") for line in report["summary"])
