@@ -2,12 +2,15 @@
 
 from comfy_api.latest import ComfyExtension, io
 
+from .hires import LongMediaHiRes
+from .refiner import LongMediaRefiner
 from .sampler import LongMediaSampler
+from .setup import LongMediaSetup
 
 
 class LongMediaExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [LongMediaSampler]
+        return [LongMediaSetup, LongMediaSampler, LongMediaHiRes, LongMediaRefiner]
 
 
 async def comfy_entrypoint() -> LongMediaExtension:

@@ -1,0 +1,50 @@
+"""LongMedia Refiner: a low-denoise last pass that keeps the previous stage's audio bit for bit."""
+
+from __future__ import annotations
+
+import comfy.samplers
+from comfy_api.latest import io
+
+from ..longmedia.comfy_stages import run_refiner
+from .controls import memory_inputs, plan_request
+
+
+class LongMediaRefiner(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="LongMediaRefiner",
+            display_name="LongMedia Refiner",
+            category="LongMedia",
+            description="Final low-denoise pass over the video, planned like the Sampler; the audio is kept exactly "
+                        "(masked out of denoising, then restored).",
+            inputs=[
+                io.Noise.Input("noise", tooltip="RandomNoise for the re-noising."),
+                io.Guider.Input("guider", tooltip="CFGGuider / BasicGuider over the H3 model."),
+                io.Sampler.Input("sampler", tooltip="Any ComfyUI sampler (KSamplerSelect)."),
+                io.Latent.Input("latent", tooltip="The previous stage's output (Sampler or Hi-Res)."),
+                io.Combo.Input("scheduler", options=list(comfy.samplers.SCHEDULER_NAMES), default="simple",
+                               tooltip="Schedule of the refiner steps (ignored when sigmas is connected)."),
+                io.Int.Input("steps", default=4, min=1, max=1000,
+                             tooltip="Refiner steps: the last `steps` of a steps/denoise-step schedule."),
+                io.Float.Input("denoise", default=0.25, min=0.01, max=1.0, step=0.01,
+                               tooltip="How much is re-noised: 0.1-0.3 polishes detail, higher changes content."),
+                io.Sigmas.Input("sigmas", optional=True,
+                                tooltip="Explicit schedule (e.g. SplitSigmas' low half); overrides scheduler, "
+                                        "steps and denoise."),
+                *memory_inputs(),
+            ],
+            outputs=[
+                io.Latent.Output(display_name="output"),
+                io.Latent.Output(display_name="denoised_output"),
+                io.String.Output(display_name="report", tooltip="The plan and what was measured (JSON)."),
+            ],
+        )
+
+    @classmethod
+    def execute(cls, noise, guider, sampler, latent, scheduler, steps, denoise, sigmas=None, **controls) -> io.NodeOutput:
+        result = run_refiner(noise, guider, sampler, latent, plan_request(controls), sigmas=sigmas,
+                             scheduler=scheduler, steps=steps, denoise=denoise)
+        report = result.report
+        return io.NodeOutput(result.output, result.denoised, report.to_json(),
+                             ui={"longmedia_report": [report.to_dict() | {"summary": report.summary_lines()}]})

@@ -1,0 +1,88 @@
+"""LongMedia Setup: conditioning, the whole job's AV latent and the LONGMEDIA_JOB, through the stock H3 node logic."""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from ..longmedia.comfy_setup import run_setup
+from ..longmedia.references import REFERENCE_BUDGETS
+from ..longmedia.segments import MAX_SEGMENT_SECONDS
+from ..longmedia.setup_job import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
+
+Job = io.Custom("LONGMEDIA_JOB")
+BUDGET_HELP = ("Caps on references before they reach H3 (they ride through every step): low 512x512 pictures, "
+               "512x288 x 22-frame videos, 5 s audio; medium / high larger; max = stock sizes. A reference over the "
+               "cap is resized or trimmed and the job notes say so.")
+
+
+def _reference_inputs() -> list:
+    inputs = [io.Image.Input(f"{SLOTS['picture'][0]}{i}", optional=True,
+                             tooltip=f"Picture reference <Picture {i}> (ref2va; numbered in order of connection).")
+              for i in range(1, SLOTS["picture"][1] + 1)]
+    for i in range(1, SLOTS["video"][1] + 1):
+        inputs.append(io.Image.Input(f"ref_video_{i}", optional=True,
+                                     tooltip=f"Video reference <Video {i}>: frames at 24 fps (ref2va)."))
+        inputs.append(io.Audio.Input(f"{SOUNDTRACK_PREFIX}{i}", optional=True,
+                                     tooltip=f"Soundtrack of ref_video_{i} (needs audio_vae)."))
+    inputs += [io.Audio.Input(f"ref_audio_{i}", optional=True, tooltip=f"Audio reference <Audio {i}> (needs audio_vae).")
+               for i in range(1, SLOTS["audio"][1] + 1)]
+    return inputs
+
+
+class LongMediaSetup(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="LongMediaSetup",
+            display_name="LongMedia Setup",
+            category="LongMedia",
+            description="MiniMax H3 job setup: size, duration (snapped to 17k+5 frames at 24 fps), t2va / fl2va / "
+                        "ref2va conditioning through the stock H3 nodes, reference budget and segments.",
+            inputs=[
+                io.Conditioning.Input("negative", tooltip="Negative prompt (CLIPTextEncode), passed through as is."),
+                io.Int.Input("width", default=1344, min=32, max=16384, step=32, tooltip="Video width in pixels (multiple of 32)."),
+                io.Int.Input("height", default=768, min=32, max=16384, step=32, tooltip="Video height in pixels (multiple of 32)."),
+                io.Float.Input("seconds", default=10.0, min=0.2, max=3600.0, step=0.5,
+                               tooltip="Duration at 24 fps, snapped up to H3's 17k+5 frame grid (10 s -> 243 frames)."),
+                io.Combo.Input("family", options=list(FAMILIES), default="t2va",
+                               tooltip="t2va: text; fl2va: first and/or last frame; ref2va: picture/video/audio references."),
+                io.Combo.Input("reference_budget", options=list(REFERENCE_BUDGETS), default="low", tooltip=BUDGET_HELP),
+                io.Float.Input("segment_seconds", default=0.0, min=0.0, max=MAX_SEGMENT_SECONDS, step=0.5,
+                               tooltip="0 = one pass. Else new seconds per segment of a long job (16 GB: 5-10)."),
+                io.Int.Input("continuation_frames", default=22, min=5, max=3609, step=17,
+                             tooltip="Frames each later segment re-reads from the previous one (17k+5: 5, 22, 39 ...)."),
+                io.Conditioning.Input("positive", optional=True,
+                                      tooltip="Prompt conditioning (CLIPTextEncode) for t2va/fl2va. Or leave it "
+                                              "unconnected and connect clip + prompt (required for ref2va)."),
+                io.Clip.Input("clip", optional=True,
+                              tooltip="H3 text encoder: Setup encodes `prompt` with the references / first-last "
+                                      "frames shown to Qwen, as the stock H3 nodes do."),
+                io.String.Input("prompt", multiline=True, dynamic_prompts=True, default="", optional=True,
+                                tooltip="The prompt when clip is connected (refer to <Picture 1>, <Video 1>, <Audio 1>)."),
+                io.Vae.Input("vae", optional=True, tooltip="H3 video VAE: encodes first/last frames and picture/video references."),
+                io.Vae.Input("audio_vae", optional=True, tooltip="H3 audio VAE: encodes audio references and soundtracks."),
+                io.Combo.Input("ref_image_size", options=["match", "max"], default="match", optional=True, advanced=True,
+                               tooltip="Stock picture sizing: match = the video's area, max = 2048 short edge (slow)."),
+                io.Image.Input("first_frame", optional=True, tooltip="fl2va: the first frame."),
+                io.Image.Input("last_frame", optional=True, tooltip="fl2va: the last frame."),
+                *_reference_inputs(),
+            ],
+            outputs=[
+                io.Conditioning.Output(display_name="positive"),
+                io.Conditioning.Output(display_name="negative"),
+                io.Latent.Output(display_name="latent", tooltip="The whole job's AV latent (segmented jobs too)."),
+                Job.Output(display_name="job", tooltip="For LongMedia Sampler / Hi-Res / Refiner."),
+            ],
+        )
+
+    @classmethod
+    def execute(cls, negative, width, height, seconds, family, reference_budget, segment_seconds, continuation_frames,
+                positive=None, clip=None, prompt="", vae=None, audio_vae=None, ref_image_size="match",
+                first_frame=None, last_frame=None, **references) -> io.NodeOutput:
+        result = run_setup(positive, negative, width=width, height=height, seconds=seconds, family=family,
+                           reference_budget=reference_budget, segment_seconds=segment_seconds,
+                           continuation_frames=continuation_frames, ref_image_size=ref_image_size, clip=clip,
+                           prompt=prompt, vae=vae, audio_vae=audio_vae, first_frame=first_frame,
+                           last_frame=last_frame, references=references)
+        return io.NodeOutput(result.positive, result.negative, result.latent, result.job,
+                             ui={"text": [result.summary], "longmedia_job": [result.job.to_dict()]})

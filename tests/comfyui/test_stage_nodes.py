@@ -1,0 +1,443 @@
+"""Setup, Hi-Res and Refiner against ComfyUI's own H3 code, in-process on the tiny checkpoints and in a real server.
+
+Encoding paths use in-process stand-ins, since no tiny VAE loads through the stock loaders: `TinyVideoVAE`
+(16x16 average pool, H3's 1+4+4+4+4 frames per latent within each 17-frame clip, a fixed random
+3 -> 24 channel mix) and `TinyAudioVAE` (800-sample frames at 32 kHz -> [1, 32, 2, T]); the text
+encoder is the tiny random Qwen3-VL with the real H3 tokenizer (`longmedia.testing.tiny_conditioning`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from longmedia.input_errors import LongMediaInputError
+from longmedia.plan_types import PlanRequest
+from longmedia.testing import tiny_conditioning as tc
+from longmedia.testing.tiny_h3 import TINY_DIMS
+
+W, H, SECONDS, FRAMES = 64, 64, 0.9, 22     # 7 latent frames x 4 rows, 37 audio latent frames
+NORMAL = PlanRequest(memory_mode="normal", attention_mode="existing")
+
+
+class TinyVideoVAE:
+    """Shapes and frame grouping of H3's video VAE: [F, H, W, 3] -> [1, 24, T, H/16, W/16]."""
+
+    def __init__(self, seed: int = 0):
+        self.mix = torch.randn(24, 3, generator=torch.Generator().manual_seed(seed))
+        self.calls = 0
+
+    def encode(self, pixels):
+        self.calls += 1
+        frames = pixels.shape[0]
+        x = torch.nn.functional.avg_pool2d(pixels[..., :3].float().movedim(-1, 0), 16)     # [3, F, h, w]
+        group = torch.tensor([0] if frames == 1 else
+                             [(i // 17) * 5 + (0 if i % 17 == 0 else (i % 17 - 1) // 4 + 1) for i in range(frames)])
+        t = int(group.max()) + 1
+        summed = torch.zeros(3, t, *x.shape[2:]).index_add_(1, group, x)
+        counts = torch.zeros(t).index_add_(0, group, torch.ones(frames))
+        return torch.einsum("oc,cthw->othw", self.mix, summed / counts.view(1, t, 1, 1)).unsqueeze(0)
+
+
+class TinyAudioVAE:
+    """Shapes of H3's audio VAE at 32 kHz: [1, samples, channels] -> [1, 32, 2, ceil(samples / 800)]."""
+
+    audio_sample_rate = 32000
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode(self, wave):
+        self.calls += 1
+        n, ch = wave.shape[1], wave.shape[2]
+        t = math.ceil(n / 800)
+        x = torch.nn.functional.pad(wave[0].float(), (0, 0, 0, t * 800 - n)).view(t, 800, ch).mean(1)
+        x = x.repeat(1, 2)[:, :2] if ch == 1 else x[:, :2]
+        return (x.T.unsqueeze(0) * torch.linspace(0.5, 1.5, 32).view(32, 1, 1)).unsqueeze(0)
+
+
+def rand(*shape, seed=0, scale=1.0):
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def audio(seconds, seed=0, channels=2):
+    wave = (torch.randn(1, channels, round(seconds * 32000), generator=torch.Generator().manual_seed(seed)) * 0.1)
+    return {"waveform": wave, "sample_rate": 32000}
+
+
+@pytest.fixture(scope="module")
+def env(comfy_inprocess, tiny_checkpoints):
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    from longmedia import comfy_job, comfy_setup, comfy_stages
+
+    clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
+    return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "clip": clip, "job": comfy_job,
+            "setup": comfy_setup, "stages": comfy_stages, "neg": tc.encode_prompt(clip, ""),
+            "pos": tc.encode_prompt(clip, "a red fox trots through fresh snow"),
+            "model": comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))}
+
+
+def layout(env, result):
+    video, audio_ = env["job"].av_latents(result.latent)
+    return [(kind, b - a) for a, b, kind in env["job"].stock_segments(video, audio_, result.positive)]
+
+
+def planned(result):
+    return [(s.kind, s.rows) for s in result.job.geometry.segments]
+
+
+def setup(env, **kw):
+    args = dict(width=W, height=H, seconds=SECONDS)
+    args.update(kw)
+    positive = args.pop("positive", None if "clip" in args else env["pos"])
+    return env["setup"].run_setup(positive, env["neg"], **args)
+
+
+def guider(env, positive, negative=None, cfg=3.0):
+    g = env["samplers"].CFGGuider(env["model"])
+    g.set_conds(positive, negative or env["neg"])
+    g.set_cfg(cfg)
+    return g
+
+
+def sigmas(env, steps=3):
+    return env["samplers"].calculate_sigmas(env["model"].get_model_object("model_sampling"), "simple", steps).cpu()
+
+
+def streams(latent):
+    return latent["samples"].unbind()
+
+
+# --- Setup ---------------------------------------------------------------------------------------------------
+
+def test_t2va_latent_and_layout_are_stock(env):
+    result = setup(env)
+    stock = env["h3n"].EmptyMiniMaxH3LatentAV.execute(W, H, FRAMES).result[0]["samples"].unbind()
+    for ours, ref in zip(streams(result.latent), stock):
+        assert ours.shape == ref.shape and not ours.any()
+    assert result.positive is env["pos"] and result.negative is env["neg"]
+    assert layout(env, result) == planned(result)
+    assert "0.9 s -> 22 frames" in result.summary and result.job.family == "t2va"
+    json.dumps(result.job.to_dict())
+
+
+def test_t2va_with_clip_equals_clip_text_encode(env):
+    result = setup(env, clip=env["clip"], prompt="a red fox trots through fresh snow")
+    assert torch.equal(result.positive[0][0], env["pos"][0][0])
+    assert layout(env, result) == planned(result)
+
+
+def test_fl2va_from_positive_equals_stock_add_guide(env):
+    first, last = rand(1, 80, 96, 3, seed=1), rand(1, 64, 64, 3, seed=2)
+    vae = TinyVideoVAE()
+    result = setup(env, family="fl2va", vae=vae, first_frame=first, last_frame=last)
+    h3n = env["h3n"]
+    latent = h3n.EmptyMiniMaxH3LatentAV.execute(W, H, FRAMES).result[0]
+    cond = h3n.MiniMaxH3AddGuide.execute(env["pos"], latent, 0, vae=vae, image=first).result[0]
+    cond = h3n.MiniMaxH3AddGuide.execute(cond, latent, -1, vae=vae, image=last).result[0]
+    ours, stock = result.positive[0][1]["minimax_keyframes"], cond[0][1]["minimax_keyframes"]
+    assert [k["resolved_frame_index"] for k in ours] == [0, FRAMES - 1]
+    for a, b in zip(ours, stock):
+        assert torch.equal(a["latent"], b["latent"])
+    assert layout(env, result) == planned(result)
+    assert any("AddGuide" in n for n in result.job.notes)
+
+
+def test_fl2va_from_clip_equals_stock_image_to_video(env):
+    first = rand(1, 64, 64, 3, seed=3)
+    vae = TinyVideoVAE()
+    result = setup(env, family="fl2va", clip=env["clip"], prompt="a fox", vae=vae, first_frame=first)
+    cond, _ = env["h3n"].MiniMaxH3ImageToVideo.execute(env["clip"], vae, "a fox", W, H, FRAMES,
+                                                        first_frame=first).result
+    assert torch.equal(result.positive[0][0], cond[0][0])
+    assert layout(env, result) == planned(result)
+
+
+def test_ref2va_caps_follow_the_budget_and_the_layout_matches_the_plan(env):
+    refs = {"ref_image_2": rand(2, 600, 600, 3, seed=4), "ref_video_1": rand(50, 180, 320, 3, seed=5),
+            "ref_video_audio_1": audio(6.0, seed=6), "ref_audio_1": audio(5.5, seed=7, channels=1)}
+    vae, avae = TinyVideoVAE(), TinyAudioVAE()
+    result = setup(env, family="ref2va", clip=env["clip"], prompt="<Picture 1> and <Video 1>", vae=vae,
+                   audio_vae=avae, ref_image_size="max", references=refs, seconds=1.6)
+    assert layout(env, result) == planned(result)               # text rows included: presentation tokens
+    blocks = result.positive[0][1]["minimax_refs"]
+    assert [b["kind"] for b in blocks] == ["image", "video_audio", "audio"]
+    picture, video, sound = blocks
+    assert (picture["latent_w"] * 16, picture["latent_h"] * 16) == (512, 512)      # 608x608 capped to 512x512
+    assert video["latent_t"] == 7 and video["latent_w"] * video["latent_h"] * 256 <= 512 * 288
+    assert video["ref_audio_t"] == sound["ref_audio_t"] == 200                         # 6 s / 5.5 s -> 5 s
+    notes = "\n".join(result.job.notes)
+    assert "ref_image_2: 2 images" in notes and "39 -> 22 frames" in notes and "6 s -> 5 s" in notes
+
+
+def test_ref2va_max_budget_equals_the_stock_node(env):
+    refs = {"ref_image_1": rand(1, 96, 128, 3, seed=8), "ref_audio_1": audio(1.0, seed=9)}
+    vae, avae = TinyVideoVAE(), TinyAudioVAE()
+    result = setup(env, family="ref2va", clip=env["clip"], prompt="<Picture 1>", vae=vae, audio_vae=avae,
+                   reference_budget="max", references=refs)
+    cond, _ = env["h3n"].MiniMaxH3ReferenceToVideo.execute(
+        env["clip"], vae, avae, "<Picture 1>", W, H, FRAMES, "match", ref_images={"ref_image_1": refs["ref_image_1"]},
+        ref_audios={"ref_audio_1": refs["ref_audio_1"]}).result
+    assert torch.equal(result.positive[0][0], cond[0][0])
+    for a, b in zip(result.positive[0][1]["minimax_refs"], cond[0][1]["minimax_refs"]):
+        key = "latent" if "latent" in a else "audio_latent"
+        assert torch.equal(a[key], b[key])
+    assert not any("reference_budget" in n for n in result.job.notes)
+
+
+def test_segmented_setup_returns_the_whole_job_latent(env):
+    result = setup(env, seconds=2.0, segment_seconds=1.0, continuation_frames=22)
+    stock = env["h3n"].EmptyMiniMaxH3LatentAV.execute(W, H, 56).result[0]["samples"].unbind()
+    assert [s.shape for s in streams(result.latent)] == [s.shape for s in stock]
+    job = result.job
+    assert job.segmented and job.segments.count == 2 and job.geometry.frames == 39 and job.geometry.total_frames == 56
+
+
+@pytest.mark.parametrize("kw,name", [
+    (dict(clip="clip", positive="pos"), "positive"),
+    (dict(family="fl2va", first_frame=torch.rand(64, 64, 3)), "first_frame"),
+    (dict(family="ref2va", clip="clip", references={"ref_video_audio_2": audio(1.0)}), "ref_video_audio_2"),
+    (dict(family="ref2va", clip="clip", references={"ref_image_1": torch.rand(1, 64, 64, 3)}), "vae"),
+    (dict(width=100), "width"),
+    (dict(references={"ref_picture_1": torch.rand(1, 8, 8, 3)}), "ref_picture_1"),
+])
+def test_setup_errors_come_before_any_encoding(env, kw, name):
+    vae = TinyVideoVAE()
+    kw = {k: (env[v] if isinstance(v, str) and v in ("clip", "pos") else v) for k, v in kw.items()}
+    with pytest.raises(LongMediaInputError, match=name):
+        setup(env, **({"vae": vae} if name != "vae" else {}), **kw)
+    assert vae.calls == 0
+
+
+def test_setup_job_samples_on_tiny_h3_with_the_planned_sequence(env):
+    refs = {"ref_image_1": rand(1, 64, 96, 3, seed=10)}
+    result = setup(env, family="ref2va", clip=env["clip"], prompt="<Picture 1> runs", vae=TinyVideoVAE(),
+                   references=refs)
+    out = env["stages"].run_sampler(env["ncs"].Noise_RandomNoise(5), guider(env, result.positive, result.negative),
+                                    env["samplers"].sampler_object("euler"), sigmas(env, 2), result.latent, NORMAL)
+    video, audio_ = streams(out.output)
+    assert torch.isfinite(video).all() and video.std() > 0.05 and torch.isfinite(audio_).all()
+    assert out.plan.geometry.seq_len == result.job.geometry.seq_len
+
+
+# --- Hi-Res ----------------------------------------------------------------------------------------------------
+
+def first_pass(env, seed=11, positive=None, latent=None):
+    latent = latent or env["h3n"].EmptyMiniMaxH3LatentAV.execute(W, H, FRAMES).result[0]
+    g = guider(env, positive or env["pos"])
+    out = env["stages"].run_sampler(env["ncs"].Noise_RandomNoise(seed), g, env["samplers"].sampler_object("euler"),
+                                    sigmas(env), latent, NORMAL)
+    return g, out.output
+
+
+def stock_masked(env, g, sig, latent, seed):
+    """SamplerCustomAdvanced with a nested noise mask: video 1, audio 0 (what the stages must equal)."""
+    import comfy.nested_tensor
+
+    video, audio_ = streams(latent)
+    mask = comfy.nested_tensor.NestedTensor((torch.ones((1, 1) + tuple(video.shape[2:])),
+                                             torch.zeros((1, 1) + tuple(audio_.shape[2:]))))
+    masked = {**latent, "noise_mask": mask}
+    return env["ncs"].SamplerCustomAdvanced.execute(env["ncs"].Noise_RandomNoise(seed), g,
+                                                    env["samplers"].sampler_object("euler"), sig, masked).result[0]
+
+
+def test_hires_equals_resample_plus_masked_stock_sampling(env):
+    from longmedia.latent_resample import resample_video
+
+    g, first = first_pass(env)
+    video, audio_ = streams(first)
+    result = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(12), g, env["samplers"].sampler_object("euler"),
+                                     sigmas(env, 4), first, NORMAL, scale=1.5, denoise=0.5)
+    up = resample_video(video, (6, 6), "bicubic")
+    import comfy.nested_tensor
+    stock = stock_masked(env, g, sigmas(env, 4)[-3:], {"samples": comfy.nested_tensor.NestedTensor((up, audio_))}, 12)
+    ours_v, ours_a = streams(result.output)
+    assert ours_v.shape == (1, 24, 7, 6, 6) and torch.equal(ours_v, streams(stock)[0])
+    assert torch.equal(ours_a, audio_)                                   # bit for bit
+    assert not torch.equal(ours_v, up) and torch.isfinite(ours_v).all()
+    assert result.plan.geometry.video_rows == 7 * 9 and result.sigmas.numel() == 3
+    assert "noise_mask" not in result.output and "noise_mask" not in result.denoised
+    assert torch.equal(streams(result.denoised)[1], audio_)
+    notes = "\n".join(result.report.notes)
+    assert "64x64 -> 96x96 px" in notes and "audio kept bit for bit" in notes
+
+
+def test_hires_streamed_plan_matches_normal(env):
+    g, first = first_pass(env)
+    args = (env["samplers"].sampler_object("euler"), sigmas(env, 4), first)
+    normal = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(13), g, *args, NORMAL, scale=2.0)
+    low = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(13), g, *args,
+                                  PlanRequest(memory_mode="low_vram", attention_mode="existing",
+                                              sol_qkv_chunk_tokens=64, mlp_chunk_tokens=64), scale=2.0)
+    a, b = streams(low.output)[0], streams(normal.output)[0]
+    assert ((a - b).norm() / b.norm()).item() < 1e-5
+    assert low.plan.memory_mode == "low_vram" and low.report.streamed_blocks == tuple(range(TINY_DIMS.num_blocks))
+
+
+def test_hires_without_keep_audio_resamples_the_audio(env):
+    g, first = first_pass(env)
+    result = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(14), g, env["samplers"].sampler_object("euler"),
+                                     sigmas(env, 4), first, NORMAL, scale=1.25, keep_audio=False)
+    assert not torch.equal(streams(result.output)[1], streams(first)[1])
+    assert any("re-noised and sampled" in n for n in result.report.notes)
+
+
+def test_hires_resizes_fl2va_guides_with_the_video(env):
+    fl = setup(env, family="fl2va", vae=TinyVideoVAE(), first_frame=rand(1, 64, 64, 3, seed=15))
+    g, first = first_pass(env, positive=fl.positive, latent=fl.latent)
+    result = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(16), g, env["samplers"].sampler_object("euler"),
+                                     sigmas(env), first, NORMAL, scale=2.0, denoise=0.67)
+    assert streams(result.output)[0].shape == (1, 24, 7, 8, 8) and torch.isfinite(streams(result.output)[0]).all()
+    assert result.plan.geometry.cond_rows == 16 and any("guide latents resized" in n for n in result.report.notes)
+    assert g.original_conds["positive"][0]["minimax_keyframes"][0]["latent"].shape[-1] == 4   # caller's guider intact
+
+
+def test_hires_with_a_learned_upscaler(env):
+    from comfy.ldm.hunyuan_video.upsampler import HunyuanVideo15SRModel
+
+    def sr(channels):
+        model = HunyuanVideo15SRModel("720p", {"in_channels": channels, "out_channels": channels,
+                                               "hidden_channels": 8, "num_blocks": 1, "global_residual": False})
+        gen = torch.Generator().manual_seed(17)
+        model.load_sd({k: torch.randn(v.shape, generator=gen) * 0.05 for k, v in model.get_sd().items()})
+        return model
+
+    g, first = first_pass(env)
+    up, notes = env["stages"].upscale_latent(first, 1.5, "bilinear", sr(24))
+    video = streams(up)[0]
+    assert video.shape == (1, 24, 7, 6, 6) and torch.isfinite(video).all() and "HunyuanVideo15SRModel" in notes[0]
+    assert streams(up)[1] is streams(first)[1]
+    with pytest.raises(LongMediaInputError, match="upscaler"):
+        env["stages"].upscale_latent(first, 1.5, "bilinear", sr(32))
+    with pytest.raises(LongMediaInputError, match="upscaler"):
+        env["stages"].upscale_latent(first, 1.5, "bilinear", object())
+
+
+@pytest.mark.parametrize("kw,name", [(dict(scale=2.5), "scale"), (dict(denoise=0.1), "denoise"),
+                                     (dict(renoise_sigma=5.0), "renoise_sigma"), (dict(method="lanczos"), "method")])
+def test_hires_input_errors(env, kw, name):
+    g, first = first_pass(env)
+    with pytest.raises(LongMediaInputError, match=name):
+        env["stages"].run_hires(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
+                                sigmas(env, 4), first, NORMAL, **kw)
+
+
+def test_renoise_sigma_starts_the_tail_there(env):
+    sig = sigmas(env, 6)
+    tail = env["stages"].tail_sigmas(sig, 0.5, renoise_sigma=0.5)
+    assert tail[0].item() == 0.5 and torch.equal(tail[1:], sig[sig < 0.5])
+    assert torch.equal(env["stages"].tail_sigmas(sig, 0.5), sig[-4:])
+
+
+# --- Refiner ---------------------------------------------------------------------------------------------------
+
+def test_refiner_equals_masked_stock_sampling_and_keeps_audio(env):
+    g, first = first_pass(env)
+    result = env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(18), g, env["samplers"].sampler_object("euler"),
+                                       first, NORMAL, steps=2, denoise=0.3)
+    schedule = env["ncs"].BasicScheduler.execute(g.model_patcher, "simple", 2, 0.3).result[0]
+    assert torch.equal(result.sigmas, schedule)
+    stock = stock_masked(env, g, schedule, first, 18)
+    video, audio_ = streams(result.output)
+    assert torch.equal(video, streams(stock)[0]) and not torch.equal(video, streams(first)[0])
+    assert torch.equal(audio_, streams(first)[1]) and torch.equal(streams(result.denoised)[1], streams(first)[1])
+    # the masked stock run alone does not give the exact audio back: restoring it is what makes it bit for bit
+    assert (streams(stock)[1] - streams(first)[1]).abs().max() < 1e-4
+
+
+def test_refiner_explicit_sigmas_and_errors(env):
+    g, first = first_pass(env)
+    sig = sigmas(env, 8)[-3:]
+    result = env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(19), g, env["samplers"].sampler_object("euler"),
+                                       first, NORMAL, sigmas=sig)
+    assert torch.equal(result.sigmas, sig) and "connected sigmas" in result.report.notes[0]
+    for kw, name in ((dict(steps=0), "steps"), (dict(denoise=0.0), "denoise"),
+                     (dict(sigmas=torch.tensor([0.2, 0.5, 0.0])), "sigmas")):
+        with pytest.raises(LongMediaInputError, match=name):
+            env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
+                                      first, NORMAL, **kw)
+    with pytest.raises(LongMediaInputError, match="latent"):
+        env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
+                                  {"samples": torch.zeros(1, 16, 2, 8, 8)}, NORMAL)
+
+
+# --- in a real server ------------------------------------------------------------------------------------------
+
+STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner")
+
+
+def test_stage_nodes_register_with_tooltips(comfy_server):
+    assert comfy_server.custom_node_import_error() is None
+    info = comfy_server.object_info()
+    for name in STAGES:
+        spec = info[name]
+        inputs = {**spec["input"]["required"], **spec["input"].get("optional", {})}
+        for key, value in inputs.items():
+            assert len(value) > 1 and value[1].get("tooltip"), f"{name}.{key} has no tooltip"
+    assert info["LongMediaSetup"]["output"] == ["CONDITIONING", "CONDITIONING", "LATENT", "LONGMEDIA_JOB"]
+    assert info["LongMediaHiRes"]["output_name"] == ["output", "denoised_output", "report"]
+    setup_inputs = info["LongMediaSetup"]["input"]["optional"]
+    assert sum(k.startswith("ref_image_") and k[-1].isdigit() for k in setup_inputs) == 9
+    assert "ref_video_audio_3" in setup_inputs and "ref_audio_3" in setup_inputs
+
+
+def stage_prompt(out_prefix: str, **setup_overrides) -> dict:
+    from harness import t2va_prompt
+
+    prompt = t2va_prompt("tiny_h3_fp32.safetensors", f"{out_prefix}_first.safetensors", width=W, height=H,
+                         length=FRAMES, steps=3)
+    del prompt["latent"]
+    prompt["setup"] = {"class_type": "LongMediaSetup",
+                       "inputs": {"positive": ["pos", 0], "negative": ["neg", 0], "width": W, "height": H,
+                                  "seconds": SECONDS, "family": "t2va", "reference_budget": "low",
+                                  "segment_seconds": 0.0, "continuation_frames": 22, **setup_overrides}}
+    prompt["guider"]["inputs"].update(positive=["setup", 0], negative=["setup", 1])
+    prompt["sample"] = {"class_type": "LongMediaSampler",
+                        "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                                   "sigmas": ["sigmas", 0], "latent": ["setup", 2], "job": ["setup", 3],
+                                   "memory_mode": "auto", "attention_mode": "auto"}}
+    controls = {"memory_mode": "low_vram", "attention_mode": "existing", "mlp_chunk_tokens": 64}
+    prompt["hires"] = {"class_type": "LongMediaHiRes",
+                       "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                                  "sigmas": ["sigmas", 0], "latent": ["sample", 0], "scale": 1.5, "denoise": 0.67,
+                                  "method": "bicubic", "keep_audio": True, **controls}}
+    prompt["refine"] = {"class_type": "LongMediaRefiner",
+                        "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                                   "latent": ["hires", 0], "scheduler": "simple", "steps": 2, "denoise": 0.25,
+                                   "memory_mode": "auto", "attention_mode": "auto"}}
+    prompt["save_hires"] = {"class_type": "LongMediaTestSaveLatent",
+                            "inputs": {"samples": ["hires", 0], "filename": f"{out_prefix}_hires.safetensors"}}
+    prompt["save_final"] = {"class_type": "LongMediaTestSaveLatent",
+                            "inputs": {"samples": ["refine", 0], "filename": f"{out_prefix}_final.safetensors"}}
+    return prompt
+
+
+def test_setup_sampler_hires_refiner_prompt_keeps_audio_bit_for_bit(comfy_server):
+    entry = comfy_server.run(stage_prompt("stages"), timeout=240)
+    first, hires, final = (load_file(str(comfy_server.output_path(f"stages_{n}.safetensors")))
+                           for n in ("first", "hires", "final"))
+    assert hires["video"].shape == (1, 24, 7, 6, 6) == final["video"].shape
+    assert torch.equal(hires["audio"], first["audio"]) and torch.equal(final["audio"], first["audio"])
+    assert not torch.equal(final["video"], hires["video"]) and torch.isfinite(final["video"]).all()
+    outputs = entry["outputs"]
+    assert "22 frames" in outputs["setup"]["text"][0] and outputs["setup"]["longmedia_job"][0]["family"] == "t2va"
+    hires_report = outputs["hires"]["longmedia_report"][0]
+    assert hires_report["plan"]["memory_mode"] == "low_vram"
+    assert hires_report["plan"]["geometry"]["video_rows"] == 7 * 9
+    assert any("audio kept" in n for n in outputs["refine"]["longmedia_report"][0]["notes"])
+
+
+def test_setup_width_off_the_grid_fails_naming_the_input(comfy_server):
+    from harness import ComfyHarnessError
+
+    with pytest.raises(ComfyHarnessError, match="width=80 is not allowed"):
+        comfy_server.run(stage_prompt("badwidth", width=80), timeout=120)
