@@ -18,9 +18,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 import torch.nn.functional as F
 
 PROFILES = {  # q/k projection coupling (RoPE locality) and logit gain

@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny dims on CPU, modes forced")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
-    device = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
+    device = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda:0")
     dims = SMOKE_DIMS if a.smoke else H3_FULL
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     model = ModelProfile.preset("h3-bf16", dims=dims)
