@@ -220,8 +220,8 @@ def _segmenting(r: SetupRequest, total: int) -> tuple[float | None, list[str]]:
     if L.frames_for_seconds(seg) >= total:
         return None, [f"segment_seconds {seg:g} s covers the whole {total / L.FPS:.3f} s job: one pass"]
     if r.family == "fl2va":
-        raise LongMediaInputError("segment_seconds", seg, "0 with family='fl2va' (first/last frames anchor one pass)",
-                                  "Set segment_seconds to 0, or use t2va/ref2va for segmented jobs.")
+        return seg, ["fl2va in segments: the first frame guides segment 0 and the last frame the final segment "
+                     "(the segmented Sampler moves each guide into its pass)"]
     return seg, []
 
 

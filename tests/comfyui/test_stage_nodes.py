@@ -201,6 +201,20 @@ def test_segmented_setup_returns_the_whole_job_latent(env):
     assert job.segmented and job.segments.count == 2 and job.geometry.frames == 39 and job.geometry.total_frames == 56
 
 
+def test_segmented_fl2va_setup_runs_through_the_segmented_sampler(env):
+    from longmedia.segmented import run_segmented
+
+    result = setup(env, family="fl2va", vae=TinyVideoVAE(), first_frame=rand(1, 64, 64, 3, seed=20),
+                   last_frame=rand(1, 64, 64, 3, seed=21), seconds=2.0, segment_seconds=1.0)
+    frames = [k["resolved_frame_index"] for k in result.positive[0][1]["minimax_keyframes"]]
+    assert frames == [0, 55] and result.job.segmented
+    out = run_segmented(env["ncs"].Noise_RandomNoise(22), guider(env, result.positive, result.negative),
+                        env["samplers"].sampler_object("euler"), sigmas(env, 2), result.latent, NORMAL,
+                        result.job.segments)
+    video, audio_ = streams(out.output)
+    assert video.shape == (1, 24, 17, 4, 4) and audio_.shape == (1, 32, 2, 93) and torch.isfinite(video).all()
+
+
 @pytest.mark.parametrize("kw,name", [
     (dict(clip="clip", positive="pos"), "positive"),
     (dict(family="fl2va", first_frame=torch.rand(64, 64, 3)), "first_frame"),

@@ -82,7 +82,6 @@ def test_long_single_pass_gets_a_trained_range_note():
     (dict(family="ref2va", conditioning="clip", have_vae=True,
           references=(MediaInput("ref_audio_1", "audio", seconds=2.0),)), "audio_vae"),
     (dict(family="ref2va", conditioning="clip", references=(MediaInput("ref_image_1", "picture", 64, 64),)), "vae"),
-    (dict(family="fl2va", last_frame=True, have_vae=True, segment_seconds=4.0, seconds=20.0), "segment_seconds"),
     (dict(family="i2v"), "family"),
     (dict(reference_budget="huge"), "reference_budget"),
     (dict(continuation_frames=30), "continuation_frames"),
@@ -163,6 +162,12 @@ def test_segment_longer_than_the_job_is_one_pass_with_a_note():
     assert any("one pass" in n for n in plan.notes)
     quiet = plan_setup(SetupRequest(1344, 768, 8.0, continuation_frames=39))
     assert any("continuation_frames 39 unused" in n for n in quiet.notes)
+
+
+def test_fl2va_in_segments_says_where_the_guides_go():
+    plan = plan_setup(SetupRequest(1344, 768, 20.0, family="fl2va", first_frame=True, last_frame=True, have_vae=True,
+                                   segment_seconds=5.0))
+    assert plan.segmented and any("last frame the final segment" in n for n in plan.notes)
 
 
 def test_fl2va_guides_and_presentation():

@@ -1,0 +1,178 @@
+"""The example API prompts (workflows/*.api.json) run to completion in a real ComfyUI server, on the tiny models.
+
+`tiny_rewrite` is the one documented change between an example and what runs here. The schema snapshot
+the offline validator uses (tests/data/longmedia_object_info.json) is checked against the live server;
+regenerate it with LONGMEDIA_UPDATE_SNAPSHOT=1 when a node's schema changes on purpose.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import os
+from pathlib import Path
+
+import harness
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_stage_nodes import TinyVideoVAE
+
+REPO = Path(__file__).resolve().parents[2]
+SNAPSHOT = REPO / "tests" / "data" / "longmedia_object_info.json"
+PACK_MODULE = f"custom_nodes.{harness.PACK_LINK_NAME}"
+TINY_UNET = "tiny_h3_fp32.safetensors"
+TINY_VAE = "LongMediaStageTestTinyVAE"
+DECODERS = ("VAEDecode", "VAEDecodeAudio", "VAEDecodeTiled", "CreateVideo", "SaveVideo")
+TINY_SIDE = 64
+TINY_STEPS = {"BasicScheduler": 3, "LongMediaRefiner": 2}
+
+
+def tiny_rewrite(prompt: dict, out_name: str, images: dict[str, str] | None = None) -> dict:
+    """An example API prompt made runnable on the tiny test models; everything not listed here is unchanged.
+
+    * UNETLoader -> `tiny_h3_fp32.safetensors` (written by the harness into models/diffusion_models).
+    * CLIPLoader -> LongMediaTestTinyCLIP (tiny random Qwen3-VL, real H3 tokenizer).
+    * A VAELoader feeding LongMediaSetup -> LongMediaStageTestTinyVAE (an in-process stand-in: no tiny VAE
+      loads through the stock loaders); VAELoaders that only feed decoders are removed.
+    * VAEDecode / VAEDecodeAudio / CreateVideo / SaveVideo -> removed; LongMediaTestSaveLatent ("save")
+      writes the latent the decoders read to output/`out_name`.
+    * LongMediaSetup -> 64x64; 10 s -> 0.9 s (22 frames); a segmented job -> 2.0 s in 1.0 s segments
+      (56 frames: a 39-frame pass, then 17 new frames behind 22 continuation frames).
+    * BasicScheduler 3 steps, LongMediaRefiner 2 steps.
+    * LoadImage -> the file names in `images` (old name -> tiny picture the test wrote into input/).
+    """
+    prompt = copy.deepcopy(prompt)
+    setup_ids = {k for k, n in prompt.items() if n["class_type"] == "LongMediaSetup"}
+    encode_vaes = {v[0] for k in setup_ids for name, v in prompt[k]["inputs"].items()
+                   if name in ("vae", "audio_vae") and isinstance(v, list)}
+    decoded = {n["inputs"]["samples"][0]: n["inputs"]["samples"][1] for n in prompt.values()
+               if n["class_type"] in ("VAEDecode", "VAEDecodeAudio")}
+    for nid, node in list(prompt.items()):
+        ctype, inputs = node["class_type"], node["inputs"]
+        if ctype in DECODERS or (ctype == "VAELoader" and nid not in encode_vaes):
+            del prompt[nid]
+        elif ctype == "VAELoader":
+            prompt[nid] = {"class_type": TINY_VAE, "inputs": {"seed": 0}}
+        elif ctype == "UNETLoader":
+            inputs.update(unet_name=TINY_UNET, weight_dtype="default")
+        elif ctype == "CLIPLoader":
+            prompt[nid] = {"class_type": "LongMediaTestTinyCLIP", "inputs": {"seed": 0, "text_dim": harness.TINY_TEXT_DIM}}
+        elif ctype == "LoadImage":
+            inputs["image"] = (images or {})[inputs["image"]]
+        elif ctype == "LongMediaSetup":
+            segmented = inputs["segment_seconds"] > 0
+            inputs.update(width=TINY_SIDE, height=TINY_SIDE, seconds=2.0 if segmented else 0.9,
+                          segment_seconds=1.0 if segmented else 0.0)
+        if ctype in TINY_STEPS:
+            inputs["steps"] = TINY_STEPS[ctype]
+    (source,) = decoded.items()
+    prompt["save"] = {"class_type": "LongMediaTestSaveLatent", "inputs": {"samples": list(source), "filename": out_name}}
+    return prompt
+
+
+def load_example(name: str) -> dict:
+    return json.loads((REPO / "workflows" / f"{name}.api.json").read_text())
+
+
+def node_id(prompt: dict, ctype: str) -> str:
+    return next(k for k, n in prompt.items() if n["class_type"] == ctype)
+
+
+def tiny_vae_node_source() -> str:
+    """A one-file custom node serving `TinyVideoVAE` (the class the in-process tests use) as a VAE."""
+    return "\n".join([
+        '"""Test-only VAE stand-in, written by tests/comfyui/test_workflows_api.py."""',
+        "import math", "import torch", "", inspect.getsource(TinyVideoVAE), "",
+        f"class {TINY_VAE}:",
+        "    CATEGORY = 'longmedia/testing'", "    RETURN_TYPES = ('VAE',)", "    FUNCTION = 'build'", "",
+        "    @classmethod", "    def INPUT_TYPES(cls):",
+        "        return {'required': {'seed': ('INT', {'default': 0, 'min': 0, 'max': 2 ** 31 - 1})}}", "",
+        "    def build(self, seed):", "        return (TinyVideoVAE(seed),)", "",
+        f"NODE_CLASS_MAPPINGS = {{'{TINY_VAE}': {TINY_VAE}}}", ""])
+
+
+@pytest.fixture(scope="module")
+def vae_server(comfyui_root, tmp_path_factory):
+    """A second server whose custom_nodes also hold the tiny VAE node (custom nodes load only at startup)."""
+    base = harness.prepare_base_directory(tmp_path_factory.mktemp("comfy_vae_base"), variants=("fp32",))
+    (base / "custom_nodes" / "longmedia_stage_test_vae.py").write_text(tiny_vae_node_source())
+    server = harness.start_server(comfyui_root, base)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def write_pictures(server, count: int = 2) -> dict[str, str]:
+    from PIL import Image
+
+    names = {}
+    for i, old in enumerate(("longmedia_ref_person.png", "longmedia_ref_market.png")[:count]):
+        pixels = (torch.rand(80, 96, 3, generator=torch.Generator().manual_seed(i)) * 255).to(torch.uint8)
+        new = f"tiny_ref_{i}.png"
+        Image.fromarray(pixels.numpy()).save(server.base / "input" / new)
+        names[old] = new
+    return names
+
+
+def live_schemas(server) -> dict:
+    return {k: {kk: vv for kk, vv in v.items() if kk != "python_module"}
+            for k, v in server.object_info().items() if v.get("python_module") == PACK_MODULE}
+
+
+def test_object_info_snapshot_matches_the_live_server(comfy_server):
+    live = live_schemas(comfy_server)
+    assert {"LongMediaSetup", "LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner"} <= set(live)
+    if os.environ.get("LONGMEDIA_UPDATE_SNAPSHOT") == "1":
+        SNAPSHOT.write_text(json.dumps(live, indent=1, sort_keys=True) + "\n")
+    stored = json.loads(SNAPSHOT.read_text())
+    drifted = sorted(k for k in set(live) | set(stored) if live.get(k) != stored.get(k))
+    assert not drifted, (f"{SNAPSHOT.name} differs from the live /object_info for {drifted}: rerun this test with "
+                         "LONGMEDIA_UPDATE_SNAPSHOT=1 and check workflows/ still validate (tests/core)")
+
+
+def saved(server, name: str) -> dict[str, torch.Tensor]:
+    out = load_file(str(server.output_path(name)))
+    for stream in ("video", "audio"):
+        assert torch.isfinite(out[stream]).all() and out[stream].std() > 0.05, stream
+    return out
+
+
+def test_t2va_10s_runs(comfy_server):
+    prompt = tiny_rewrite(load_example("t2va_10s"), "wf_t2va_10s.safetensors")
+    entry = comfy_server.run(prompt, timeout=240)
+    out = saved(comfy_server, "wf_t2va_10s.safetensors")
+    assert out["video"].shape == (1, 24, 7, 4, 4) and out["audio"].shape == (1, 32, 2, 37)
+    setup = entry["outputs"][node_id(prompt, "LongMediaSetup")]
+    assert "0.9 s -> 22 frames" in setup["text"][0]
+    assert entry["outputs"][node_id(prompt, "LongMediaSampler")]["longmedia_report"][0]["plan"]
+
+
+def test_ref2va_hires_refiner_runs_and_keeps_the_first_pass_audio(vae_server):
+    prompt = tiny_rewrite(load_example("ref2va_hires_refiner"), "wf_ref2va_final.safetensors",
+                          write_pictures(vae_server))
+    sampler = node_id(prompt, "LongMediaSampler")
+    prompt["save_first"] = {"class_type": "LongMediaTestSaveLatent",
+                            "inputs": {"samples": [sampler, 0], "filename": "wf_ref2va_first.safetensors"}}
+    entry = vae_server.run(prompt, timeout=300)
+    first, final = saved(vae_server, "wf_ref2va_first.safetensors"), saved(vae_server, "wf_ref2va_final.safetensors")
+    assert first["video"].shape == (1, 24, 7, 4, 4) and final["video"].shape == (1, 24, 7, 6, 6)   # x1.4 -> 96 px
+    assert torch.equal(final["audio"], first["audio"])
+    outputs = entry["outputs"]
+    job = outputs[node_id(prompt, "LongMediaSetup")]["longmedia_job"][0]
+    assert job["family"] == "ref2va" and len(job["geometry"]["references"]) == 2
+    hires = outputs[node_id(prompt, "LongMediaHiRes")]["longmedia_report"][0]
+    assert hires["plan"]["geometry"]["video_rows"] == 7 * 9 and any("Hi-Res" in n for n in hires["notes"])
+
+
+def test_t2va_30s_segmented_runs(comfy_server):
+    prompt = tiny_rewrite(load_example("t2va_30s_segmented"), "wf_t2va_30s.safetensors")
+    entry = comfy_server.run(prompt, timeout=300)
+    job = entry["outputs"][node_id(prompt, "LongMediaSetup")]["longmedia_job"][0]
+    assert job["segments"]["count"] == 2 and job["geometry"]["frames"] == 39
+    out = saved(comfy_server, "wf_t2va_30s.safetensors")
+    assert out["video"].shape == (1, 24, 17, 4, 4) and out["audio"].shape == (1, 32, 2, 93)   # the whole 56 frames
+    report = entry["outputs"][node_id(prompt, "LongMediaSampler")]["longmedia_report"][0]
+    assert len(report["segments"]) == 2, "the Sampler should run one pass per segment of the job"
