@@ -55,6 +55,7 @@ class _Pass:
                  reserve: int, prefetch: bool) -> None:
         d, dt = model.dims, model.compute_dtype_bytes
         self.model, self.g, self.request, self.d, self.dt = model, g, request, d, dt
+        self.int8 = model.is_int8
         self.usable = device.usable_vram_bytes - reserve
         self.held = pm.held_outside_bytes(g, d, dt)
         self.workspace = pm.workspace_bytes(g, model)
@@ -71,13 +72,13 @@ class _Pass:
         return replace(chunks, **{k: v for k, v in overlay.items() if v is not None})
 
     def attention_fits(self, c: ChunkSizes) -> bool:
-        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt).attention_bytes <= self.usable
+        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).attention_bytes <= self.usable
 
     def mlp_fits(self, c: ChunkSizes) -> bool:
-        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt).mlp_bytes <= self.usable
+        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).mlp_bytes <= self.usable
 
     def candidate(self, mode: str, chunks: ChunkSizes) -> Candidate:
-        act = block_memory(self.g.seq_len, self.d, chunks, self.dt).peak_bytes
+        act = block_memory(self.g.seq_len, self.d, chunks, self.dt, int8_linears=self.int8).peak_bytes
         mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
                               workspace_bytes=self.workspace, pre_block_bytes=self.pre,
                               final_bytes=self.final if chunks.is_stock else self.final_chunked,

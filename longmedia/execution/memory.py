@@ -80,9 +80,17 @@ def _adaln_elems(d: H3Dims) -> int:
     return ADALN_TIMESTEP_ROWS * 3 * 6 * d.hidden
 
 
+def _int8_input_bytes(rows: int, width: int) -> int:
+    """comfy-kitchen's INT8 linear quantises its input per row: an int8 copy plus one fp32 scale a row."""
+    return rows * (width + 4)
+
+
 def block_memory(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: int = 2,
-                 score_bytes: int = 0) -> BlockMemory:
-    """Peak live activation bytes of one block forward at `seq_len` packed tokens."""
+                 score_bytes: int = 0, int8_linears: bool = False) -> BlockMemory:
+    """Peak live activation bytes of one block forward at `seq_len` packed tokens.
+
+    int8_linears: the block's Linears are INT8 tensorwise (their quantised inputs are counted).
+    """
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     adaln = _adaln_elems(dims) * dtype_bytes
@@ -98,13 +106,16 @@ def block_memory(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: in
         mlp = _streamed_mlp_elems(seq_len, dims, chunks) * dtype_bytes
     else:
         mlp = _stock_mlp_elems(seq_len, dims) * dtype_bytes
+    if int8_linears:  # the widest quantised input of each stage: out_proj's (inner) and fc2's (ffn)
+        attn += _int8_input_bytes(rows, dims.inner)
+        mlp += _int8_input_bytes(_rows(chunks.mlp_chunk_tokens, seq_len), dims.ffn)
     return BlockMemory(attention_bytes=attn + adaln, mlp_bytes=mlp + adaln)
 
 
 def predicted_peak_bytes(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: int = 2,
-                         score_bytes: int = 0) -> int:
+                         score_bytes: int = 0, int8_linears: bool = False) -> int:
     """Peak live activation bytes of one block (hidden state included, weights excluded)."""
-    return block_memory(seq_len, dims, chunks, dtype_bytes, score_bytes).peak_bytes
+    return block_memory(seq_len, dims, chunks, dtype_bytes, score_bytes, int8_linears).peak_bytes
 
 
 def stock_peak_bytes(seq_len: int, dims: H3Dims, dtype_bytes: int = 2, score_bytes: int = 0) -> int:
