@@ -1,0 +1,481 @@
+"""web/longmedia.js in headless Chromium against the real ComfyUI server (classic canvas and Nodes 2.0).
+
+A small DevTools-protocol client (aiohttp, which ComfyUI already needs) drives the system Chromium:
+the page loads the server's frontend with our pack installed, JS evaluated in the page queries
+`app.graph`, and every console message, exception and log entry is collected. The browser is kept
+offline (every host but 127.0.0.1 resolves to nothing). Screenshots land under pytest's tmp dir and
+their paths are printed. Skipped loudly when no Chromium is installed (`apt-get install -y chromium`,
+or point LONGMEDIA_CHROMIUM at a binary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from harness import REPO_ROOT
+
+from longmedia.plan_types import ATTENTION_MODES, MANUAL_FIELDS, MEMORY_MODES
+
+aiohttp = pytest.importorskip("aiohttp", reason="the DevTools client needs aiohttp (a ComfyUI requirement)")
+
+CHROMIUM_ENV = "LONGMEDIA_CHROMIUM"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+EXTENSION = "LongMedia.Nodes"
+SOL_INPUTS = ("sol_tau_start", "sol_tau_end", "sol_curve", "sol_min_tokens", "sol_dense_percent",
+              "sol_sink_conditioning")
+READY_TIMEOUT_S = 90.0
+RUN_TIMEOUT_S = 180.0
+# Console noise of the stock frontend, each with why it is not ours. Nothing mentioning LongMedia is ever ignored.
+FRONTEND_NOISE = (
+    ("optional user files the frontend probes (404)", re.compile(r"/(user\.css|api/userdata)\b")),
+    ("the frontend's settings store reads the graph while it boots", re.compile(r"^ComfyApp graph accessed before initialization$")),
+    ("the test browser is offline: external fetches are refused",
+     re.compile(r"(https?://(?!127\.0\.0\.1)[^\s'\"]+.*(Content Security Policy|ERR_NAME_NOT_RESOLVED))|"
+                r"((Content Security Policy|ERR_NAME_NOT_RESOLVED).*https?://(?!127\.0\.0\.1))")),
+)
+# Helpers installed in the page as window.longmediaTest (the tests' only way into the graph).
+PAGE_JS = r"""
+(() => {
+  const EXT = "LongMedia.Nodes", REPORT = "longmedia_report_view";
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const settle = async () => { app.canvas?.setDirty(true, true); await sleep(350); };
+  const ext = () => app.extensions.find((e) => e.name === EXT);
+  const widget = (node, name) => node.widgets.find((w) => w.name === name);
+  const set = (node, name, value) => { const w = widget(node, name); w.value = value; w.callback?.(value, app.canvas, node); };
+  const add = (type, pos, values = {}) => {
+    const node = LiteGraph.createNode(type);
+    if (!node) throw new Error(`node type ${type} is not registered`);
+    app.graph.add(node); node.pos = pos;
+    for (const [name, value] of Object.entries(values)) set(node, name, value);
+    return node;
+  };
+  const link = (a, slot, b, name) => a.connect(slot, b, b.findInputSlot(name));
+  // Widget names the user can see, in widget order: from the DOM in Nodes 2.0, from litegraph on the canvas.
+  const visible = (node) => {
+    const names = node.widgets.map((w) => w.name).filter((n) => n !== REPORT);
+    if (!LiteGraph.vueNodesMode) return names.filter((n) => node.isWidgetVisible(widget(node, n)));
+    const el = document.querySelector(`[data-node-id="${node.id}"]`);
+    const lines = new Set((el?.innerText ?? "").split("\n").map((t) => t.trim()));
+    return names.filter((n) => lines.has(n));
+  };
+  const buildTiny = (segmented, seed) => {
+    app.graph.clear();
+    const unet = add("UNETLoader", [0, 0], { unet_name: "tiny_h3_fp32.safetensors" });
+    const shift = add("MiniMaxH3SigmaShift", [0, 140]);
+    const clip = add("LongMediaTestTinyCLIP", [0, 300], { text_dim: 96 });
+    // the seed in the prompt makes Setup run again (a cached node sends no executed event)
+    const pos = add("CLIPTextEncode", [300, 0], { text: `a red fox trots through fresh snow ${seed}` });
+    const neg = add("CLIPTextEncode", [300, 240], { text: "" });
+    const guider = add("CFGGuider", [600, 0], { cfg: 3.0 });
+    const sampler = add("KSamplerSelect", [600, 180]);
+    const sigmas = add("BasicScheduler", [600, 280], { steps: 2 });
+    const noise = add("RandomNoise", [600, 440], { noise_seed: seed });
+    const lm = add("LongMediaSampler", [900, 0], { memory_mode: "low_vram", attention_mode: "existing" });
+    const save = add("LongMediaTestSaveLatent", [1340, 0], { filename: `web_${seed}.safetensors` });
+    let setup = null;
+    if (segmented) {
+      setup = add("LongMediaSetup", [300, 480], { width: 64, height: 64, seconds: 3.0, segment_seconds: 1.5 });
+      link(pos, 0, setup, "positive"); link(neg, 0, setup, "negative");
+      link(setup, 0, guider, "positive"); link(setup, 1, guider, "negative");
+      link(setup, 2, lm, "latent"); link(setup, 3, lm, "job");
+    } else {
+      const latent = add("EmptyMiniMaxH3LatentAV", [300, 480], { width: 128, height: 96, length: 39 });
+      link(pos, 0, guider, "positive"); link(neg, 0, guider, "negative"); link(latent, 0, lm, "latent");
+    }
+    link(unet, 0, shift, "model"); link(clip, 0, pos, "clip"); link(clip, 0, neg, "clip");
+    link(shift, 0, guider, "model"); link(shift, 0, sigmas, "model");
+    link(noise, 0, lm, "noise"); link(guider, 0, lm, "guider"); link(sampler, 0, lm, "sampler");
+    link(sigmas, 0, lm, "sigmas"); link(lm, 0, save, "samples");
+    return { lm, setup };
+  };
+  window.longmediaTest = {
+    ready: () => !!app.graph && !!app.canvas,
+    classify: (info) => ext().classifyInputs(info),
+    extensionUrl: () => performance.getEntriesByType("resource").map((e) => e.name)
+      .find((n) => n.includes("/extensions/ComfyUI-LongMedia/")) ?? "",
+    fitView: async () => { await app.extensionManager.command.execute("Comfy.Canvas.FitView"); await sleep(800); },
+    focus: async (id) => {
+      const node = app.graph.getNodeById(id), ds = app.canvas.ds;
+      ds.scale = 1; ds.offset[0] = 260 - node.pos[0]; ds.offset[1] = 140 - node.pos[1];
+      await settle(); await sleep(500);
+    },
+    buildTiny: (segmented) => { buildTiny(segmented, 1); return app.graph.serialize(); },
+    async modeWalk() {
+      app.graph.clear();
+      const node = add("LongMediaSampler", [100, 100]);
+      const seen = {};
+      const look = async (key) => { await settle(); seen[key] = visible(node); };
+      await look("auto");
+      set(node, "memory_mode", "low_vram"); await look("low_vram");
+      set(node, "memory_mode", "auto"); set(node, "attention_mode", "scheduled_sol"); await look("scheduled_sol");
+      set(node, "attention_mode", "sol"); set(node, "memory_mode", "ultra_low_vram"); await look("sol+ultra");
+      set(node, "memory_mode", "auto"); set(node, "attention_mode", "auto");
+      const toggle = () => (LiteGraph.vueNodesMode ? (node.showAdvanced = !node.showAdvanced) : node.toggleAdvanced());
+      toggle(); await look("show_advanced");
+      toggle(); await look("hide_advanced");
+      seen.serialized = node.serialize().widgets_values;
+      seen.prompt_inputs = Object.keys((await app.graphToPrompt()).output[node.id].inputs);
+      seen.memory_options = widget(node, "memory_mode").options.values;
+      seen.attention_options = widget(node, "attention_mode").options.values;
+      set(node, "memory_mode", "low_vram");
+      const data = app.graph.serialize();
+      app.graph.clear();
+      await app.loadGraphData(data, true, true, "longmedia-mode-walk");
+      const again = app.graph.nodes.find((n) => n.type === "LongMediaSampler");
+      await settle(); seen.reloaded_low_vram = visible(again);
+      return seen;
+    },
+    async runTiny(segmented) {
+      const { lm, setup } = buildTiny(segmented, Date.now() % 1000000007);
+      const out = { sampler_id: lm.id, error: null };
+      try {
+        await app.queuePrompt(0, 1);
+        for (let i = 0; i < 360 && !lm.longmediaReport; i++) await sleep(500);
+        if (!lm.longmediaReport) throw new Error("no longmedia_report reached the Sampler node");
+        const history = await (await fetch("/api/history?max_items=1")).json();
+        out.prompt_id = Object.keys(history)[0];
+        await settle();
+        const panel = widget(lm, REPORT);
+        out.panel = panel.element.innerText;
+        out.panel_visible = panel.element.isConnected && panel.element.getClientRects().length > 0;
+        out.panel_height = panel.element.getBoundingClientRect().height / (app.canvas.ds?.scale ?? 1);
+        out.setup_panel = setup ? (widget(setup, REPORT)?.element.innerText ?? "") : "";
+      } catch (e) { out.error = String(e?.stack ?? e); }
+      return out;
+    },
+    async load(data, name) {
+      await app.loadGraphData(data, true, true, name);
+      await settle();
+      const ours = app.graph.nodes.filter((n) => String(n.type).startsWith("LongMedia"));
+      const widgetTypes = new Set(["INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"]);
+      return {
+        types: [...new Set(ours.map((n) => n.type))],
+        nodes: ours.map((n) => {
+          const def = n.constructor.nodeData;
+          const specs = Object.values({ ...(def?.input?.required ?? {}), ...(def?.input?.optional ?? {}) });
+          const memory = n.widgets?.find((w) => w.name === "memory_mode");
+          const groups = def ? ext().classifyInputs(def) : { manual: [] };
+          return { type: n.type, registered: !!def, widgets: n.widgets?.length ?? 0,
+                   widget_inputs: specs.filter((s) => Array.isArray(s[0]) || widgetTypes.has(s[0])).length,
+                   memory_mode: memory ? memory.value : null,
+                   manual_visible: groups.manual.length > 0 && groups.manual.every((m) => visible(n).includes(m)) };
+        }),
+      };
+    },
+  };
+})();
+"""
+
+
+def chromium_binary() -> str | None:
+    explicit = os.environ.get(CHROMIUM_ENV, "").strip()
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
+
+
+@dataclass(frozen=True)
+class ConsoleEntry:
+    """One console message, uncaught exception or browser log entry; `where`: its URL and stack frames' URLs."""
+
+    kind: str
+    level: str
+    text: str
+    where: str = ""
+
+    @property
+    def ours(self) -> bool:
+        """Raised in our extension's file, or naming LongMedia (a network entry only by its URL)."""
+        return "/extensions/ComfyUI-LongMedia/" in self.where or (
+            self.kind != "log/network" and "longmedia" in self.text.lower())
+
+    @property
+    def noise_reason(self) -> str | None:
+        if self.ours:
+            return None
+        return next((why for why, pattern in FRONTEND_NOISE
+                     if pattern.search(self.text) or pattern.search(self.where.split(" ")[0])), None)
+
+
+def _entry(event: dict) -> ConsoleEntry | None:
+    method, p = event.get("method"), event.get("params", {})
+    if method in ("Runtime.consoleAPICalled", "Runtime.exceptionThrown"):
+        d = p.get("exceptionDetails", {})
+        frames = (p.get("stackTrace") or d.get("stackTrace") or {}).get("callFrames", [])
+        where = " ".join([d.get("url", "")] * bool(d.get("url")) + [f["url"] for f in frames])
+        if method == "Runtime.exceptionThrown":
+            return ConsoleEntry("exception", "error", d.get("exception", {}).get("description") or d.get("text", ""),
+                                where)
+        text = " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+        return ConsoleEntry("console", p.get("type", ""), text, where)
+    if method == "Log.entryAdded":
+        e = p.get("entry", {})
+        return ConsoleEntry("log/" + e.get("source", ""), e.get("level", ""), e.get("text", ""), e.get("url", ""))
+    return None
+
+
+class Browser:
+    """Headless Chromium with one page, driven through the DevTools protocol (a synchronous facade)."""
+
+    def __init__(self, exe: str, profile: Path, log_path: Path):
+        self.loop = asyncio.new_event_loop()
+        self.events: list[dict] = []
+        self._next, self._pending = 0, {}
+        shutil.rmtree(profile, ignore_errors=True)
+        args = [exe, "--headless=new", "--disable-gpu", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+                "--window-size=1600,1000", "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+                "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", "about:blank"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            args.insert(1, "--no-sandbox")  # Chromium refuses its sandbox as root (CI containers)
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            self.loop.run_until_complete(self._connect(profile / "DevToolsActivePort"))
+        except BaseException:
+            self.close()
+            raise
+
+    async def _connect(self, port_file: Path) -> None:
+        deadline = time.monotonic() + 30
+        while not (port_file.is_file() and len(port_file.read_text().split()) >= 2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Chromium did not open its DevTools port (exit code {self.process.poll()})")
+            await asyncio.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        targets = json.loads(opener.open(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
+        url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        self.session = aiohttp.ClientSession(trust_env=False)
+        self.ws = await self.session.ws_connect(url, max_msg_size=0)
+        self.reader = asyncio.ensure_future(self._read())
+        for domain in ("Runtime", "Log", "Page"):
+            await self._send(f"{domain}.enable")
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            future = self._pending.pop(data.get("id"), None)
+            if future is not None and not future.done():
+                future.set_result(data)
+            elif "method" in data:
+                self.events.append(data)
+
+    async def _send(self, method: str, timeout: float = 60.0, **params) -> dict:
+        self._next += 1
+        future = self.loop.create_future()
+        self._pending[self._next] = future
+        await self.ws.send_str(json.dumps({"id": self._next, "method": method, "params": params}))
+        reply = await asyncio.wait_for(future, timeout)
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply["result"]
+
+    def call(self, method: str, timeout: float = 60.0, **params) -> dict:
+        return self.loop.run_until_complete(self._send(method, timeout, **params))
+
+    def eval(self, expression: str, timeout: float = 60.0):
+        """Evaluate JS in the page (promises awaited); its JSON value, or RuntimeError with the JS error."""
+        result = self.call("Runtime.evaluate", timeout, expression=expression, awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in result:
+            d = result["exceptionDetails"]
+            raise RuntimeError(d.get("exception", {}).get("description") or d.get("text"))
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.eval(expression):
+                return
+            self.loop.run_until_complete(asyncio.sleep(0.25))
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.console_text()}")
+
+    def mark(self) -> int:
+        """A position in the event log: console(since=mark) is what came after it."""
+        self.loop.run_until_complete(asyncio.sleep(0.05))  # let the reader drain queued events
+        return len(self.events)
+
+    def console(self, since: int = 0) -> list[ConsoleEntry]:
+        self.mark()
+        return [e for e in map(_entry, self.events[since:]) if e is not None]
+
+    def console_text(self, since: int = 0) -> str:
+        return "\n".join(f"[{e.kind} {e.level}] {e.text} {e.where}" for e in self.console(since))[-6000:]
+
+    def screenshot(self, path: Path) -> Path:
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+    def close(self) -> None:
+        async def shutdown():
+            if getattr(self, "reader", None) is not None:
+                self.reader.cancel()
+            if getattr(self, "ws", None) is not None:
+                await self.ws.close()
+            if getattr(self, "session", None) is not None:
+                await self.session.close()
+        try:
+            self.loop.run_until_complete(shutdown())
+        finally:
+            self.loop.close()
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(timeout=10)
+
+
+def unexpected(entries: list[ConsoleEntry]) -> list[ConsoleEntry]:
+    """Errors (and LongMedia warnings) that are not the stock frontend's known noise."""
+    return [e for e in entries if (e.level in ("error", "assert") and e.noise_reason is None)
+            or (e.level in ("warning", "warn") and e.ours)]
+
+
+def report_path(tmp_dir: Path, name: str, capsys) -> Path:
+    with capsys.disabled():
+        print(f"\n[web] screenshot: {tmp_dir / name}")
+    return tmp_dir / name
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    exe = chromium_binary()
+    if exe is None:
+        pytest.skip(f"NO CHROMIUM: the web extension browser test is skipped. Install it (apt-get install -y "
+                    f"chromium) or set {CHROMIUM_ENV}=/path/to/chromium")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("web_screenshots")
+
+
+@pytest.fixture(scope="module", params=["classic", "nodes2"])
+def page(request, comfy_server, chromium, tmp_path_factory):
+    """The frontend in one renderer, our extension loaded, the graph empty, the console checked for errors."""
+    assert comfy_server.custom_node_import_error() is None
+    vue = request.param == "nodes2"
+    # Start on the stock default graph (no template download) in the requested renderer.
+    comfy_server.request("POST", "/settings", {"Comfy.TutorialCompleted": True, "Comfy.VueNodes.Enabled": vue,
+                                               "LiteGraph.Canvas.MinFontSizeForLOD": 0})  # full detail when zoomed out
+    tmp = tmp_path_factory.mktemp(f"chromium_{request.param}")
+    browser = Browser(chromium, tmp / "profile", tmp / "chromium.log")
+    try:
+        browser.call("Page.navigate", url=comfy_server.url + "/")
+        browser.wait_for("!!(window.app && window.app.vueAppReady && window.app.extensions && "
+                         f"window.app.extensions.some((e) => e.name === {json.dumps(EXTENSION)}))",
+                         READY_TIMEOUT_S, f"the frontend with extension {EXTENSION}")
+        browser.eval(PAGE_JS)
+        browser.wait_for("window.longmediaTest.ready()", READY_TIMEOUT_S, "the first graph")
+        assert browser.eval("window.LiteGraph.vueNodesMode === true") is vue
+        browser.renderer = request.param
+        yield browser
+    finally:
+        browser.close()
+
+
+def test_extension_loads_without_console_errors(page, comfy_server):
+    info = comfy_server.object_info()["LongMediaSampler"]
+    groups = page.eval(f"window.longmediaTest.classify({json.dumps(info)})")
+    assert groups["manual"] == list(MANUAL_FIELDS)
+    assert groups["sol"] == list(SOL_INPUTS)
+    assert page.eval("window.longmediaTest.extensionUrl()").endswith("/longmedia.js")
+    assert unexpected(page.console()) == [], page.console_text()
+
+
+def test_controls_follow_the_modes(page):
+    mark = page.mark()
+    seen = page.eval("window.longmediaTest.modeWalk()")
+    base = ["memory_mode", "attention_mode"]
+    assert seen["auto"] == base, seen
+    assert seen["low_vram"] == base + list(MANUAL_FIELDS), seen
+    assert seen["scheduled_sol"] == base + list(SOL_INPUTS), seen
+    assert seen["sol+ultra"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS), seen
+    assert seen["show_advanced"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS), seen
+    assert seen["hide_advanced"] == base, seen
+    assert seen["reloaded_low_vram"] == base + list(MANUAL_FIELDS), seen
+    # hiding never changes what is saved or sent: every control keeps its value in the workflow and the prompt
+    assert seen["serialized"] == ["auto", "auto", 1.3, 0.8, "cosine", 16384, 0.2, "exact_kv"] + [-1] * 10
+    assert seen["prompt_inputs"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS)
+    assert sorted(seen["memory_options"]) == sorted(MEMORY_MODES)
+    assert sorted(seen["attention_options"]) == sorted(ATTENTION_MODES)
+    assert unexpected(page.console(mark)) == [], page.console_text(mark)
+
+
+def test_report_panel_after_a_real_run(page, comfy_server, shots, capsys):
+    mark = page.mark()
+    segmented = "LongMediaSetup" in comfy_server.object_info()
+    out = page.eval(f"window.longmediaTest.runTiny({json.dumps(segmented)})", timeout=RUN_TIMEOUT_S + 30)
+    assert out["error"] is None, out
+    history = comfy_server.wait(out["prompt_id"], timeout=RUN_TIMEOUT_S)
+    report = history["outputs"][str(out["sampler_id"])]["longmedia_report"][0]
+    text = out["panel"]
+    runs = [s["run"] for s in report["segments"]] if segmented else [report]
+    assert f"mode {runs[0]['plan']['memory_mode']} (set by hand)" in text, text
+    assert f"attention {runs[0]['attention_backend']} (exact" in text, text
+    assert "predicted " in text and "usable" in text and "measured " in text, text
+    assert f"blocks 2 of 2 streamed" in text, text
+    assert f"why ({len(runs[0]['plan']['reasons'])})" in text, text
+    if segmented:
+        assert f"segments {len(runs)} passes" in text and "drift s/step" in text, text
+        assert len(runs) >= 2 and out["setup_panel"], out
+    assert out["panel_visible"] and out["panel_height"] >= 60, out
+    page.eval(f"window.longmediaTest.focus({json.dumps(out['sampler_id'])})")
+    path = page.screenshot(report_path(shots, f"{page.renderer}_report.png", capsys))
+    assert path.stat().st_size > 20_000
+    assert unexpected(page.console(mark)) == [], page.console_text(mark)
+
+
+def provide_pictures(workflow: dict, input_dir: Path) -> None:
+    """Seeded random pictures for the workflow's LoadImage nodes (the user's own files in real use)."""
+    from PIL import Image
+
+    rng = random.Random(0)
+    for node in workflow["nodes"]:
+        name = (node.get("widgets_values") or [None])[0]
+        if node.get("type") == "LoadImage" and isinstance(name, str) and not (input_dir / name).exists():
+            pixels = bytes(rng.randrange(256) for _ in range(64 * 64 * 3))
+            Image.frombytes("RGB", (64, 64), pixels).save(input_dir / name)
+
+
+def _workflow_files() -> list[Path]:
+    return sorted(p for p in (REPO_ROOT / "workflows").glob("*.json")
+                  if "nodes" in json.loads(p.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("workflow", [p.name for p in _workflow_files()] or ["built-in"])
+def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
+    """Each example UI workflow (or, until there are some, one built here) loads with our nodes and widgets."""
+    mark = page.mark()
+    if workflow == "built-in":
+        data = page.eval("window.longmediaTest.buildTiny(false)")
+    else:
+        data = json.loads((REPO_ROOT / "workflows" / workflow).read_text(encoding="utf-8"))
+        provide_pictures(data, comfy_server.base / "input")
+    ours = sorted({n["type"] for n in data["nodes"] if str(n.get("type", "")).startswith("LongMedia")})
+    assert ours, f"{workflow} has no LongMedia node"
+    seen = page.eval(f"window.longmediaTest.load({json.dumps(data)}, {json.dumps(workflow)})")
+    assert sorted(seen["types"]) == ours, seen
+    for node in seen["nodes"]:
+        assert node["registered"], f"{node['type']} loaded as a missing node in {workflow}"
+        assert node["widgets"] >= node["widget_inputs"] > 0 or node["widget_inputs"] == 0, node
+        if node["memory_mode"] is not None:
+            assert node["manual_visible"] == (node["memory_mode"] != "auto"), node
+    page.eval("window.longmediaTest.fitView()")
+    page.screenshot(report_path(shots, f"{page.renderer}_{Path(workflow).stem}.png", capsys))
+    assert unexpected(page.console(mark)) == [], page.console_text(mark)
