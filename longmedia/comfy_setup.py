@@ -103,6 +103,14 @@ def prepared_references(refs: dict, plan: SetupPlan) -> dict[str, dict]:
     return out
 
 
+def _rows(name: str, conditioning) -> int:
+    """Prompt rows of a CONDITIONING input, or a LongMediaInputError naming that input."""
+    try:
+        return text_rows(conditioning)
+    except LongMediaInputError as error:  # named: text_rows names a generic 'conditioning'
+        raise LongMediaInputError(name, error.value, error.allowed, "Connect a text encoder's CONDITIONING.") from error
+
+
 def _prompt_tokens(clip, prompt: str) -> int:
     tokens = clip.tokenize(prompt)
     return len(next(iter(tokens.values()))[0])
@@ -115,7 +123,7 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     """Validate everything, then build conditioning, the whole job's AV latent and the LongMediaJob."""
     import comfy_extras.nodes_minimax_h3 as h3
 
-    text_rows(negative)
+    _rows("negative", negative)
     if (positive is None) == (clip is None):
         raise LongMediaInputError("positive", "connected" if positive is not None else None,
                                   "exactly one conditioning source: positive, or clip + prompt",
@@ -127,10 +135,10 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     request = SetupRequest(
         width=width, height=height, seconds=seconds, family=family, reference_budget=reference_budget,
         segment_seconds=segment_seconds, continuation_frames=continuation_frames, ref_image_size=ref_image_size,
-        prompt_tokens=text_rows(positive) if clip is None else _prompt_tokens(clip, prompt),
+        prompt_tokens=_rows("positive", positive) if clip is None else _prompt_tokens(clip, prompt),
         conditioning="positive" if clip is None else "clip", first_frame=first_frame is not None,
         last_frame=last_frame is not None, references=media_inputs(refs), have_vae=vae is not None,
-        have_audio_vae=audio_vae is not None)
+        have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()))
     plan = plan_setup(request)
     latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":

@@ -62,6 +62,7 @@ class SetupRequest:
     references: tuple[MediaInput, ...] = ()
     have_vae: bool = False
     have_audio_vae: bool = False
+    unused_prompt: bool = False     # text in Setup's prompt box while positive is connected
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,8 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     if keyframes and not in_prompt:
         lines.append("first/last frame anchored as guides (stock MiniMaxH3AddGuide): Qwen does not see them; connect "
                      "clip + prompt instead of positive to present them as MiniMaxH3ImageToVideo does")
+    if r.unused_prompt:
+        lines.append("Setup's prompt box is unused: positive is connected (the box is encoded only with clip)")
     lines += [f"{m.name}: {m.frames} images in the batch, the first is used" for m in refs
               if m.kind == "picture" and m.frames > 1]
     for m, res in zip(refs, geometry.references):

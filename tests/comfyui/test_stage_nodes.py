@@ -1,4 +1,6 @@
-"""Setup, Hi-Res and Refiner against ComfyUI's own H3 code, in-process on the tiny checkpoints and in a real server.
+"""Setup, Hi-Res and Refiner against ComfyUI's own H3 code, in-process on the tiny checkpoints.
+
+(Through a real server's /prompt: tests/comfyui/test_workflows_api.py.)
 
 Encoding paths use in-process stand-ins, since no tiny VAE loads through the stock loaders: `TinyVideoVAE`
 (16x16 average pool, H3's 1+4+4+4+4 frames per latent within each 17-frame clip, a fixed random
@@ -13,7 +15,6 @@ import math
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from longmedia.input_errors import LongMediaInputError
 from longmedia.plan_types import PlanRequest
@@ -114,6 +115,12 @@ def sigmas(env, steps=3):
 
 def streams(latent):
     return latent["samples"].unbind()
+
+
+def nested(video, audio_):
+    import comfy.nested_tensor
+
+    return comfy.nested_tensor.NestedTensor((video, audio_))
 
 
 # --- Setup ---------------------------------------------------------------------------------------------------
@@ -222,6 +229,7 @@ def test_segmented_fl2va_setup_runs_through_the_segmented_sampler(env):
     (dict(family="ref2va", clip="clip", references={"ref_image_1": torch.rand(1, 64, 64, 3)}), "vae"),
     (dict(width=100), "width"),
     (dict(references={"ref_picture_1": torch.rand(1, 8, 8, 3)}), "ref_picture_1"),
+    (dict(positive=[["not a tensor", {}]]), "positive"),
 ])
 def test_setup_errors_come_before_any_encoding(env, kw, name):
     vae = TinyVideoVAE()
@@ -252,13 +260,20 @@ def first_pass(env, seed=11, positive=None, latent=None):
     return g, out.output
 
 
+def hires(env, g, latent, seed=12, steps=4, request=NORMAL, **kw):
+    return env["stages"].run_hires(env["ncs"].Noise_RandomNoise(seed), g, env["samplers"].sampler_object("euler"),
+                                   sigmas(env, steps), latent, request, **kw)
+
+
+def refine(env, g, latent, seed=18, request=NORMAL, **kw):
+    return env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(seed), g, env["samplers"].sampler_object("euler"),
+                                     latent, request, **kw)
+
+
 def stock_masked(env, g, sig, latent, seed):
     """SamplerCustomAdvanced with a nested noise mask: video 1, audio 0 (what the stages must equal)."""
-    import comfy.nested_tensor
-
     video, audio_ = streams(latent)
-    mask = comfy.nested_tensor.NestedTensor((torch.ones((1, 1) + tuple(video.shape[2:])),
-                                             torch.zeros((1, 1) + tuple(audio_.shape[2:]))))
+    mask = nested(torch.ones((1, 1) + tuple(video.shape[2:])), torch.zeros((1, 1) + tuple(audio_.shape[2:])))
     masked = {**latent, "noise_mask": mask}
     return env["ncs"].SamplerCustomAdvanced.execute(env["ncs"].Noise_RandomNoise(seed), g,
                                                     env["samplers"].sampler_object("euler"), sig, masked).result[0]
@@ -269,11 +284,9 @@ def test_hires_equals_resample_plus_masked_stock_sampling(env):
 
     g, first = first_pass(env)
     video, audio_ = streams(first)
-    result = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(12), g, env["samplers"].sampler_object("euler"),
-                                     sigmas(env, 4), first, NORMAL, scale=1.5, denoise=0.5)
+    result = hires(env, g, first, scale=1.5, denoise=0.5)
     up = resample_video(video, (6, 6), "bicubic")
-    import comfy.nested_tensor
-    stock = stock_masked(env, g, sigmas(env, 4)[-3:], {"samples": comfy.nested_tensor.NestedTensor((up, audio_))}, 12)
+    stock = stock_masked(env, g, sigmas(env, 4)[-3:], {"samples": nested(up, audio_)}, 12)
     ours_v, ours_a = streams(result.output)
     assert ours_v.shape == (1, 24, 7, 6, 6) and torch.equal(ours_v, streams(stock)[0])
     assert torch.equal(ours_a, audio_)                                   # bit for bit
@@ -287,11 +300,9 @@ def test_hires_equals_resample_plus_masked_stock_sampling(env):
 
 def test_hires_streamed_plan_matches_normal(env):
     g, first = first_pass(env)
-    args = (env["samplers"].sampler_object("euler"), sigmas(env, 4), first)
-    normal = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(13), g, *args, NORMAL, scale=2.0)
-    low = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(13), g, *args,
-                                  PlanRequest(memory_mode="low_vram", attention_mode="existing",
-                                              sol_qkv_chunk_tokens=64, mlp_chunk_tokens=64), scale=2.0)
+    normal = hires(env, g, first, seed=13, scale=2.0)
+    low = hires(env, g, first, seed=13, scale=2.0, request=PlanRequest(
+        memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64, mlp_chunk_tokens=64))
     a, b = streams(low.output)[0], streams(normal.output)[0]
     assert ((a - b).norm() / b.norm()).item() < 1e-5
     assert low.plan.memory_mode == "low_vram" and low.report.streamed_blocks == tuple(range(TINY_DIMS.num_blocks))
@@ -299,8 +310,7 @@ def test_hires_streamed_plan_matches_normal(env):
 
 def test_hires_without_keep_audio_resamples_the_audio(env):
     g, first = first_pass(env)
-    result = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(14), g, env["samplers"].sampler_object("euler"),
-                                     sigmas(env, 4), first, NORMAL, scale=1.25, keep_audio=False)
+    result = hires(env, g, first, seed=14, scale=1.25, keep_audio=False)
     assert not torch.equal(streams(result.output)[1], streams(first)[1])
     assert any("re-noised and sampled" in n for n in result.report.notes)
 
@@ -308,8 +318,7 @@ def test_hires_without_keep_audio_resamples_the_audio(env):
 def test_hires_resizes_fl2va_guides_with_the_video(env):
     fl = setup(env, family="fl2va", vae=TinyVideoVAE(), first_frame=rand(1, 64, 64, 3, seed=15))
     g, first = first_pass(env, positive=fl.positive, latent=fl.latent)
-    result = env["stages"].run_hires(env["ncs"].Noise_RandomNoise(16), g, env["samplers"].sampler_object("euler"),
-                                     sigmas(env), first, NORMAL, scale=2.0, denoise=0.67)
+    result = hires(env, g, first, seed=16, steps=3, scale=2.0, denoise=0.67)
     assert streams(result.output)[0].shape == (1, 24, 7, 8, 8) and torch.isfinite(streams(result.output)[0]).all()
     assert result.plan.geometry.cond_rows == 16 and any("guide latents resized" in n for n in result.report.notes)
     assert g.original_conds["positive"][0]["minimax_keyframes"][0]["latent"].shape[-1] == 4   # caller's guider intact
@@ -341,8 +350,7 @@ def test_hires_with_a_learned_upscaler(env):
 def test_hires_input_errors(env, kw, name):
     g, first = first_pass(env)
     with pytest.raises(LongMediaInputError, match=name):
-        env["stages"].run_hires(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
-                                sigmas(env, 4), first, NORMAL, **kw)
+        hires(env, g, first, **kw)
 
 
 def test_renoise_sigma_starts_the_tail_there(env):
@@ -356,8 +364,7 @@ def test_renoise_sigma_starts_the_tail_there(env):
 
 def test_refiner_equals_masked_stock_sampling_and_keeps_audio(env):
     g, first = first_pass(env)
-    result = env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(18), g, env["samplers"].sampler_object("euler"),
-                                       first, NORMAL, steps=2, denoise=0.3)
+    result = refine(env, g, first, steps=2, denoise=0.3)
     schedule = env["ncs"].BasicScheduler.execute(g.model_patcher, "simple", 2, 0.3).result[0]
     assert torch.equal(result.sigmas, schedule)
     stock = stock_masked(env, g, schedule, first, 18)
@@ -371,87 +378,11 @@ def test_refiner_equals_masked_stock_sampling_and_keeps_audio(env):
 def test_refiner_explicit_sigmas_and_errors(env):
     g, first = first_pass(env)
     sig = sigmas(env, 8)[-3:]
-    result = env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(19), g, env["samplers"].sampler_object("euler"),
-                                       first, NORMAL, sigmas=sig)
+    result = refine(env, g, first, seed=19, sigmas=sig)
     assert torch.equal(result.sigmas, sig) and "connected sigmas" in result.report.notes[0]
     for kw, name in ((dict(steps=0), "steps"), (dict(denoise=0.0), "denoise"),
                      (dict(sigmas=torch.tensor([0.2, 0.5, 0.0])), "sigmas")):
         with pytest.raises(LongMediaInputError, match=name):
-            env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
-                                      first, NORMAL, **kw)
+            refine(env, g, first, **kw)
     with pytest.raises(LongMediaInputError, match="latent"):
-        env["stages"].run_refiner(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
-                                  {"samples": torch.zeros(1, 16, 2, 8, 8)}, NORMAL)
-
-
-# --- in a real server ------------------------------------------------------------------------------------------
-
-STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner")
-
-
-def test_stage_nodes_register_with_tooltips(comfy_server):
-    assert comfy_server.custom_node_import_error() is None
-    info = comfy_server.object_info()
-    for name in STAGES:
-        spec = info[name]
-        inputs = {**spec["input"]["required"], **spec["input"].get("optional", {})}
-        for key, value in inputs.items():
-            assert len(value) > 1 and value[1].get("tooltip"), f"{name}.{key} has no tooltip"
-    assert info["LongMediaSetup"]["output"] == ["CONDITIONING", "CONDITIONING", "LATENT", "LONGMEDIA_JOB"]
-    assert info["LongMediaHiRes"]["output_name"] == ["output", "denoised_output", "report"]
-    setup_inputs = info["LongMediaSetup"]["input"]["optional"]
-    assert sum(k.startswith("ref_image_") and k[-1].isdigit() for k in setup_inputs) == 9
-    assert "ref_video_audio_3" in setup_inputs and "ref_audio_3" in setup_inputs
-
-
-def stage_prompt(out_prefix: str, **setup_overrides) -> dict:
-    from harness import t2va_prompt
-
-    prompt = t2va_prompt("tiny_h3_fp32.safetensors", f"{out_prefix}_first.safetensors", width=W, height=H,
-                         length=FRAMES, steps=3)
-    del prompt["latent"]
-    prompt["setup"] = {"class_type": "LongMediaSetup",
-                       "inputs": {"positive": ["pos", 0], "negative": ["neg", 0], "width": W, "height": H,
-                                  "seconds": SECONDS, "family": "t2va", "reference_budget": "low",
-                                  "segment_seconds": 0.0, "continuation_frames": 22, **setup_overrides}}
-    prompt["guider"]["inputs"].update(positive=["setup", 0], negative=["setup", 1])
-    prompt["sample"] = {"class_type": "LongMediaSampler",
-                        "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
-                                   "sigmas": ["sigmas", 0], "latent": ["setup", 2], "job": ["setup", 3],
-                                   "memory_mode": "auto", "attention_mode": "auto"}}
-    controls = {"memory_mode": "low_vram", "attention_mode": "existing", "mlp_chunk_tokens": 64}
-    prompt["hires"] = {"class_type": "LongMediaHiRes",
-                       "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
-                                  "sigmas": ["sigmas", 0], "latent": ["sample", 0], "scale": 1.5, "denoise": 0.67,
-                                  "method": "bicubic", "keep_audio": True, **controls}}
-    prompt["refine"] = {"class_type": "LongMediaRefiner",
-                        "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
-                                   "latent": ["hires", 0], "scheduler": "simple", "steps": 2, "denoise": 0.25,
-                                   "memory_mode": "auto", "attention_mode": "auto"}}
-    prompt["save_hires"] = {"class_type": "LongMediaTestSaveLatent",
-                            "inputs": {"samples": ["hires", 0], "filename": f"{out_prefix}_hires.safetensors"}}
-    prompt["save_final"] = {"class_type": "LongMediaTestSaveLatent",
-                            "inputs": {"samples": ["refine", 0], "filename": f"{out_prefix}_final.safetensors"}}
-    return prompt
-
-
-def test_setup_sampler_hires_refiner_prompt_keeps_audio_bit_for_bit(comfy_server):
-    entry = comfy_server.run(stage_prompt("stages"), timeout=240)
-    first, hires, final = (load_file(str(comfy_server.output_path(f"stages_{n}.safetensors")))
-                           for n in ("first", "hires", "final"))
-    assert hires["video"].shape == (1, 24, 7, 6, 6) == final["video"].shape
-    assert torch.equal(hires["audio"], first["audio"]) and torch.equal(final["audio"], first["audio"])
-    assert not torch.equal(final["video"], hires["video"]) and torch.isfinite(final["video"]).all()
-    outputs = entry["outputs"]
-    assert "22 frames" in outputs["setup"]["text"][0] and outputs["setup"]["longmedia_job"][0]["family"] == "t2va"
-    hires_report = outputs["hires"]["longmedia_report"][0]
-    assert hires_report["plan"]["memory_mode"] == "low_vram"
-    assert hires_report["plan"]["geometry"]["video_rows"] == 7 * 9
-    assert any("audio kept" in n for n in outputs["refine"]["longmedia_report"][0]["notes"])
-
-
-def test_setup_width_off_the_grid_fails_naming_the_input(comfy_server):
-    from harness import ComfyHarnessError
-
-    with pytest.raises(ComfyHarnessError, match="width=80 is not allowed"):
-        comfy_server.run(stage_prompt("badwidth", width=80), timeout=120)
+        refine(env, g, {"samples": torch.zeros(1, 16, 2, 8, 8)})

@@ -1,4 +1,4 @@
-"""The example API prompts (workflows/*.api.json) run to completion in a real ComfyUI server, on the tiny models.
+"""API prompts in a real ComfyUI server on the tiny models: the examples (workflows/*.api.json) and our stage nodes.
 
 `tiny_rewrite` is the one documented change between an example and what runs here. The schema snapshot
 the offline validator uses (tests/data/longmedia_object_info.json) is checked against the live server;
@@ -17,7 +17,7 @@ import harness
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_stage_nodes import TinyVideoVAE
+from test_stage_nodes import FRAMES, H, SECONDS, W, TinyVideoVAE
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "data" / "longmedia_object_info.json"
@@ -176,3 +176,72 @@ def test_t2va_30s_segmented_runs(comfy_server):
     assert out["video"].shape == (1, 24, 17, 4, 4) and out["audio"].shape == (1, 32, 2, 93)   # the whole 56 frames
     report = entry["outputs"][node_id(prompt, "LongMediaSampler")]["longmedia_report"][0]
     assert len(report["segments"]) == 2, "the Sampler should run one pass per segment of the job"
+
+
+# --- our stage nodes through /prompt ----------------------------------------------------------------------------
+
+STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner")
+
+
+def test_stage_nodes_register_with_tooltips(comfy_server):
+    assert comfy_server.custom_node_import_error() is None
+    info = comfy_server.object_info()
+    for name in STAGES:
+        spec = info[name]
+        inputs = {**spec["input"]["required"], **spec["input"].get("optional", {})}
+        for key, value in inputs.items():
+            assert len(value) > 1 and value[1].get("tooltip"), f"{name}.{key} has no tooltip"
+    assert info["LongMediaSetup"]["output"] == ["CONDITIONING", "CONDITIONING", "LATENT", "LONGMEDIA_JOB"]
+    assert info["LongMediaHiRes"]["output_name"] == ["output", "denoised_output", "report"]
+    setup_inputs = info["LongMediaSetup"]["input"]["optional"]
+    assert sum(k.startswith("ref_image_") and k[-1].isdigit() for k in setup_inputs) == 9
+    assert "ref_video_audio_3" in setup_inputs and "ref_audio_3" in setup_inputs
+
+
+def stage_prompt(out_prefix: str, **setup_overrides) -> dict:
+    prompt = harness.t2va_prompt("tiny_h3_fp32.safetensors", f"{out_prefix}_first.safetensors", width=W, height=H,
+                         length=FRAMES, steps=3)
+    del prompt["latent"]
+    prompt["setup"] = {"class_type": "LongMediaSetup",
+                       "inputs": {"positive": ["pos", 0], "negative": ["neg", 0], "width": W, "height": H,
+                                  "seconds": SECONDS, "family": "t2va", "reference_budget": "low",
+                                  "segment_seconds": 0.0, "continuation_frames": 22, **setup_overrides}}
+    prompt["guider"]["inputs"].update(positive=["setup", 0], negative=["setup", 1])
+    prompt["sample"] = {"class_type": "LongMediaSampler",
+                        "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                                   "sigmas": ["sigmas", 0], "latent": ["setup", 2], "job": ["setup", 3],
+                                   "memory_mode": "auto", "attention_mode": "auto"}}
+    controls = {"memory_mode": "low_vram", "attention_mode": "existing", "mlp_chunk_tokens": 64}
+    prompt["hires"] = {"class_type": "LongMediaHiRes",
+                       "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                                  "sigmas": ["sigmas", 0], "latent": ["sample", 0], "scale": 1.5, "denoise": 0.67,
+                                  "method": "bicubic", "keep_audio": True, **controls}}
+    prompt["refine"] = {"class_type": "LongMediaRefiner",
+                        "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
+                                   "latent": ["hires", 0], "scheduler": "simple", "steps": 2, "denoise": 0.25,
+                                   "memory_mode": "auto", "attention_mode": "auto"}}
+    prompt["save_hires"] = {"class_type": "LongMediaTestSaveLatent",
+                            "inputs": {"samples": ["hires", 0], "filename": f"{out_prefix}_hires.safetensors"}}
+    prompt["save_final"] = {"class_type": "LongMediaTestSaveLatent",
+                            "inputs": {"samples": ["refine", 0], "filename": f"{out_prefix}_final.safetensors"}}
+    return prompt
+
+
+def test_setup_sampler_hires_refiner_prompt_keeps_audio_bit_for_bit(comfy_server):
+    entry = comfy_server.run(stage_prompt("stages"), timeout=240)
+    first, hires, final = (load_file(str(comfy_server.output_path(f"stages_{n}.safetensors")))
+                           for n in ("first", "hires", "final"))
+    assert hires["video"].shape == (1, 24, 7, 6, 6) == final["video"].shape
+    assert torch.equal(hires["audio"], first["audio"]) and torch.equal(final["audio"], first["audio"])
+    assert not torch.equal(final["video"], hires["video"]) and torch.isfinite(final["video"]).all()
+    outputs = entry["outputs"]
+    assert "22 frames" in outputs["setup"]["text"][0] and outputs["setup"]["longmedia_job"][0]["family"] == "t2va"
+    hires_report = outputs["hires"]["longmedia_report"][0]
+    assert hires_report["plan"]["memory_mode"] == "low_vram"
+    assert hires_report["plan"]["geometry"]["video_rows"] == 7 * 9
+    assert any("audio kept" in n for n in outputs["refine"]["longmedia_report"][0]["notes"])
+
+
+def test_setup_width_off_the_grid_fails_naming_the_input(comfy_server):
+    with pytest.raises(harness.ComfyHarnessError, match="width=80 is not allowed"):
+        comfy_server.run(stage_prompt("badwidth", width=80), timeout=120)

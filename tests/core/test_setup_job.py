@@ -160,8 +160,9 @@ def test_segment_longer_than_the_job_is_one_pass_with_a_note():
     plan = plan_setup(SetupRequest(1344, 768, 8.0, segment_seconds=10.0))
     assert not plan.segmented and plan.job().segments is None
     assert any("one pass" in n for n in plan.notes)
-    quiet = plan_setup(SetupRequest(1344, 768, 8.0, continuation_frames=39))
+    quiet = plan_setup(SetupRequest(1344, 768, 8.0, continuation_frames=39, unused_prompt=True))
     assert any("continuation_frames 39 unused" in n for n in quiet.notes)
+    assert any("prompt box is unused" in n for n in quiet.notes)
 
 
 def test_fl2va_in_segments_says_where_the_guides_go():
