@@ -127,14 +127,10 @@ PAGE_JS = r"""
       toggle(); await look("hide_advanced");
       seen.serialized = node.serialize().widgets_values;
       seen.prompt_inputs = Object.keys((await app.graphToPrompt()).output[node.id].inputs);
-      seen.memory_options = widget(node, "memory_mode").options.values;
-      seen.attention_options = widget(node, "attention_mode").options.values;
+      seen.options = [widget(node, "memory_mode").options.values, widget(node, "attention_mode").options.values];
       set(node, "memory_mode", "low_vram");
-      const data = app.graph.serialize();
-      app.graph.clear();
-      await app.loadGraphData(data, true, true, "longmedia-mode-walk");
-      const again = app.graph.nodes.find((n) => n.type === "LongMediaSampler");
-      await settle(); seen.reloaded_low_vram = visible(again);
+      await app.loadGraphData(app.graph.serialize(), true, true, "longmedia-mode-walk");
+      await settle(); seen.reloaded_low_vram = visible(app.graph.nodes.find((n) => n.type === "LongMediaSampler"));
       return seen;
     },
     async runTiny(segmented) {
@@ -159,20 +155,17 @@ PAGE_JS = r"""
       await app.loadGraphData(data, true, true, name);
       await settle();
       const ours = app.graph.nodes.filter((n) => String(n.type).startsWith("LongMedia"));
-      const widgetTypes = new Set(["INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"]);
-      return {
-        types: [...new Set(ours.map((n) => n.type))],
-        nodes: ours.map((n) => {
-          const def = n.constructor.nodeData;
-          const specs = Object.values({ ...(def?.input?.required ?? {}), ...(def?.input?.optional ?? {}) });
-          const memory = n.widgets?.find((w) => w.name === "memory_mode");
-          const groups = def ? ext().classifyInputs(def) : { manual: [] };
-          return { type: n.type, registered: !!def, widgets: n.widgets?.length ?? 0,
-                   widget_inputs: specs.filter((s) => Array.isArray(s[0]) || widgetTypes.has(s[0])).length,
-                   memory_mode: memory ? memory.value : null,
-                   manual_visible: groups.manual.length > 0 && groups.manual.every((m) => visible(n).includes(m)) };
-        }),
-      };
+      const kinds = new Set(["INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"]);
+      const shown = (n, names) => names.length > 0 && names.every((m) => visible(n).includes(m));
+      return ours.map((n) => {
+        const def = n.constructor.nodeData, g = def ? ext().classifyInputs(def) : { manual: [], sol: [] };
+        const specs = Object.values({ ...(def?.input?.required ?? {}), ...(def?.input?.optional ?? {}) });
+        return { type: n.type, registered: !!def, widgets: n.widgets?.length ?? 0,
+                 widget_inputs: specs.filter((s) => Array.isArray(s[0]) || kinds.has(s[0])).length,
+                 memory_mode: n.widgets?.find((w) => w.name === "memory_mode")?.value ?? null,
+                 attention_mode: n.widgets?.find((w) => w.name === "attention_mode")?.value ?? null,
+                 manual_visible: shown(n, g.manual), sol_visible: shown(n, g.sol) };
+      });
     },
   };
 })();
@@ -322,21 +315,19 @@ class Browser:
         async def shutdown():
             if getattr(self, "reader", None) is not None:
                 self.reader.cancel()
-            if getattr(self, "ws", None) is not None:
-                await self.ws.close()
-            if getattr(self, "session", None) is not None:
-                await self.session.close()
+            for part in (getattr(self, "ws", None), getattr(self, "session", None)):
+                if part is not None:
+                    await part.close()
         try:
             self.loop.run_until_complete(shutdown())
         finally:
             self.loop.close()
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=10)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
 
 
 def unexpected(entries: list[ConsoleEntry]) -> list[ConsoleEntry]:
@@ -345,10 +336,12 @@ def unexpected(entries: list[ConsoleEntry]) -> list[ConsoleEntry]:
             or (e.level in ("warning", "warn") and e.ours)]
 
 
-def report_path(tmp_dir: Path, name: str, capsys) -> Path:
+def screenshot(page: Browser, path: Path, capsys) -> Path:
+    """Save a screenshot (a test artifact) and print where it is."""
+    page.screenshot(path)
     with capsys.disabled():
-        print(f"\n[web] screenshot: {tmp_dir / name}")
-    return tmp_dir / name
+        print(f"\n[web] screenshot: {path}")
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +359,7 @@ def shots(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module", params=["classic", "nodes2"])
-def page(request, comfy_server, chromium, tmp_path_factory):
+def page(request, chromium, comfy_server, tmp_path_factory):
     """The frontend in one renderer, our extension loaded, the graph empty, the console checked for errors."""
     assert comfy_server.custom_node_import_error() is None
     vue = request.param == "nodes2"
@@ -412,8 +405,7 @@ def test_controls_follow_the_modes(page):
     # hiding never changes what is saved or sent: every control keeps its value in the workflow and the prompt
     assert seen["serialized"] == ["auto", "auto", 1.3, 0.8, "cosine", 16384, 0.2, "exact_kv"] + [-1] * 10
     assert seen["prompt_inputs"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS)
-    assert sorted(seen["memory_options"]) == sorted(MEMORY_MODES)
-    assert sorted(seen["attention_options"]) == sorted(ATTENTION_MODES)
+    assert seen["options"] == [list(MEMORY_MODES), list(ATTENTION_MODES)]
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
@@ -436,7 +428,7 @@ def test_report_panel_after_a_real_run(page, comfy_server, shots, capsys):
         assert len(runs) >= 2 and out["setup_panel"], out
     assert out["panel_visible"] and out["panel_height"] >= 60, out
     page.eval(f"window.longmediaTest.focus({json.dumps(out['sampler_id'])})")
-    path = page.screenshot(report_path(shots, f"{page.renderer}_report.png", capsys))
+    path = screenshot(page, shots / f"{page.renderer}_report.png", capsys)
     assert path.stat().st_size > 20_000
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
@@ -469,13 +461,14 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
         provide_pictures(data, comfy_server.base / "input")
     ours = sorted({n["type"] for n in data["nodes"] if str(n.get("type", "")).startswith("LongMedia")})
     assert ours, f"{workflow} has no LongMedia node"
-    seen = page.eval(f"window.longmediaTest.load({json.dumps(data)}, {json.dumps(workflow)})")
-    assert sorted(seen["types"]) == ours, seen
-    for node in seen["nodes"]:
+    nodes = page.eval(f"window.longmediaTest.load({json.dumps(data)}, {json.dumps(workflow)})")
+    assert sorted({n["type"] for n in nodes}) == ours, nodes
+    for node in nodes:
         assert node["registered"], f"{node['type']} loaded as a missing node in {workflow}"
-        assert node["widgets"] >= node["widget_inputs"] > 0 or node["widget_inputs"] == 0, node
+        assert node["widgets"] >= node["widget_inputs"], node
         if node["memory_mode"] is not None:
             assert node["manual_visible"] == (node["memory_mode"] != "auto"), node
+            assert node["sol_visible"] == (node["attention_mode"] in ("sol", "scheduled_sol")), node
     page.eval("window.longmediaTest.fitView()")
-    page.screenshot(report_path(shots, f"{page.renderer}_{Path(workflow).stem}.png", capsys))
+    screenshot(page, shots / f"{page.renderer}_{Path(workflow).stem}.png", capsys)
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
