@@ -110,7 +110,7 @@ class SetupPlan:
                  f"guides {g.cond_rows}, references {g.reference_rows})"]
         if self.segmented:
             lines += self.segments.describe()
-        return tuple(lines) + tuple(n for n in self.notes if not n.startswith("duration "))
+        return tuple(lines) + tuple(n for n in self.notes if not n.startswith(("duration ", "segments: ")))
 
     def job(self) -> LongMediaJob:
         return LongMediaJob(geometry=self.geometry, family=self.request.family,
@@ -255,8 +255,9 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
              f"{(geometry.total_frames or geometry.frames) / L.FPS:.3f} s (H3's 17k+5 frame grid at 24 fps)"]
     lines += notes
     if segments is not None:
-        lines.append(f"{segments.count} segments: {seg:g} s of new time each after the first, "
-                     f"{segments.context_frames} continuation frames, longest pass {geometry.frames} frames")
+        lines.append(f"segments: {segments.count} passes, {seg:g} s of new time each after the first, "
+                     f"{segments.context_frames} continuation frames, longest pass {geometry.frames} frames; "
+                     "pass seeds are the noise seed + the pass index (the table's seed column counts from 0)")
     if geometry.frames > TRAINED_FRAMES[1]:
         lines.append(f"one pass of {geometry.frames} frames is past H3's trained ~{TRAINED_FRAMES[0]}-"
                      f"{TRAINED_FRAMES[1]} frames: consider segment_seconds 5-15")

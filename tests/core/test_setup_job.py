@@ -152,7 +152,8 @@ def test_segmented_job_plans_every_pass_and_the_whole_latent():
     job = plan.job()
     assert job.segmented and job.segments == segs
     summary = "\n".join(plan.summary_lines())
-    assert "4 segments" in summary and "seg | pass frames" in summary
+    assert "4 segments" in summary and "seg | pass frames" in summary and "segments: 4 passes" not in summary
+    assert any(n.startswith("segments: 4 passes") and "noise seed + the pass index" in n for n in job.notes)
     json.dumps(job.to_dict())
 
 
