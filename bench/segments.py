@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny dims and size on CPU")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
-    device = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
+    device = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda:0")
     dims = SMOKE_DIMS if a.smoke else H3_FULL
     width, height, seconds = (256, 128, 1.0) if a.smoke else (a.width, a.height, a.segment_seconds)
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
