@@ -159,9 +159,10 @@ function planRows(plan, run, measured) {
 
   const att = plan.attention ?? {};
   const backend = run.attention_backend || att.backend || "?";
+  const requestedAtt = att.mode && att.mode !== backend ? `requested ${att.mode}` : "";
   const notes = [att.exact === false ? "approximate" : att.exact ? "exact" : "",
                  att.query_chunk_tokens ? `${att.query_chunk_tokens}-row query chunks` : "",
-                 att.mode === "auto" ? "auto picked it" : att.mode && att.mode !== backend ? `requested ${att.mode}` : ""];
+                 att.mode === "auto" ? "auto picked it" : requestedAtt];
   const attNotes = notes.filter(Boolean).join(", ");
   rows.push(["attention", attNotes ? `${backend} (${attNotes})` : backend]);
 
@@ -177,8 +178,9 @@ function planRows(plan, run, measured) {
   return rows;
 }
 
-function warningsOf(plan, run) {
-  return [...(plan.warnings ?? []), ...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
+// What the run did beside the plan: guard clean-ups and the stage's notes (resize, audio kept ...).
+function notesOf(run) {
+  return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
 }
 
 // A segmented Sampler run: entry.plan is the segment plan, each entry.segments[i].run a run report.
@@ -198,18 +200,19 @@ function formatSegmented(entry) {
     rows.push([`  #${s.index}`, parts.join(", ")]);
   }
   if (segs.length > 1) rows.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
-  const warnings = [...new Set(runs.flatMap((r) => warningsOf(r.plan ?? {}, r))), ...(entry.notes ?? []).map(String)];
-  return { rows, warnings, reasons: (first.reasons ?? []).map(String) };
+  const warnings = [...new Set(runs.flatMap((r) => (r.plan?.warnings ?? []).map(String)))];
+  const notes = [...new Set(runs.flatMap(notesOf)), ...(entry.notes ?? []).map(String)];
+  return { rows, warnings, notes, reasons: (first.reasons ?? []).map(String) };
 }
 
-/** One report dict -> { rows: [[label, text]], warnings: [...], reasons: [...] } (plain strings only). */
+/** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). */
 export function formatReport(entry) {
   if (Array.isArray(entry?.segments) && entry.segments.length && entry.segments[0]?.run) {
     return formatSegmented(entry);
   }
   const plan = entry?.plan;
   if (!plan || typeof plan !== "object") {
-    return { rows: [], warnings: [], reasons: [], lines: (entry?.summary ?? []).map(String) };
+    return { rows: [], warnings: [], notes: [], reasons: [], lines: (entry?.summary ?? []).map(String) };
   }
   const rows = planRows(plan, entry, entry.measured_peak_bytes);
   const g = plan.geometry ?? {};
@@ -220,7 +223,8 @@ export function formatReport(entry) {
   }
   const manual = entry.manual_fields?.length ? entry.manual_fields : plan.manual_fields ?? [];
   if (manual.length) rows.push(["manual", manual.join(", ")]);
-  return { rows, warnings: warningsOf(plan, entry), reasons: (plan.reasons ?? []).map(String) };
+  return { rows, warnings: (plan.warnings ?? []).map(String), notes: notesOf(entry),
+           reasons: (plan.reasons ?? []).map(String) };
 }
 
 function element(tag, text, style) {
@@ -233,8 +237,10 @@ function element(tag, text, style) {
 function renderReport(container, entries) {
   container.replaceChildren();
   entries.forEach((entry, index) => {
-    const { rows, warnings, reasons, lines = [] } = formatReport(entry);
-    if (entries.length > 1) container.append(element("div", `pass ${index + 1} of ${entries.length}`, "font-weight:bold;opacity:.8"));
+    const { rows, warnings = [], notes = [], reasons = [], lines = [] } = formatReport(entry);
+    if (entries.length > 1) {
+      container.append(element("div", `pass ${index + 1} of ${entries.length}`, "font-weight:bold;opacity:.8"));
+    }
     for (const [label, text] of rows) {
       const line = element("div");
       line.append(element("span", `${label} `, "opacity:.65"), element("span", text));
@@ -242,10 +248,13 @@ function renderReport(container, entries) {
     }
     for (const text of lines) container.append(element("div", text));
     for (const text of warnings) container.append(element("div", `! ${text}`, "color:#e8b04b"));
+    for (const text of notes) container.append(element("div", `- ${text}`, "opacity:.8"));
     if (reasons.length) {
       const details = element("details");
       details.append(element("summary", `why (${reasons.length})`, "cursor:pointer;opacity:.8"));
-      for (const text of reasons.slice(0, MAX_REASONS)) details.append(element("div", `- ${text}`, "padding-left:.8em"));
+      for (const text of reasons.slice(0, MAX_REASONS)) {
+        details.append(element("div", `- ${text}`, "padding-left:.8em"));
+      }
       if (reasons.length > MAX_REASONS) details.append(element("div", `... ${reasons.length - MAX_REASONS} more`));
       container.append(details);
     }
@@ -293,7 +302,9 @@ export function showReport(node, entries) {
 function reportOf(output) {
   if (!output || typeof output !== "object") return undefined;
   if (output[REPORT_KEY]) return output[REPORT_KEY];
-  if (output[JOB_KEY] && Array.isArray(output.text)) return [{ summary: output.text.flatMap((t) => String(t).split("\n")) }];
+  if (output[JOB_KEY] && Array.isArray(output.text)) {
+    return [{ summary: output.text.flatMap((t) => String(t).split("\n")) }];
+  }
   return undefined;
 }
 
@@ -310,7 +321,6 @@ app.registerExtension({
     const onNodeCreated = proto.onNodeCreated;
     proto.onNodeCreated = function (...args) {
       const result = onNodeCreated?.apply(this, args);
-      this.longmediaGroups = groups;
       watchModes(this, groups);
       watchShowAdvanced(this, groups);
       applyVisibility(this, groups);

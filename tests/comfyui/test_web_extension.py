@@ -40,7 +40,8 @@ RUN_TIMEOUT_S = 180.0
 # Console noise of the stock frontend, each with why it is not ours. Nothing mentioning LongMedia is ever ignored.
 FRONTEND_NOISE = (
     ("optional user files the frontend probes (404)", re.compile(r"/(user\.css|api/userdata)\b")),
-    ("the frontend's settings store reads the graph while it boots", re.compile(r"^ComfyApp graph accessed before initialization$")),
+    ("the frontend's settings store reads the graph while it boots",
+     re.compile(r"^ComfyApp graph accessed before initialization$")),
     ("the test browser is offline: external fetches are refused",
      re.compile(r"(https?://(?!127\.0\.0\.1)[^\s'\"]+.*(Content Security Policy|ERR_NAME_NOT_RESOLVED))|"
                 r"((Content Security Policy|ERR_NAME_NOT_RESOLVED).*https?://(?!127\.0\.0\.1))")),
@@ -53,7 +54,11 @@ PAGE_JS = r"""
   const settle = async () => { app.canvas?.setDirty(true, true); await sleep(350); };
   const ext = () => app.extensions.find((e) => e.name === EXT);
   const widget = (node, name) => node.widgets.find((w) => w.name === name);
-  const set = (node, name, value) => { const w = widget(node, name); w.value = value; w.callback?.(value, app.canvas, node); };
+  const set = (node, name, value) => {
+    const w = widget(node, name);
+    w.value = value;
+    w.callback?.(value, app.canvas, node);
+  };
   const add = (type, pos, values = {}) => {
     const node = LiteGraph.createNode(type);
     if (!node) throw new Error(`node type ${type} is not registered`);
@@ -83,7 +88,18 @@ PAGE_JS = r"""
     const sigmas = add("BasicScheduler", [600, 280], { steps: 2 });
     const noise = add("RandomNoise", [600, 440], { noise_seed: seed });
     const lm = add("LongMediaSampler", [900, 0], { memory_mode: "low_vram", attention_mode: "existing" });
-    const save = add("LongMediaTestSaveLatent", [1340, 0], { filename: `web_${seed}.safetensors` });
+    const save = add("LongMediaTestSaveLatent", [2240, 0], { filename: `web_${seed}.safetensors` });
+    let last = lm;
+    const stages = {};  // Hi-Res and Refiner after the Sampler, when the server has them
+    for (const [type, x, values] of [["LongMediaHiRes", 1340, { scale: 1.25, denoise: 0.5 }],
+                                     ["LongMediaRefiner", 1790, { steps: 2, denoise: 0.25 }]]) {
+      if (!LiteGraph.registered_node_types[type]) continue;
+      const stage = add(type, [x, 0], { ...values, memory_mode: "low_vram", attention_mode: "existing" });
+      link(noise, 0, stage, "noise"); link(guider, 0, stage, "guider"); link(sampler, 0, stage, "sampler");
+      if (stage.findInputSlot("sigmas") >= 0 && type === "LongMediaHiRes") link(sigmas, 0, stage, "sigmas");
+      link(last, 0, stage, "latent");
+      stages[type] = stage; last = stage;
+    }
     let setup = null;
     if (segmented) {
       setup = add("LongMediaSetup", [300, 480], { width: 64, height: 64, seconds: 3.0, segment_seconds: 1.5 });
@@ -97,8 +113,8 @@ PAGE_JS = r"""
     link(unet, 0, shift, "model"); link(clip, 0, pos, "clip"); link(clip, 0, neg, "clip");
     link(shift, 0, guider, "model"); link(shift, 0, sigmas, "model");
     link(noise, 0, lm, "noise"); link(guider, 0, lm, "guider"); link(sampler, 0, lm, "sampler");
-    link(sigmas, 0, lm, "sigmas"); link(lm, 0, save, "samples");
-    return { lm, setup };
+    link(sigmas, 0, lm, "sigmas"); link(last, 0, save, "samples");
+    return { lm, setup, stages };
   };
   window.longmediaTest = {
     ready: () => !!app.graph && !!app.canvas,
@@ -108,7 +124,7 @@ PAGE_JS = r"""
     fitView: async () => { await app.extensionManager.command.execute("Comfy.Canvas.FitView"); await sleep(800); },
     focus: async (id) => {
       const node = app.graph.getNodeById(id), ds = app.canvas.ds;
-      ds.scale = 1; ds.offset[0] = 260 - node.pos[0]; ds.offset[1] = 140 - node.pos[1];
+      ds.scale = 0.75; ds.offset[0] = 200 / 0.75 - node.pos[0]; ds.offset[1] = 120 / 0.75 - node.pos[1];
       await settle(); await sleep(500);
     },
     buildTiny: (segmented) => { buildTiny(segmented, 1); return app.graph.serialize(); },
@@ -134,12 +150,14 @@ PAGE_JS = r"""
       return seen;
     },
     async runTiny(segmented) {
-      const { lm, setup } = buildTiny(segmented, Date.now() % 1000000007);
-      const out = { sampler_id: lm.id, error: null };
+      const { lm, setup, stages } = buildTiny(segmented, Date.now() % 1000000007);
+      const out = { sampler_id: lm.id, error: null, stages: {} };
+      const waiting = [lm, ...Object.values(stages)];
       try {
         await app.queuePrompt(0, 1);
-        for (let i = 0; i < 360 && !lm.longmediaReport; i++) await sleep(500);
-        if (!lm.longmediaReport) throw new Error("no longmedia_report reached the Sampler node");
+        for (let i = 0; i < 360 && !waiting.every((n) => n.longmediaReport); i++) await sleep(500);
+        const missing = waiting.filter((n) => !n.longmediaReport).map((n) => n.type);
+        if (missing.length) throw new Error(`no longmedia_report reached ${missing.join(", ")}`);
         const history = await (await fetch("/api/history?max_items=1")).json();
         out.prompt_id = Object.keys(history)[0];
         await settle();
@@ -148,6 +166,7 @@ PAGE_JS = r"""
         out.panel_visible = panel.element.isConnected && panel.element.getClientRects().length > 0;
         out.panel_height = panel.element.getBoundingClientRect().height / (app.canvas.ds?.scale ?? 1);
         out.setup_panel = setup ? (widget(setup, REPORT)?.element.innerText ?? "") : "";
+        for (const [type, n] of Object.entries(stages)) out.stages[type] = [n.id, widget(n, REPORT).element.innerText];
       } catch (e) { out.error = String(e?.stack ?? e); }
       return out;
     },
@@ -411,7 +430,8 @@ def test_controls_follow_the_modes(page):
 
 def test_report_panel_after_a_real_run(page, comfy_server, shots, capsys):
     mark = page.mark()
-    segmented = "LongMediaSetup" in comfy_server.object_info()
+    info = comfy_server.object_info()
+    segmented = "LongMediaSetup" in info
     out = page.eval(f"window.longmediaTest.runTiny({json.dumps(segmented)})", timeout=RUN_TIMEOUT_S + 30)
     assert out["error"] is None, out
     history = comfy_server.wait(out["prompt_id"], timeout=RUN_TIMEOUT_S)
@@ -427,6 +447,12 @@ def test_report_panel_after_a_real_run(page, comfy_server, shots, capsys):
         assert f"segments {len(runs)} passes" in text and "drift s/step" in text, text
         assert len(runs) >= 2 and out["setup_panel"], out
     assert out["panel_visible"] and out["panel_height"] >= 60, out
+    assert set(out["stages"]) == {t for t in ("LongMediaHiRes", "LongMediaRefiner") if t in info}, out
+    for node_type, (node_id, panel) in out["stages"].items():  # Hi-Res and Refiner: one pass each, their own plan
+        stage = history["outputs"][str(node_id)]["longmedia_report"][0]
+        assert f"mode {stage['plan']['memory_mode']} (set by hand)" in panel, (node_type, panel)
+        assert f"sequence {stage['plan']['geometry']['seq_len']} packed rows" in panel, (node_type, panel)
+        assert f"why ({len(stage['plan']['reasons'])})" in panel, (node_type, panel)
     page.eval(f"window.longmediaTest.focus({json.dumps(out['sampler_id'])})")
     path = screenshot(page, shots / f"{page.renderer}_report.png", capsys)
     assert path.stat().st_size > 20_000

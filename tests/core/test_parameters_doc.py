@@ -50,3 +50,86 @@ def test_both_mode_lists_are_complete(rows, name, modes):
         assert cells[1] == "`auto`"
         for mode in modes:
             assert mode in cells[4], f"the {name} help does not explain {mode}"
+
+
+# docs/USER_GUIDE.md: every number in its tables comes from the code; these checks keep it that way.
+GUIDE = DOC.parent / "USER_GUIDE.md"
+CARDS = (8, 12, 16, 24)
+
+
+def _guide_rows(first_cell: str) -> list[str]:
+    """The cells of the guide's table row starting with `first_cell`, for every such row."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in GUIDE.read_text(encoding="utf-8").splitlines() if line.strip().startswith(f"| {first_cell} |")]
+
+
+@pytest.mark.parametrize("vram_gb", CARDS)
+def test_guide_segment_ranges_are_the_planner_tiers(vram_gb):
+    from longmedia.segments import suggest_segment_seconds
+
+    tip = suggest_segment_seconds(vram_gb, "low")
+    tiers = [r for r in _guide_rows(f"{vram_gb} GB") if r[1].endswith(" s") and "-" in r[1]]
+    assert tiers and tiers[0][1] == f"{tip.min_seconds:g}-{tip.max_seconds:g} s", tiers
+
+
+@pytest.mark.parametrize("vram_gb", CARDS)
+def test_guide_reference_job_table_matches_the_planner(vram_gb):
+    from longmedia import cli
+
+    plan = cli.plan_from_args(cli.build_parser().parse_args(["plan", "--vram-gb", str(vram_gb)]))
+    rows = [r for r in _guide_rows(f"{vram_gb} GB") if r[1] in ("normal", "low_vram", "ultra_low_vram")]
+    assert len(rows) == 1, rows
+    tip = plan.segment_suggestion
+    assert rows[0][1:] == [plan.memory_mode, "on" if plan.prefetch else "off",
+                           f"{tip.seconds:g}" if tip else "one pass"], (rows, plan.reasons)
+
+
+def test_guide_reference_budgets_match_the_code():
+    from longmedia.references import REFERENCE_BUDGETS
+
+    for name, b in REFERENCE_BUDGETS.items():
+        (row,) = _guide_rows(name)
+        if b.picture_pixels is None:
+            assert row[1:] == ["stock sizes", "stock sizes", "stock", "no cap"], row
+            continue
+        pictures = {512 * 512: "512x512", 768 * 768: "768x768", 1344 * 768: "1344x768"}[b.picture_pixels]
+        assert row[1] == pictures and row[2].endswith(f", {b.video_frames} frames"), row
+        w, h = (int(v) for v in row[2].split(",")[0].split("x"))
+        assert w * h == b.video_pixels and row[3] == f"{b.audio_seconds:g} s", row
+        assert row[4] == f"{b.total_rows} rows", row
+
+
+def test_guide_oom_phases_and_planner_constants_match_the_code():
+    from longmedia.diagnostics import PHASES
+    from longmedia.planner import LADDER, ULTRA_LADDER
+    from longmedia.plan_policy import auto_reserve
+    from longmedia.profiles import DeviceProfile
+
+    text = GUIDE.read_text(encoding="utf-8")
+    for phase in PHASES:
+        assert f"`{phase}`" in text, phase
+    assert f"{LADDER[0]} down to {LADDER[-1]} rows" in text
+    assert f"({ULTRA_LADDER[0]} down to {ULTRA_LADDER[-1]} in ultra_low_vram)" in text
+    for os_name, base in (("linux", 512), ("windows", 768)):
+        card = DeviceProfile.card(vram_gb=16, os_name=os_name)
+        assert auto_reserve(card) - int(0.02 * card.vram_total_bytes) == base * 2 ** 20
+        assert f"{base} MiB" in text
+    from longmedia import cli
+
+    cleanups = {v: cli.plan_from_args(cli.build_parser().parse_args(["plan", "--vram-gb", str(v)]))
+                .guards.step_boundary_cleanup_mb for v in (8, 16, 24)}
+    assert f"to {cleanups[8]} on cards up to 8.5 GiB, {cleanups[16]} up to 18.5 GiB and {cleanups[24]} above" in text
+
+
+def test_guide_node_defaults_match_the_parameter_reference(rows):
+    text = GUIDE.read_text(encoding="utf-8")
+    for name, default, quoted in (("scale", "1.25", "`scale`, default 1.25"),
+                                  ("denoise", "0.5", "`denoise`, default 0.5"),
+                                  ("steps", "4", "`steps` 4"), ("denoise", "0.25", "`denoise` 0.25"),
+                                  ("continuation_frames", "22", "`continuation_frames` (default 22)"),
+                                  ("sol_tau_start", "1.3", "`sol_tau_start` (1.3)"),
+                                  ("sol_tau_end", "0.8", "`sol_tau_end` (0.8)"),
+                                  ("sol_dense_percent", "0.2", "`sol_dense_percent` (0.2)"),
+                                  ("sol_min_tokens", "16384", "`sol_min_tokens` (16384)")):
+        assert any(cells[1] == default for cells in rows[name]), (name, rows[name])
+        assert quoted in text, quoted
