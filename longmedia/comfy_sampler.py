@@ -37,11 +37,31 @@ class SamplerResult:
     plan: ExecutionPlan
 
 
+TRITON_BACKENDS = ("qstream_triton", "qstream_triton_int8", "sol")
+
+
+def _refuse_pinning(patcher) -> str:
+    """Keep this clone's weights out of page-locked RAM (the plan rejected pinning this model).
+
+    ComfyUI pins offloaded weights through `ModelPatcher.pin_weight_to_device`; there is no per-model
+    switch, so the clone (ours alone) gets a no-op in its place. Process-wide limits stay untouched.
+    Dynamic VRAM pins through comfy-aimdo host buffers at ops time, which has no per-model refusal.
+    """
+    if getattr(patcher, "is_dynamic", lambda: False)():
+        return ("RAM pinning: the plan rejects pinning this model, but dynamic VRAM pins through its own "
+                "host buffers at ops time and has no per-model switch: left to ComfyUI")
+    if not hasattr(patcher, "pin_weight_to_device"):
+        return "RAM pinning: this ComfyUI has no pin_weight_to_device: nothing to refuse"
+    patcher.pin_weight_to_device = lambda key: None  # this clone only
+    return "RAM pinning refused for this model (on LongMedia's clone of the patcher only)"
+
+
 class _Run:
     """Mutable bookkeeping of one sampling run (per call, never module level)."""
 
     def __init__(self, plan: ExecutionPlan, device: torch.device):
         self.plan, self.device = plan, device
+        self.notes: list[str] = []
         self.steps: list[StepRecord] = []
         self.boundaries: list[tuple[str, ...]] = []
         self.block_peaks: dict[int, int] = {}
@@ -114,6 +134,14 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})
+    if plan.pinning.mode == "none":
+        run.notes.append(_refuse_pinning(g.model_patcher))
+    if plan.attention.backend in TRITON_BACKENDS:
+        from .triton_bootstrap import bootstrap_triton
+
+        fix = bootstrap_triton()  # Windows embedded Python: Triton's compiler finds its headers (this process)
+        if fix.applied or fix.plan.problems:
+            run.notes.extend(fix.lines)
     blocks = g.model_patcher.model.diffusion_model.blocks
     streamed: tuple[int, ...] = ()
     if not plan.chunks.is_stock:
@@ -208,7 +236,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        boundaries=tuple(run.boundaries), steps=tuple(run.steps),
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
-                       if callback.failure else "ok", manual_fields=plan.manual_fields)
+                       if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes))
     return SamplerResult(output, denoised, report, plan)
 
 

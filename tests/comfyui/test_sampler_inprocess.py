@@ -146,3 +146,15 @@ def test_streamed_run_leaves_the_model_as_it_was(env):
     final_layer = env["models"]["fp32"].model.diffusion_model.final_layer
     assert getattr(final_layer.forward, "__func__", None) is type(final_layer).forward  # object patch undone
     assert torch.equal(again_v, first_v) and torch.equal(again_a, first_a)
+
+
+def test_rejected_pinning_is_refused_on_the_clone_only(env):
+    from longmedia.profiles import DeviceProfile
+
+    patcher = env["models"]["fp32"]
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
+    (ov, _), _, result = ours(env, request, *job(env), device_profile=DeviceProfile.card(vram_gb=16, ram_gb=4))
+    assert result.plan.pinning.mode == "none"
+    assert any("RAM pinning refused" in n for n in result.report.notes), result.report.notes
+    assert patcher.pin_weight_to_device.__func__ is type(patcher).pin_weight_to_device  # the user's patcher untouched
+    assert torch.isfinite(ov).all()
