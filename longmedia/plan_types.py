@@ -76,7 +76,7 @@ class GuardThresholds:
     inter_block_guard_emergency_mb: int        # below this, clean up regardless of the cooldown
     late_block_guard_start: int                # from this block index on, aim for the late target
     late_block_guard_target_mb: int            # free VRAM wanted before the final layer
-    step_boundary_cleanup_mb: int              # empty the allocator cache at a step boundary above this much idle
+    step_boundary_cleanup_mb: int              # at a step boundary, clean up when less than this many MB are free
 
 
 @dataclass(frozen=True)
