@@ -54,6 +54,7 @@ PAGE_JS = r"""
   const settle = async () => { app.canvas?.setDirty(true, true); await sleep(350); };
   const ext = () => app.extensions.find((e) => e.name === EXT);
   const widget = (node, name) => node.widgets.find((w) => w.name === name);
+  const panel = (node) => widget(node, REPORT)?.element;
   const set = (node, name, value) => {
     const w = widget(node, name);
     w.value = value;
@@ -66,7 +67,6 @@ PAGE_JS = r"""
     for (const [name, value] of Object.entries(values)) set(node, name, value);
     return node;
   };
-  const link = (a, slot, b, name) => a.connect(slot, b, b.findInputSlot(name));
   // Widget names the user can see, in widget order: from the DOM in Nodes 2.0, from litegraph on the canvas.
   const visible = (node) => {
     const names = node.widgets.map((w) => w.name).filter((n) => n !== REPORT);
@@ -75,46 +75,36 @@ PAGE_JS = r"""
     const lines = new Set((el?.innerText ?? "").split("\n").map((t) => t.trim()));
     return names.filter((n) => lines.has(n));
   };
-  const buildTiny = (segmented, seed) => {
+  // Setup (2 segments) -> Sampler -> Hi-Res -> Refiner on the tiny checkpoint, every stage streamed (low_vram).
+  const buildTiny = (seed) => {
     app.graph.clear();
-    const unet = add("UNETLoader", [0, 0], { unet_name: "tiny_h3_fp32.safetensors" });
-    const shift = add("MiniMaxH3SigmaShift", [0, 140]);
-    const clip = add("LongMediaTestTinyCLIP", [0, 300], { text_dim: 96 });
-    // the seed in the prompt makes Setup run again (a cached node sends no executed event)
-    const pos = add("CLIPTextEncode", [300, 0], { text: `a red fox trots through fresh snow ${seed}` });
-    const neg = add("CLIPTextEncode", [300, 240], { text: "" });
-    const guider = add("CFGGuider", [600, 0], { cfg: 3.0 });
-    const sampler = add("KSamplerSelect", [600, 180]);
-    const sigmas = add("BasicScheduler", [600, 280], { steps: 2 });
-    const noise = add("RandomNoise", [600, 440], { noise_seed: seed });
-    const lm = add("LongMediaSampler", [900, 0], { memory_mode: "low_vram", attention_mode: "existing" });
-    const save = add("LongMediaTestSaveLatent", [2240, 0], { filename: `web_${seed}.safetensors` });
-    let last = lm;
-    const stages = {};  // Hi-Res and Refiner after the Sampler, when the server has them
-    for (const [type, x, values] of [["LongMediaHiRes", 1340, { scale: 1.25, denoise: 0.5 }],
-                                     ["LongMediaRefiner", 1790, { steps: 2, denoise: 0.25 }]]) {
-      if (!LiteGraph.registered_node_types[type]) continue;
-      const stage = add(type, [x, 0], { ...values, memory_mode: "low_vram", attention_mode: "existing" });
-      link(noise, 0, stage, "noise"); link(guider, 0, stage, "guider"); link(sampler, 0, stage, "sampler");
-      if (stage.findInputSlot("sigmas") >= 0 && type === "LongMediaHiRes") link(sigmas, 0, stage, "sigmas");
-      link(last, 0, stage, "latent");
-      stages[type] = stage; last = stage;
+    const streamed = { memory_mode: "low_vram", attention_mode: "existing" };
+    const n = {
+      unet: add("UNETLoader", [0, 0], { unet_name: "tiny_h3_fp32.safetensors" }),
+      shift: add("MiniMaxH3SigmaShift", [0, 140]), clip: add("LongMediaTestTinyCLIP", [0, 300], { text_dim: 96 }),
+      // the seed in the prompt makes Setup run again (a cached node sends no executed event)
+      pos: add("CLIPTextEncode", [300, 0], { text: `a red fox trots through fresh snow ${seed}` }),
+      neg: add("CLIPTextEncode", [300, 240], { text: "" }),
+      setup: add("LongMediaSetup", [300, 480], { width: 64, height: 64, seconds: 3.0, segment_seconds: 1.5 }),
+      guider: add("CFGGuider", [600, 0], { cfg: 3.0 }), sampler: add("KSamplerSelect", [600, 180]),
+      sigmas: add("BasicScheduler", [600, 280], { steps: 2 }), noise: add("RandomNoise", [600, 440], { noise_seed: seed }),
+      lm: add("LongMediaSampler", [900, 0], streamed),
+      hires: add("LongMediaHiRes", [1340, 0], { scale: 1.25, denoise: 0.5, ...streamed }),
+      refiner: add("LongMediaRefiner", [1790, 0], { steps: 2, denoise: 0.25, ...streamed }),
+      save: add("LongMediaTestSaveLatent", [2240, 0], { filename: `web_${seed}.safetensors` }),
+    };
+    for (const [a, slot, b, name] of [
+      ["unet", 0, "shift", "model"], ["clip", 0, "pos", "clip"], ["clip", 0, "neg", "clip"],
+      ["pos", 0, "setup", "positive"], ["neg", 0, "setup", "negative"], ["shift", 0, "guider", "model"],
+      ["setup", 0, "guider", "positive"], ["setup", 1, "guider", "negative"], ["shift", 0, "sigmas", "model"],
+      ["setup", 2, "lm", "latent"], ["setup", 3, "lm", "job"], ["sigmas", 0, "lm", "sigmas"],
+      ["sigmas", 0, "hires", "sigmas"], ["lm", 0, "hires", "latent"], ["hires", 0, "refiner", "latent"],
+      ["refiner", 0, "save", "samples"],
+      ...["lm", "hires", "refiner"].flatMap((stage) => [["noise", 0, stage, "noise"], ["guider", 0, stage, "guider"],
+                                                         ["sampler", 0, stage, "sampler"]])]) {
+      n[a].connect(slot, n[b], n[b].findInputSlot(name));
     }
-    let setup = null;
-    if (segmented) {
-      setup = add("LongMediaSetup", [300, 480], { width: 64, height: 64, seconds: 3.0, segment_seconds: 1.5 });
-      link(pos, 0, setup, "positive"); link(neg, 0, setup, "negative");
-      link(setup, 0, guider, "positive"); link(setup, 1, guider, "negative");
-      link(setup, 2, lm, "latent"); link(setup, 3, lm, "job");
-    } else {
-      const latent = add("EmptyMiniMaxH3LatentAV", [300, 480], { width: 128, height: 96, length: 39 });
-      link(pos, 0, guider, "positive"); link(neg, 0, guider, "negative"); link(latent, 0, lm, "latent");
-    }
-    link(unet, 0, shift, "model"); link(clip, 0, pos, "clip"); link(clip, 0, neg, "clip");
-    link(shift, 0, guider, "model"); link(shift, 0, sigmas, "model");
-    link(noise, 0, lm, "noise"); link(guider, 0, lm, "guider"); link(sampler, 0, lm, "sampler");
-    link(sigmas, 0, lm, "sigmas"); link(last, 0, save, "samples");
-    return { lm, setup, stages };
+    return n;
   };
   window.longmediaTest = {
     ready: () => !!app.graph && !!app.canvas,
@@ -127,7 +117,12 @@ PAGE_JS = r"""
       ds.scale = 0.75; ds.offset[0] = 200 / 0.75 - node.pos[0]; ds.offset[1] = 120 / 0.75 - node.pos[1];
       await settle(); await sleep(500);
     },
-    buildTiny: (segmented) => { buildTiny(segmented, 1); return app.graph.serialize(); },
+    buildTiny: () => { buildTiny(1); return app.graph.serialize(); },
+    // [on screen, height in graph units] of each node's plan panel (DOM widgets off screen are not shown)
+    panelBoxes: (ids) => ids.map((id) => {
+      const el = panel(app.graph.getNodeById(id));
+      return [!!el?.getClientRects().length, (el?.getBoundingClientRect().height ?? 0) / app.canvas.ds.scale];
+    }),
     async modeWalk() {
       app.graph.clear();
       const node = add("LongMediaSampler", [100, 100]);
@@ -149,24 +144,17 @@ PAGE_JS = r"""
       await settle(); seen.reloaded_low_vram = visible(app.graph.nodes.find((n) => n.type === "LongMediaSampler"));
       return seen;
     },
-    async runTiny(segmented) {
-      const { lm, setup, stages } = buildTiny(segmented, Date.now() % 1000000007);
-      const out = { sampler_id: lm.id, error: null, stages: {} };
-      const waiting = [lm, ...Object.values(stages)];
+    async runTiny() {
+      const n = buildTiny(Date.now() % 1000000007), ours = [n.lm, n.hires, n.refiner];
+      const out = { error: null, panels: {} };
       try {
         await app.queuePrompt(0, 1);
-        for (let i = 0; i < 360 && !waiting.every((n) => n.longmediaReport); i++) await sleep(500);
-        const missing = waiting.filter((n) => !n.longmediaReport).map((n) => n.type);
+        for (let i = 0; i < 360 && !ours.every((x) => x.longmediaReport); i++) await sleep(500);
+        const missing = ours.filter((x) => !x.longmediaReport).map((x) => x.type);
         if (missing.length) throw new Error(`no longmedia_report reached ${missing.join(", ")}`);
-        const history = await (await fetch("/api/history?max_items=1")).json();
-        out.prompt_id = Object.keys(history)[0];
+        out.prompt_id = Object.keys(await (await fetch("/api/history?max_items=1")).json())[0];
         await settle();
-        const panel = widget(lm, REPORT);
-        out.panel = panel.element.innerText;
-        out.panel_visible = panel.element.isConnected && panel.element.getClientRects().length > 0;
-        out.panel_height = panel.element.getBoundingClientRect().height / (app.canvas.ds?.scale ?? 1);
-        out.setup_panel = setup ? (widget(setup, REPORT)?.element.innerText ?? "") : "";
-        for (const [type, n] of Object.entries(stages)) out.stages[type] = [n.id, widget(n, REPORT).element.innerText];
+        for (const x of [n.setup, ...ours]) out.panels[x.type] = { id: x.id, text: panel(x)?.innerText ?? "" };
       } catch (e) { out.error = String(e?.stack ?? e); }
       return out;
     },
@@ -428,34 +416,31 @@ def test_controls_follow_the_modes(page):
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
-def test_report_panel_after_a_real_run(page, comfy_server, shots, capsys):
+def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
+    """Setup -> Sampler (2 segments) -> Hi-Res -> Refiner through the UI: each shows what its report says."""
     mark = page.mark()
-    info = comfy_server.object_info()
-    segmented = "LongMediaSetup" in info
-    out = page.eval(f"window.longmediaTest.runTiny({json.dumps(segmented)})", timeout=RUN_TIMEOUT_S + 30)
+    out = page.eval("window.longmediaTest.runTiny()", timeout=RUN_TIMEOUT_S + 30)
     assert out["error"] is None, out
-    history = comfy_server.wait(out["prompt_id"], timeout=RUN_TIMEOUT_S)
-    report = history["outputs"][str(out["sampler_id"])]["longmedia_report"][0]
-    text = out["panel"]
-    runs = [s["run"] for s in report["segments"]] if segmented else [report]
-    assert f"mode {runs[0]['plan']['memory_mode']} (set by hand)" in text, text
-    assert f"attention {runs[0]['attention_backend']} (exact" in text, text
-    assert "predicted " in text and "usable" in text and "measured " in text, text
-    assert f"blocks 2 of 2 streamed" in text, text
-    assert f"why ({len(runs[0]['plan']['reasons'])})" in text, text
-    if segmented:
-        assert f"segments {len(runs)} passes" in text and "drift s/step" in text, text
-        assert len(runs) >= 2 and out["setup_panel"], out
-    assert out["panel_visible"] and out["panel_height"] >= 60, out
-    assert set(out["stages"]) == {t for t in ("LongMediaHiRes", "LongMediaRefiner") if t in info}, out
-    for node_type, (node_id, panel) in out["stages"].items():  # Hi-Res and Refiner: one pass each, their own plan
-        stage = history["outputs"][str(node_id)]["longmedia_report"][0]
-        assert f"mode {stage['plan']['memory_mode']} (set by hand)" in panel, (node_type, panel)
-        assert f"sequence {stage['plan']['geometry']['seq_len']} packed rows" in panel, (node_type, panel)
-        assert f"why ({len(stage['plan']['reasons'])})" in panel, (node_type, panel)
-    page.eval(f"window.longmediaTest.focus({json.dumps(out['sampler_id'])})")
-    path = screenshot(page, shots / f"{page.renderer}_report.png", capsys)
-    assert path.stat().st_size > 20_000
+    history = comfy_server.wait(out["prompt_id"], timeout=RUN_TIMEOUT_S)["outputs"]
+    panels = out["panels"]
+    stages = ("LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner")
+    page.eval(f"window.longmediaTest.focus({panels['LongMediaSampler']['id']})")
+    boxes = page.eval(f"window.longmediaTest.panelBoxes({json.dumps([panels[t]['id'] for t in stages])})")
+    assert all(shown and height >= 60 for shown, height in boxes), boxes
+    assert "2 segments" in panels["LongMediaSetup"]["text"], panels
+    for node_type in stages:
+        report = history[str(panels[node_type]["id"])]["longmedia_report"][0]
+        run = report["segments"][0]["run"] if node_type == "LongMediaSampler" else report
+        text, plan = panels[node_type]["text"], run["plan"]
+        assert f"mode {plan['memory_mode']} (set by hand)" in text, (node_type, text)
+        assert f"attention {run['attention_backend']} (exact" in text, (node_type, text)
+        assert "predicted " in text and "usable" in text and "measured " in text, (node_type, text)
+        assert "blocks 2 of 2 streamed" in text, (node_type, text)
+        assert f"sequence {plan['geometry']['seq_len']} packed rows" in text, (node_type, text)
+        assert f"why ({len(plan['reasons'])})" in text, (node_type, text)
+    sampler = panels["LongMediaSampler"]["text"]
+    assert "segments 2 passes" in sampler and "drift s/step" in sampler, sampler
+    assert screenshot(page, shots / f"{page.renderer}_report.png", capsys).stat().st_size > 20_000
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
@@ -481,7 +466,7 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
     """Each example UI workflow (or, until there are some, one built here) loads with our nodes and widgets."""
     mark = page.mark()
     if workflow == "built-in":
-        data = page.eval("window.longmediaTest.buildTiny(false)")
+        data = page.eval("window.longmediaTest.buildTiny()")
     else:
         data = json.loads((REPO_ROOT / "workflows" / workflow).read_text(encoding="utf-8"))
         provide_pictures(data, comfy_server.base / "input")
