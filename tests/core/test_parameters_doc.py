@@ -133,3 +133,27 @@ def test_guide_node_defaults_match_the_parameter_reference(rows):
                                   ("sol_min_tokens", "16384", "`sol_min_tokens` (16384)")):
         assert any(cells[1] == default for cells in rows[name]), (name, rows[name])
         assert quoted in text, quoted
+
+
+# (as the guide writes it, as docs/PERFORMANCE.md has it): measured figures the guide quotes
+MEASURED = (("10.46 GiB for one block at 104466", "| 104466 | stock | - | 10.46 |"),
+            ("0.381x the stock block's activation peak at 1.028x", "| 0.381 | 722 | 1.028 |"),
+            ("0.340x peak at 1.022x time with 28-head groups", "| 3.56 | 3.57 | 0.340 | 718 | 1.022 |"),
+            ("0.241x at 1.052x with 8-head groups", "| 0.241 | 739 | 1.052 |"),
+            ("(1.542x at 16384 rows)", "| 16384 | grouped 8h | 4096/2048/2048/8 | 0.42 | 0.42 | 0.247 | 56 | 1.542 |"),
+            ("(1.545 and 2.587 s per step in bf16)", "| planned low_vram | 16384/0/16384/56 | 1.545 |"),
+            ("(1.545 and 2.587 s per step in bf16)", "| planned low_vram | 16384/0/16384/56 | 2.587 |"),
+            ("(segment 3 / segment 1: 0.999)", "segment 3 / segment 1: s/step 0.999"),
+            ("0.980x one unstreamed call (104k rows)", "S=106496: fastest SDPA = sdpa cudnn; best streamed SDPA / "
+                                                       "best whole SDPA = 0.980x"),
+            ("0.516x the bytes at rel-L2 1.8e-3", "**0.516x bytes, rel-L2 1.8e-3**"),
+            ("tau 1.3 is 3.83x the fastest SDPA at rel-L2 0.139", "| 140.30 | 2.32e+03 | 3.83x | 1630 | 1.39e-01 |"),
+            ("tau 1.0 2.58x at 0.114", "| 106496 | 208.09 | 1.56e+03 | 2.58x | 1630 | 1.14e-01 |"),
+            ("tau 0.8 2.15x at 0.100", "| 106496 | 249.23 | 1.3e+03 | 2.15x | 1630 | 1.00e-01 |"),
+            ("(exact attention: 1.67e-03)", "| sdpa cudnn | 106496 | 536.73 | 606 | 1.00x | 2912 | 1.67e-03 |"))
+
+
+@pytest.mark.parametrize("quoted, source", MEASURED)
+def test_guide_measured_figures_are_in_performance_md(quoted, source):
+    assert quoted in GUIDE.read_text(encoding="utf-8"), quoted
+    assert source in (DOC.parent / "PERFORMANCE.md").read_text(encoding="utf-8"), source
