@@ -141,8 +141,8 @@ MEASURED = (("10.46 GiB for one block at 104466", "| 104466 | stock | - | 10.46 
             ("0.340x peak at 1.022x time with 28-head groups", "| 3.56 | 3.57 | 0.340 | 718 | 1.022 |"),
             ("0.241x at 1.052x with 8-head groups", "| 0.241 | 739 | 1.052 |"),
             ("(1.542x at 16384 rows)", "| 16384 | grouped 8h | 4096/2048/2048/8 | 0.42 | 0.42 | 0.247 | 56 | 1.542 |"),
-            ("(1.545 and 2.587 s per step in bf16)", "| planned low_vram | 16384/0/16384/56 | 1.545 |"),
-            ("(1.545 and 2.587 s per step in bf16)", "| planned low_vram | 16384/0/16384/56 | 2.587 |"),
+            ("(1.545 and 2.587 s per step in bf16;", "| planned low_vram | 16384/0/16384/56 | 1.545 |"),
+            ("(1.545 and 2.587 s per step in bf16;", "| planned low_vram | 16384/0/16384/56 | 2.587 |"),
             ("(segment 3 / segment 1: 0.999)", "segment 3 / segment 1: s/step 0.999"),
             ("0.980x one unstreamed call (104k rows)", "S=106496: fastest SDPA = sdpa cudnn; best streamed SDPA / "
                                                        "best whole SDPA = 0.980x"),
