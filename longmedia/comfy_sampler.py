@@ -134,7 +134,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})
-    if plan.pinning.mode == "none":
+    if plan.pinning.mode == "none" and plan.memory.streamed_weight_bytes > 0:  # weights stream, pinning rejected
         run.notes.append(_refuse_pinning(g.model_patcher))
     if plan.attention.backend in TRITON_BACKENDS:
         from .triton_bootstrap import bootstrap_triton
