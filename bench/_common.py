@@ -50,3 +50,13 @@ def peak_extra_bytes(fn, device: torch.device) -> int:
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def emit(lines: list[str], out) -> int:
+    """Print the table and, when `out` is given, write it there too; the script's exit code."""
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    return 0

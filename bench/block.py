@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, median, peak_extra_bytes, timed  # noqa: E402
+from bench._common import device_name, emit, median, peak_extra_bytes, timed  # noqa: E402
 from longmedia.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.memory import predicted_peak_bytes, stock_peak_bytes  # noqa: E402
@@ -96,11 +96,7 @@ def main(argv=None) -> int:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             print(*lines[-1 - len(configs):], sep="\n", flush=True)
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        a.out.write_text(text + "\n")
-    return 0
+    return emit(lines, a.out)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, sync  # noqa: E402
+from bench._common import device_name, emit, sync  # noqa: E402
 from longmedia.attention_path import default_attention_path  # noqa: E402
 from longmedia.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.geometry import KeyframeSpec, ReferenceSpec, build_geometry  # noqa: E402
@@ -182,11 +182,7 @@ def main(argv=None) -> int:
         inside = sum(0.9 <= r <= 1.1 for r in ratios)
         lines += ["", f"activation ratio measured/predicted: min {min(ratios):.3f}, max {max(ratios):.3f}, "
                       f"{inside}/{len(ratios)} within 0.90-1.10"]
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        a.out.write_text(text + "\n")
-    return 0
+    return emit(lines, a.out)
 
 
 if __name__ == "__main__":

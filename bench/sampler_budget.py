@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, median, timed  # noqa: E402
+from bench._common import device_name, emit, median, timed  # noqa: E402
 from longmedia.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
@@ -122,11 +122,7 @@ def main(argv=None) -> int:
         del blocks
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        a.out.write_text(text + "\n")
-    return 0
+    return emit(lines, a.out)
 
 
 if __name__ == "__main__":
