@@ -86,12 +86,18 @@ def _positive(guider):
     return [[first.get("cross_attn"), first]]
 
 
-def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: DeviceProfile | None = None):
-    """Validate everything (before any GPU work) and plan the pass; returns (plan, segments)."""
+def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: DeviceProfile | None = None,
+             keyframes: tuple | None = None):
+    """Validate everything (before any GPU work) and plan the pass; returns (plan, segments).
+
+    keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
+    """
     model = comfy_job.h3_diffusion_model(guider)
     video, audio = comfy_job.av_latents(latent)
     comfy_job.check_sigmas(sigmas)
     positive = _positive(guider)
+    if keyframes is not None:
+        positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
     device = device_profile or _device_profile(guider.model_patcher.load_device)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass
 
@@ -231,6 +232,41 @@ def _check_inputs(guider, sigmas, latent, plan) -> tuple[torch.Tensor, torch.Ten
     return video, audio
 
 
+@dataclass(frozen=True)
+class SegmentForecast:
+    """One pass as planned before anything runs: its packed rows, mode and predicted peak."""
+
+    index: int
+    pass_frames: int
+    context_frames: int
+    seq_len: int
+    memory_mode: str
+    predicted_peak_bytes: int
+    fits: bool
+
+    def line(self) -> str:
+        return (f"segment {self.index}: {self.pass_frames} frames ({self.context_frames} context), "
+                f"{self.seq_len} packed rows, {self.memory_mode}, predicted peak "
+                f"{self.predicted_peak_bytes / 2 ** 30:.2f} GiB{'' if self.fits else ' (does NOT fit)'}")
+
+
+def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: SegmentPlan,
+                      device_profile: DeviceProfile | None = None) -> tuple[SegmentForecast, ...]:
+    """Plan every pass before the run: its context guide counted, the user's own guides left out."""
+    import comfy.nested_tensor
+
+    video, audio = comfy_job.av_latents(latent)
+    out = []
+    for seg in plan.segments:
+        pass_v, pass_a = seams.pass_latents(seg, video, audio)
+        extra = (seams.context_keyframe(seg, video, audio),) if seg.index else ()
+        seg_latent = {"samples": comfy.nested_tensor.NestedTensor((pass_v, pass_a))}
+        p, rows = comfy_sampler.plan_for(guider, seg_latent, sigmas, request, device_profile, keyframes=extra)
+        out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
+                                   p.predicted_peak_bytes, p.fits))
+    return tuple(out)
+
+
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
                   seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
                   device_profile: DeviceProfile | None = None) -> SegmentedResult:
@@ -246,6 +282,9 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     import comfy.utils
 
     video, audio = _check_inputs(guider, sigmas, latent, plan)
+    forecast = forecast_segments(guider, sigmas, latent, request, plan, device_profile)
+    for row in forecast:  # listed before the first pass runs
+        logging.info("LongMedia plan: %s", row.line())
     conds = _conditioning(guider)
     routed = _routed(plan, conds)
     seed_list = seams.segment_seeds(plan.count, int(getattr(noise, "seed", 0) or 0), seeds)
@@ -281,7 +320,9 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     moved = [sum(len(per_segment[i]) for entries in routed.values() for per_segment in entries)
              for i in range(plan.count)]
     notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(moved) if n)
-    report = SegmentedReport(plan={**plan.to_dict(), "describe": list(plan.describe())}, segments=tuple(records),
+    report = SegmentedReport(plan={**plan.to_dict(), "describe": list(plan.describe()),
+                                   "forecast": [asdict(f) | {"line": f.line()} for f in forecast]},
+                             segments=tuple(records),
                              context_on=context_keys, notes=notes)
     output = dict(extra, samples=comfy.nested_tensor.NestedTensor(result))
     den = dict(extra, samples=comfy.nested_tensor.NestedTensor(denoised))

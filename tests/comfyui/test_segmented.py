@@ -336,3 +336,15 @@ def test_three_segment_job_through_the_api(job_server):
     assert all(len(s["run"]["boundaries"]) == 1 for s in segs)
     assert segs[0]["boundary"] == segs[1]["boundary"] == segs[2]["boundary"]
     assert any(line.startswith("segment 2: seed 44") for line in report["summary"])
+
+
+def test_every_pass_is_planned_before_the_run(captured):
+    report = captured["result"].report
+    forecast = report.plan["forecast"]
+    assert [f["index"] for f in forecast] == [0, 1, 2]
+    actual = [s.run.plan["geometry"]["seq_len"] for s in report.segments]
+    # passes 0 and 1 carry no user guide: the forecast is their exact packed length (context guide included)
+    assert [f["seq_len"] for f in forecast[:2]] == actual[:2] and forecast[1]["context_frames"] > 0
+    assert forecast[2]["seq_len"] < actual[2]  # the user's last-frame guide lands in pass 2 and is not forecast
+    assert all(f["predicted_peak_bytes"] > 0 and f["memory_mode"] == "normal" for f in forecast)
+    assert all("packed rows" in f["line"] for f in forecast)
