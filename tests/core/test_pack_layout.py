@@ -1,0 +1,32 @@
+"""The pack loads the way ComfyUI loads it (a folder under custom_nodes/, imported by file location)."""
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_kernels_resolve_as_longmedia_kernels_in_a_custom_nodes_checkout():
+    name = "ComfyUI-LongMedia-layout-test"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
+    pack = importlib.util.module_from_spec(spec)
+    sys.modules[name] = pack
+    try:
+        spec.loader.exec_module(pack)
+        assert pack.WEB_DIRECTORY == "./web"
+        ref = importlib.import_module(f"{name}.longmedia.kernels.qstream_reference")
+        assert Path(ref.__file__).resolve() == ROOT / "kernels" / "qstream_reference.py"
+        backends = importlib.import_module(f"{name}.longmedia.attention.backends")
+        ok, why = backends.default_registry().get("qstream_reference").probe()
+        assert ok, why
+    finally:
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            del sys.modules[key]
+
+
+def test_pyproject_installs_kernels_under_longmedia():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"longmedia.kernels" = "kernels"' in text and '"longmedia.kernels",' in text
+    assert "\nkernels" not in text.split("packages = [")[1].split("]")[0]
