@@ -155,3 +155,33 @@ def test_rejected_pinning_is_refused_on_the_clone_only(env):
     assert "RAM pinning refused" in note
     assert clone.pin_weight_to_device("diffusion_model.blocks.0.mlp.fc1.weight") is None and not clone.pinned
     assert patcher.pin_weight_to_device.__func__ is type(patcher).pin_weight_to_device  # the user's patcher untouched
+
+
+def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_call(env, monkeypatch):
+    import comfy.model_prefetch
+    import comfy.patcher_extension as ext
+
+    from longmedia.profiles import DeviceProfile
+
+    seen = []
+    real = comfy.model_prefetch.make_prefetch_queue
+
+    def spy(queue, device, transformer_options):
+        seen.append(transformer_options.get("prefetch_dynamic_vbars"))
+        return real(queue, device, transformer_options)
+
+    def as_if_dynamic(executor, x, timestep, context, transformer_options, *args, **kwargs):
+        transformer_options["prefetch_dynamic_vbars"] = True  # what _apply_model sets for a dynamic-VRAM patcher
+        return executor(x, timestep, context, transformer_options, *args, **kwargs)
+
+    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", spy)
+    noise, guider, sampler, sigmas, latent = job(env)
+    ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, "test_outer", as_if_dynamic, guider.model_options,
+                             is_model_options=True)
+    try:
+        result = env["core"].run_sampler(noise, guider, sampler, sigmas, latent,
+                                         PlanRequest(memory_mode="low_vram", sol_qkv_chunk_tokens=64),
+                                         device_profile=DeviceProfile.card(vram_gb=16, ram_gb=64))
+    finally:
+        guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL].pop("test_outer")
+    assert not result.plan.prefetch and seen and not any(seen)
