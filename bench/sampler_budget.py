@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         if fmt == "int8":
             weights = int8_access(blocks)
             if weights is None:
-                lines.append(f"| - | - | int8 | - | - | - | - | - | comfy-kitchen not importable: skipped |")
+                lines.append("| - | - | int8 | - | - | - | - | - | comfy-kitchen not importable: skipped |")
                 continue
         for seconds in a.seconds:
             geo = build_geometry(256 if a.smoke else 1344, 128 if a.smoke else 768, seconds=seconds)

@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     within = all(b == 0 or abs(x / b - 1) <= TOLERANCE for _, x, b in drift)
     lines += ["", f"segment {a.segments} / segment 1: " + ", ".join(f"{n} {ratio(x, b)}" for n, x, b in drift)
               + f" -> {'within' if within else 'OUTSIDE'} {TOLERANCE:.0%}",
-              f"stock step (same S, same blocks): " + (f"{stock_s:.3f} s; planned / stock s/step "
+              "stock step (same S, same blocks): " + (f"{stock_s:.3f} s; planned / stock s/step "
                                                       f"{ratio(first['s_step'], stock_s)}" if stock_s else stock_note)]
     text = "\n".join(lines)
     print("\n".join(lines[-3:]))

@@ -65,6 +65,7 @@ class _Run:
         self.steps: list[StepRecord] = []
         self.boundaries: list[tuple[str, ...]] = []
         self.block_peaks: dict[int, int] = {}
+        self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
         self.phase = "before_block_0"
         self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device)
 
@@ -119,7 +120,7 @@ def _attention_factory(plan: ExecutionPlan, segments):
 
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
-        return lambda topts, heads: existing_attention_fn(topts, heads)
+        return existing_attention_fn
     from .attention.dispatcher import build_attention_fn
 
     def factory(topts, heads):
@@ -151,10 +152,10 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     blocks = g.model_patcher.model.diffusion_model.blocks
     streamed: tuple[int, ...] = ()
     if not plan.chunks.is_stock:
-        factory = _attention_factory(plan, segments)
+        factory, on_block = _attention_factory(plan, segments), _on_block(run)
         for i, block in enumerate(blocks):
             phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), block_index=i))(i)
-            fn = streamed_replacement(block, i, plan.chunks, factory, on_block=_on_block(run), phase=phase_for)
+            fn = streamed_replacement(block, i, plan.chunks, factory, on_block=on_block, phase=phase_for)
             opts = set_model_options_patch_replace(opts, fn, "dit", "double_block", i)
         streamed = tuple(range(len(blocks)))
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
@@ -165,7 +166,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         from .attention.comfy_override import install_attention_override
 
         install_attention_override(opts["transformer_options"], plan.attention.choice,
-                                   segments=[(a, b, k) for a, b, k in segments])
+                                   segments=segments)
     g.model_options = opts
 
     def prepare_sampling(executor, model, *args, **kwargs):
@@ -179,9 +180,9 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
-        start, run.phase = time.perf_counter(), "before_block_0"
+        start, run.phase, run.step_peak = time.perf_counter(), "before_block_0", 0
         out = executor(x, timestep, context, transformer_options, *args, **kwargs)
-        peak = torch.cuda.max_memory_allocated(run.device) if run.cuda else 0
+        peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device)) if run.cuda else 0
         sigma = float(timestep.flatten()[0]) / 1000.0
         run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak)))
         run.guards.on_step_end(len(run.steps) - 1)
@@ -197,9 +198,14 @@ def _on_block(run: _Run):
     def hook(index: int, when: str) -> None:
         if when == "start":
             run.phase = "qkv"
+            if run.cuda:  # close the stretch before this block, so the counter measures this block alone
+                run.step_peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device))
+                torch.cuda.reset_peak_memory_stats(run.device)
             return
         if run.cuda:
-            run.block_peaks[index] = max(run.block_peaks.get(index, 0), torch.cuda.max_memory_allocated(run.device))
+            block_peak = torch.cuda.max_memory_allocated(run.device)
+            run.step_peak = max(run.step_peak, block_peak)
+            run.block_peaks[index] = max(run.block_peaks.get(index, 0), block_peak)
         run.guards.on_block_end(index, step=len(run.steps))
         run.phase = "final_output" if index == run.plan.model.dims.num_blocks - 1 else "qkv"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from dataclasses import dataclass
 from typing import Callable
 
 from .chunks import ChunkSizes
@@ -50,17 +49,6 @@ def comfy_interrupt():
     _comfy("comfy.model_management").throw_exception_if_processing_interrupted()
 
 
-@dataclass(frozen=True)
-class StreamedBlocks:
-    """What was installed: chunk sizes per block index."""
-
-    chunks: tuple[ChunkSizes, ...]
-
-    @property
-    def streamed_indices(self) -> tuple[int, ...]:
-        return tuple(i for i, c in enumerate(self.chunks) if not c.is_stock)
-
-
 def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factory: AttentionFactory, *,
                          on_block: Callable[[int, str], None] | None = None,
                          phase: Callable[[str], contextlib.AbstractContextManager] | None = None):
@@ -78,26 +66,3 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
         return {"img": x}
 
     return replace
-
-
-def _existing(transformer_options: dict, heads: int):
-    from ..attention.comfy_override import existing_attention_fn
-
-    return existing_attention_fn(transformer_options, heads)
-
-
-def install_streamed_blocks(patcher, chunks_per_block: list[ChunkSizes], *,
-                            attention_factory: AttentionFactory = _existing,
-                            on_block: Callable[[int, str], None] | None = None) -> StreamedBlocks:
-    """Install the executor on `patcher` (a clone: the caller's model stays untouched).
-
-    Blocks whose chunk sizes are all zero are left to ComfyUI's own forward.
-    """
-    blocks = patcher.model.diffusion_model.blocks
-    if len(chunks_per_block) != len(blocks):
-        raise ValueError(f"chunks_per_block has {len(chunks_per_block)} entries, the model has {len(blocks)} blocks")
-    for i, chunks in enumerate(chunks_per_block):
-        if not chunks.is_stock:
-            patcher.set_model_patch_replace(streamed_replacement(blocks[i], i, chunks, attention_factory,
-                                                                 on_block=on_block), "dit", "double_block", i)
-    return StreamedBlocks(tuple(chunks_per_block))
