@@ -28,7 +28,7 @@ class LaunchConfig:
     """Tile sizes and scheduling of one kernel launch.
 
     block_m: query rows per program (Sol: 64 or 128, one or two Sol query blocks).
-    block_n: keys per inner step of the exact kernel (Sol always steps one Sol block).
+    block_n: keys per inner step of the exact kernel (Sol: 1 or 2 listed Sol key blocks per exact step).
     group:   Sol only: key blocks scored per routing step.
     """
 
@@ -65,12 +65,16 @@ HOPPER_QSTREAM = (
 """Autotune set of the exact kernel on CUDA (first entry: the default when autotune is off)."""
 
 HOPPER_SOL = (
-    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, group=32),
+    LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, group=64),
     LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, group=32),
-    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, group=64),
     LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, group=64),
+    LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, group=128),
+    LaunchConfig(block_m=64, block_n=128, num_warps=4, num_stages=2, group=64),
+    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, group=32),
 )
-"""Autotune set of the Sol kernel on CUDA (block_n is ignored: Sol steps one Sol block)."""
+"""Autotune set of the Sol kernel on CUDA (block_m: 1 or 2 Sol query blocks per program; block_n: 1 or 2
+listed key blocks per exact step). On the H200 at 104k (bench/sol_configs.py --grid) one query block per
+program with 4 warps wins clearly: two blocks per program compute the union of both blocks' exact lists."""
 
 
 def check_kv(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,

@@ -1,14 +1,15 @@
 """Sol block-sparse attention in Triton (routing rules and reference: `sol_reference.py`).
 
-One program owns 64 or 128 query rows (one or two Sol query blocks) of one head and makes three
-passes. (1) Proxy statistics: each query block's mean query (fp32) against every key block's mean
-key gives the proxy scores; their mean and variance are merged group by group (Chan's parallel
-update). (2) Routing and approximation: the same scores are routed against mu + tau*sigma,
-the diagonal band, sink and exact-query flags; approximate blocks enter the online softmax as
-`count` copies of the mean key with the summed V (one [rows, group] x [group, D] dot per group),
-exact blocks are appended to a per-program list (int32: block * 4 + which halves want it).
-(3) Exact blocks: a pipelinable loop over that list, real keys, rows of a half that did not pick
-the block masked out. Scores use exp2 with log2e folded into sm_scale; accumulators are fp32.
+Routing thresholds come first, in torch: for each query block, mu + tau * sigma of its proxy scores
+(mean query . mean key of every key block) follows exactly from the mean and covariance of the key
+means (`_thresholds`), so no kernel pass over the key blocks is spent on statistics. One program then
+owns 64 or 128 query rows (one or two Sol query blocks) of one head and makes two passes.
+(1) Routing and approximation: each key block's proxy is compared with the threshold, the diagonal
+band, sink and exact-query flags; approximate blocks enter the online softmax as `count` copies of the
+mean key with the summed V (one [rows, group] x [group, D] dot per group), exact blocks are appended to
+a per-program list (int32: block * 4 + which halves want it). (2) Exact blocks: a pipelinable loop over
+that list, one or two listed blocks per step, real keys, rows of a half that did not pick the block
+masked out. Scores use exp2 with log2e folded into sm_scale; accumulators are fp32.
 """
 
 from __future__ import annotations
@@ -23,21 +24,11 @@ from .launch import (HOPPER_SOL, INTERPRETER_SOL, AttentionArgumentError, Launch
                      empty_output)
 from .qstream_attention import LOG2E, interpreting, while_loops
 from .qstream_reference import default_sm_scale
-from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_block,
+from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, moment_heads, SolKeySummaries, SolStats, block_flags, check_block,
                             check_sol_args, query_block_span)
 from .sol_reference import sol_key_summaries as torch_key_summaries
 
 __all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
-
-
-@triton.jit
-def _chan_merge(count, mean, m2, vals, valid, group_n):
-    """Merge one group's proxies into a running (count, mean, M2): numerically stable variance."""
-    g_mean = tl.sum(tl.where(valid, vals, 0.0), axis=0) / group_n
-    g_m2 = tl.sum(tl.where(valid, (vals - g_mean) * (vals - g_mean), 0.0), axis=0)
-    total = count + group_n
-    delta = g_mean - mean
-    return mean + delta * (group_n / total), m2 + g_m2 + delta * delta * (count * group_n / total)
 
 
 @triton.jit
@@ -48,31 +39,11 @@ def _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd):
 
 
 @triton.jit
-def _proxy(kc, qc, qk_scale):
-    """Proxy scores of one query block against a group: (mean query) . (mean key), fp32, log2 units."""
-    return tl.sum(kc.to(tl.float32) * qc[None, :], axis=1) * qk_scale
-
-
-@triton.jit
-def _stats_step(g0, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd, qk_scale, qc0, qc1,
-                count, mean0, m2_0, mean1, m2_1, QB: tl.constexpr):
-    """Pass 1 over one group of key blocks: merge its proxies into each half's running mean / M2."""
-    offs_g = g0 + offs_gr
-    valid_g = offs_g < nk
-    group_n = tl.sum(valid_g.to(tl.float32), axis=0)
-    kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
-    mean0, m2_0 = _chan_merge(count, mean0, m2_0, _proxy(kc, qc0, qk_scale), valid_g, group_n)
-    if QB == 2:
-        mean1, m2_1 = _chan_merge(count, mean1, m2_1, _proxy(kc, qc1, qk_scale), valid_g, group_n)
-    return count + group_n, mean0, m2_0, mean1, m2_1
-
-
-@triton.jit
 def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk,
-                stride_kcn, stride_kcd, stride_vcn, stride_vcd, qk_scale, qc0, qc1, thr0, thr1,
+                stride_kcn, stride_kcd, stride_vcn, stride_vcd, qk_scale, w0, w1, thr0, thr1,
                 gqb0, qf0, qf1, live0, live1, acc, l_i, m_i, n_list, ex0, ex1,
                 QB: tl.constexpr, IEEE: tl.constexpr):
-    """Pass 2 over one group: route each block, fold the approximate ones in, append the exact ones."""
+    """Pass 1 over one group: route each block, fold the approximate ones in, append the exact ones."""
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
     kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
@@ -81,10 +52,11 @@ def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d,
     else:
         s = tl.dot(q, tl.trans(kc.to(q.dtype))) * qk_scale
     sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
-    e0 = (_proxy(kc, qc0, qk_scale) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
+    # proxy = mean query . mean key = the column mean of the scores just computed (rows weighted by w)
+    e0 = (tl.sum(s * w0[:, None], axis=0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
     e0 = e0 & valid_g & live0
     if QB == 2:
-        e1 = (_proxy(kc, qc1, qk_scale) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
+        e1 = (tl.sum(s * w1[:, None], axis=0) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
         e1 = e1 & valid_g & live1
         apx = valid_g[None, :] & tl.where(half[:, None] == 0, (~e0)[None, :], (~e1)[None, :])
         union = e0 | e1
@@ -113,14 +85,22 @@ def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d,
 
 
 @triton.jit
-def _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
                 stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale, acc, l_i, m_i,
                 BLOCK_M: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, KV_INT8: tl.constexpr,
-                IEEE: tl.constexpr):
-    """Pass 3, one listed key block: real keys, rows of a half that did not pick it masked out."""
-    code = tl.load(list_base + i)
-    keys = (code >> 2) * BLK + offs_n
-    valid_n = keys < skv
+                IEEE: tl.constexpr, PAIR: tl.constexpr):
+    """Pass 2, listed key blocks i, i+1, ... (len(offs_n) // BLK of them): real keys; rows of a half that
+    did not pick a block, and slots past the end of the list, are masked out."""
+    if PAIR == 1:  # one scalar list load: the cheapest addressing
+        code = tl.load(list_base + i)
+        keys = (code >> 2) * BLK + offs_n
+        valid_n = keys < skv
+    else:
+        slot = i + offs_n // BLK
+        live = slot < n_list
+        code = tl.load(list_base + slot, mask=live, other=0)
+        keys = (code >> 2) * BLK + offs_n % BLK
+        valid_n = live & (keys < skv)
     keys64 = keys.to(tl.int64)
     kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd, mask=valid_n[None, :], other=0.0)
     if IEEE:
@@ -133,10 +113,13 @@ def _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_
     else:
         s = s * qk_scale
     if QB == 2:
-        want = tl.where(half == 0, (code & 1) != 0, (code & 2) != 0)
+        if PAIR == 1:
+            want = tl.where(half == 0, (code & 1) != 0, (code & 2) != 0)[:, None] & valid_n[None, :]
+        else:
+            want = tl.where(half[:, None] == 0, (code & 1)[None, :] != 0, (code & 2)[None, :] != 0) & valid_n[None, :]
     else:
-        want = tl.full([BLOCK_M], 1, tl.int1)
-    s = tl.where(want[:, None] & valid_n[None, :], s, float("-inf"))
+        want = tl.zeros([BLOCK_M, 1], dtype=tl.int1) | valid_n[None, :]
+    s = tl.where(want, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
@@ -152,7 +135,7 @@ def _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_
 
 
 @triton.jit
-def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
+def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, THR, LIST, STATS, O,
              stride_qb, stride_qh, stride_qm, stride_qd,
              stride_kb, stride_kh, stride_kn, stride_kd,
              stride_vb, stride_vh, stride_vn, stride_vd,
@@ -160,11 +143,13 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
              stride_vsb, stride_vsh, stride_vsn,
              stride_kcb, stride_kch, stride_kcn, stride_kcd,
              stride_vcb, stride_vch, stride_vcn, stride_vcd,
+             stride_tb, stride_th, stride_tq,
              stride_sb, stride_sh, stride_sq,
              stride_ob, stride_oh, stride_om, stride_od,
-             heads, sq, skv, nk, nq, row0, first_block, qk_scale, tau, var_eps,
+             heads, sq, skv, nk, nq, row0, first_block, qk_scale,
              HEAD_DIM: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, GROUP: tl.constexpr,
-             KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr, WHILE_LOOPS: tl.constexpr):
+             KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr, WHILE_LOOPS: tl.constexpr,
+             PAIR: tl.constexpr):
     BLOCK_M: tl.constexpr = QB * BLK
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -173,7 +158,7 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_gr = tl.arange(0, GROUP)
-    offs_n = tl.arange(0, BLK)
+    offs_n = tl.arange(0, BLK * PAIR)  # pass 3 steps PAIR listed key blocks at a time
     rows = row0 + pid_m * BLOCK_M + offs_r
     valid_r = (rows >= 0) & (rows < sq)
     half = offs_r // BLK
@@ -183,9 +168,8 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     in1 = valid_r & (half == 1)
     n0 = tl.sum(in0.to(tl.float32), axis=0)
     n1 = tl.sum(in1.to(tl.float32), axis=0)
-    qf = q.to(tl.float32)
-    qc0 = tl.sum(tl.where(in0[:, None], qf, 0.0), axis=0) / tl.maximum(n0, 1.0)  # mean query of each half
-    qc1 = tl.sum(tl.where(in1[:, None], qf, 0.0), axis=0) / tl.maximum(n1, 1.0)
+    w0 = tl.where(in0, 1.0 / tl.maximum(n0, 1.0), 0.0)  # row weights of each half's mean query
+    w1 = tl.where(in1, 1.0 / tl.maximum(n1, 1.0), 0.0)
     lqb0 = pid_m * QB
     gqb0 = first_block + lqb0
     # per-query-block scalars as GROUP-wide vectors (the interpreter cannot mix 0-d and 1-d booleans)
@@ -201,26 +185,14 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     kc_base = KC + b * stride_kcb + h * stride_kch
     vc_base = VC + b * stride_vcb + h * stride_vch
 
-    # pass 1: mean and variance of each half's proxy scores over all key blocks
-    count = tl.zeros([], dtype=tl.float32)
-    mean0 = tl.zeros([], dtype=tl.float32)
-    m2_0 = tl.zeros([], dtype=tl.float32)
-    mean1 = tl.zeros([], dtype=tl.float32)
-    m2_1 = tl.zeros([], dtype=tl.float32)
-    if WHILE_LOOPS:  # interpreter: see qstream_attention.while_loops
-        g0 = 0
-        while g0 < nk:
-            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
-                                                          qk_scale, qc0, qc1, count, mean0, m2_0, mean1, m2_1, QB)
-            g0 += GROUP
-    else:
-        for g0 in range(0, nk, GROUP):
-            count, mean0, m2_0, mean1, m2_1 = _stats_step(g0, kc_base, offs_gr, offs_d, nk, stride_kcn, stride_kcd,
-                                                          qk_scale, qc0, qc1, count, mean0, m2_0, mean1, m2_1, QB)
-    thr0 = mean0 + tau * tl.sqrt(m2_0 / count + var_eps)
-    thr1 = mean1 + tau * tl.sqrt(m2_1 / count + var_eps)
+    # routing thresholds mu + tau * sigma of each query block's proxies (log2 units; see _thresholds)
+    t_base = THR + b * stride_tb + h * stride_th
+    thr0 = tl.load(t_base + lqb0 * stride_tq)
+    thr1 = thr0
+    if QB == 2:
+        thr1 = tl.load(t_base + (lqb0 + 1) * stride_tq, mask=lqb0 + 1 < nq, other=0.0)
 
-    # pass 2: route; fold approximate blocks in; list exact blocks
+    # pass 1: route; fold approximate blocks in; list exact blocks
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: rows may see no key in a step
@@ -233,18 +205,18 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
         while g0 < nk:
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
                 g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
-                stride_vcn, stride_vcd, qk_scale, qc0, qc1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                stride_vcn, stride_vcd, qk_scale, w0, w1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
                 acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
             g0 += GROUP
     else:
         for g0 in range(0, nk, GROUP):
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
                 g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
-                stride_vcn, stride_vcd, qk_scale, qc0, qc1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                stride_vcn, stride_vcd, qk_scale, w0, w1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
                 acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
     tl.debug_barrier()  # the list written above is read by other threads of this program below
 
-    # pass 3: exact key blocks
+    # pass 2: exact key blocks
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     ks_base = KS + b * stride_ksb + h * stride_ksh
@@ -252,15 +224,15 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, LIST, STATS, O,
     if WHILE_LOOPS:
         i = 0
         while i < n_list:
-            acc, l_i, m_i = _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+            acc, l_i, m_i = _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
-                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE)
-            i += 1
+                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE, PAIR)
+            i += PAIR
     else:
-        for i in range(n_list):
-            acc, l_i, m_i = _exact_step(i, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+        for i in range(0, n_list, PAIR):
+            acc, l_i, m_i = _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
                                         stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
-                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE)
+                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE, PAIR)
 
     acc = acc / l_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + rows[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_od,
@@ -318,34 +290,83 @@ def sol_key_summaries(k: torch.Tensor, v: torch.Tensor, *, block: int = 64, k_sc
 
 def _autotuned():
     """The kernel under triton.autotune over HOPPER_SOL (Triton keeps the tuning cache on it)."""
-    configs = [triton.Config({"QB": c.block_m // 64, "GROUP": c.group}, num_warps=c.num_warps,
-                             num_stages=c.num_stages) for c in HOPPER_SOL]
+    configs = [triton.Config({"QB": c.block_m // 64, "GROUP": c.group, "PAIR": c.block_n // 64},
+                             num_warps=c.num_warps, num_stages=c.num_stages) for c in HOPPER_SOL]
     return triton.autotune(configs=configs, key=["HEAD_DIM", "BLK", "KV_INT8", "IEEE", "WITH_STATS"])(_sol_fwd)
 
 
 _sol_fwd_tuned = _autotuned()
 
 
-def _launch(q, k, v, ks, vs, summ, cnt, kflag, qflag, stats, out, lst, *, q_offset, tau, qk_scale, var_eps,
+def _block_means(q: torch.Tensor, q_offset: int, blk: int) -> torch.Tensor:
+    """fp32 [B, H, nq, D]: mean query of each Sol block the rows [q_offset, q_offset + Sq) touch (the rows
+    present in this call only, as the kernel sees them); sums in fp32 without an fp32 copy of q."""
+    b, h, sq, d = q.shape
+    _, nq = query_block_span(q_offset, sq, blk)
+    sums = torch.empty(b, h, nq, d, dtype=torch.float32, device=q.device)
+    lead = min(sq, (-q_offset) % blk)  # rows before the first block boundary
+    body = (sq - lead) // blk
+    tail = sq - lead - body * blk
+    i = 0
+    if lead:
+        torch.sum(q[:, :, :lead], dim=2, dtype=torch.float32, out=sums[:, :, 0]).div_(lead)
+        i = 1
+    if body:
+        torch.mean(q[:, :, lead:lead + body * blk].unflatten(2, (body, blk)), dim=3, dtype=torch.float32,
+                   out=sums[:, :, i:i + body])
+        i += body
+    if tail:
+        torch.sum(q[:, :, sq - tail:], dim=2, dtype=torch.float32, out=sums[:, :, i]).div_(tail)
+    return sums
+
+
+def _thresholds(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: float, scale: float) -> torch.Tensor:
+    """fp32 [B, H, nq]: each query block's routing threshold mu + tau * sigma, in the kernel's log2 units.
+
+    mu and sigma are the population mean and std of the block's proxies qc . kc_j * scale over all key
+    blocks j; with m and C the mean and covariance of the key means, mu = qc . m * scale and
+    sigma^2 = qc^T C qc * scale^2 exactly, so no pass over the key blocks is needed per query block.
+    """
+    b, h, _, d = q.shape
+    _, nq = query_block_span(q_offset, q.shape[2], summ.block)
+    thr = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
+    step = moment_heads(b, nq, summ.num_blocks, d, h)
+    for h0 in range(0, h, step):  # bounds the fp32 temporaries; one step for short sequences
+        h1 = min(h, h0 + step)
+        kc = summ.key_means[:, h0:h1].float()
+        m = kc.mean(dim=2)                                       # [B, h, D]
+        cen = kc - m[:, :, None]
+        cov = cen.transpose(-1, -2) @ cen / kc.shape[2]          # [B, h, D, D]
+        del kc, cen
+        qm = _block_means(q[:, h0:h1], q_offset, summ.block)     # [B, h, nq, D]
+        mu = (qm @ m[..., None])[..., 0] * scale
+        var = ((qm @ cov) * qm).sum(-1).clamp_min(0.0) * (scale * scale)
+        thr[:, h0:h1] = (mu + float(tau) * torch.sqrt(var + SIGMA_EPS)) * LOG2E
+    return thr
+
+
+def _launch(q, k, v, ks, vs, summ, cnt, kflag, qflag, thr, stats, out, lst, *, q_offset, qk_scale,
             kv_int8, with_stats, config):
     b, h, sq, d = q.shape
     blk = summ.block
     first, nq = query_block_span(q_offset, sq, blk)
     row0 = first * blk - q_offset
     nk = summ.num_blocks
-    args = (q, k, v, ks, vs, summ.key_means, summ.value_sums, cnt, kflag, qflag, lst, stats, out,
+    args = (q, k, v, ks, vs, summ.key_means, summ.value_sums, cnt, kflag, qflag, thr, lst, stats, out,
             *q.stride(), *k.stride(), *v.stride(), *ks.stride(), *vs.stride(), *summ.key_means.stride(),
-            *summ.value_sums.stride(), *stats.stride(), *out.stride(),
-            h, sq, k.shape[2], nk, nq, row0, first, qk_scale, float(tau), var_eps)
+            *summ.value_sums.stride(), *thr.stride(), *stats.stride(), *out.stride(),
+            h, sq, k.shape[2], nk, nq, row0, first, qk_scale)
     flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats)
     if config is None:
         grid = lambda meta: (triton.cdiv(nq, meta["QB"]), b * h)  # noqa: E731
         _sol_fwd_tuned[grid](*args, WHILE_LOOPS=False, **flags)
     else:
-        qb = max(1, config.block_m // blk)
-        if qb not in (1, 2):
-            raise AttentionArgumentError(f"Sol config.block_m must be 1 or 2 Sol blocks ({blk} or {2 * blk}), got {config.block_m}")
-        _sol_fwd[(triton.cdiv(nq, qb), b * h)](*args, QB=qb, GROUP=config.group, WHILE_LOOPS=while_loops(),
+        qb, pair = max(1, config.block_m // blk), max(1, config.block_n // blk)
+        if qb not in (1, 2) or pair not in (1, 2):
+            raise AttentionArgumentError(
+                f"Sol config.block_m and block_n must each be 1 or 2 Sol blocks ({blk} or {2 * blk}), "
+                f"got block_m {config.block_m}, block_n {config.block_n}")
+        _sol_fwd[(triton.cdiv(nq, qb), b * h)](*args, QB=qb, GROUP=config.group, PAIR=pair, WHILE_LOOPS=while_loops(),
                                                num_warps=config.num_warps, num_stages=config.num_stages, **flags)
 
 
@@ -382,8 +403,8 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
     ks = k_scale if kv_int8 else torch.ones(1, 1, 1, dtype=torch.float32, device=q.device)
     vs = v_scale if kv_int8 else ks
     scale = default_sm_scale(d, sm_scale)
-    common = dict(tau=tau, qk_scale=scale * LOG2E, var_eps=SIGMA_EPS * LOG2E * LOG2E, kv_int8=kv_int8,
-                  with_stats=return_stats, config=config)
+    thr = _thresholds(q, summ, q_offset, tau, scale)
+    common = dict(qk_scale=scale * LOG2E, kv_int8=kv_int8, with_stats=return_stats, config=config)
     blocks_per_launch = max(2, LIST_BUDGET_BYTES // (4 * b * h * nk))
     # one int32 per (program, key block); sized for one Sol block per program, the most programs
     lst = torch.empty(b * h * min(nq, blocks_per_launch) * nk, dtype=torch.int32, device=q.device)
@@ -394,7 +415,7 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
         r1 = min(sq, (first + qb1) * block - q_offset)
         qflag = block_flags(exact_q, first + qb0, qb1 - qb0, block, q.device)
         st = stats[:, :, qb0:qb1] if return_stats else stats
-        _launch(q[:, :, r0:r1], k, v, ks, vs, summ, cnt, kflag, qflag, st, out[:, :, r0:r1], lst,
+        _launch(q[:, :, r0:r1], k, v, ks, vs, summ, cnt, kflag, qflag, thr[:, :, qb0:qb1], st, out[:, :, r0:r1], lst,
                 q_offset=q_offset + r0, **common)
         qb0 = qb1
     if return_stats:

@@ -31,20 +31,33 @@ SIGMA_EPS = 1e-6
 
 SUMMARY_BLOCKS_PER_STEP = 64  # key blocks summarised per step: bounds the fp32 temporaries
 
+MOMENT_BUDGET_BYTES = 64 << 20
+"""Largest fp32 temporaries (key means, covariance, mean queries) of one step of the routing thresholds."""
+
+
+def moment_heads(batch: int, q_blocks: int, key_blocks: int, head_dim: int, heads: int) -> int:
+    """Heads whose routing moments are computed in one step (all of them for short sequences)."""
+    per_head = 4 * batch * (2 * key_blocks * head_dim + head_dim * head_dim + q_blocks * (head_dim + 2))
+    return max(1, min(heads, MOMENT_BUDGET_BYTES // per_head))
+
 LIST_BUDGET_BYTES = 128 << 20
 """Largest exact-block list one Sol launch may use; longer query ranges are split into block-aligned launches."""
 
 
 def sol_workspace_bytes(heads: int, rows: int, seq_len: int, head_dim: int, elem_bytes: int = 2,
                         block: int = 64, batch: int = 1) -> int:
-    """Bytes the Sol kernel allocates besides its output: key summaries (when not passed in) and the
-    per-program exact-block list (capped by LIST_BUDGET_BYTES); excludes the caller's q/k/v/out."""
+    """Bytes the Sol kernel allocates besides its output: key summaries (when not passed in), the routing
+    moments and thresholds, and the per-program exact-block list (capped by LIST_BUDGET_BYTES); excludes
+    the caller's q/k/v/out."""
     nk = -(-seq_len // block)
     nq = -(-rows // block) + 1  # an unaligned q_offset can add one partial block
     summaries = 2 * batch * heads * nk * head_dim * elem_bytes
     per_block = 4 * batch * heads * nk  # one int32 per (program, key block)
     list_bytes = per_block * min(nq, max(2, LIST_BUDGET_BYTES // per_block))
-    return summaries + list_bytes + 4 * batch * heads * nq + 5 * nk + nq
+    # routing thresholds: fp32 key means twice (centred copy), their covariance, the mean queries
+    moments = moment_heads(batch, nq, nk, head_dim, heads) * 4 * batch * (
+        2 * nk * head_dim + head_dim * head_dim + nq * (head_dim + 2))
+    return summaries + list_bytes + moments + 8 * batch * heads * nq + 5 * nk + nq
 
 
 @dataclass(frozen=True)

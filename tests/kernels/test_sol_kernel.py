@@ -15,6 +15,10 @@ from longmedia.kernels.sol_attention import sol_attention, sol_key_summaries  # 
 
 ONE_BLOCK = LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, group=16)
 TWO_BLOCKS = LaunchConfig(block_m=128, block_n=64, num_warps=4, num_stages=1, group=16)
+PAIRED = LaunchConfig(block_m=64, block_n=128, num_warps=4, num_stages=1, group=16)  # 2 listed key blocks per step
+TWO_PAIRED = LaunchConfig(block_m=128, block_n=128, num_warps=4, num_stages=1, group=16)
+ALL = [ONE_BLOCK, TWO_BLOCKS, PAIRED, TWO_PAIRED]
+ALL_IDS = ["block_m64", "block_m128", "block_m64_n128", "block_m128_n128"]
 FP32 = dict(atol=2e-6, rtol=1e-5)
 
 
@@ -22,7 +26,7 @@ def sdpa(q, k, v):
     return F.scaled_dot_product_attention(q.double(), k.double(), v.double())
 
 
-@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_BLOCKS], ids=["block_m64", "block_m128"])
+@pytest.mark.parametrize("config", ALL, ids=ALL_IDS)
 def test_tau_minus_100_is_dense_attention(fused_qkv, config):
     q, k, v = fused_qkv(231, 231, 2, 64, dtype=torch.float32)  # strided views, ragged last block
     out, stats = sol_attention(q, k, v, tau=-100.0, config=config, return_stats=True)
@@ -31,7 +35,7 @@ def test_tau_minus_100_is_dense_attention(fused_qkv, config):
 
 
 @pytest.mark.parametrize("tau", [0.8, 1.0])
-@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_BLOCKS], ids=["block_m64", "block_m128"])
+@pytest.mark.parametrize("config", ALL, ids=ALL_IDS)
 def test_kernel_matches_reference_fp32(structured_qkv, tau, config):
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)  # 467 rows: 8 blocks, the last one ragged
     out, stats = sol_attention(q, k, v, tau=tau, config=config, return_stats=True)
@@ -54,7 +58,7 @@ def test_kernel_matches_reference_fp16_head_dim_128(structured_qkv):
                          ids=["text_prefix", "middle_and_tail", "single_rows"])
 def test_sink_layouts(structured_qkv, sinks):
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
-    out, stats = sol_attention(q, k, v, tau=1.3, sink_ranges=sinks, config=TWO_BLOCKS, return_stats=True)
+    out, stats = sol_attention(q, k, v, tau=1.3, sink_ranges=sinks, config=TWO_PAIRED, return_stats=True)
     ref, ref_stats = sol_reference.sol_attention(q, k, v, tau=1.3, sink_ranges=sinks, return_stats=True)
     assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
     torch.testing.assert_close(out, ref, **FP32)
@@ -72,7 +76,7 @@ def test_ragged_last_block_folded_with_its_real_count():
     torch.testing.assert_close(out, ref, **FP32)
 
 
-@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_BLOCKS], ids=["block_m64", "block_m128"])
+@pytest.mark.parametrize("config", ALL, ids=ALL_IDS)
 def test_aligned_query_chunks_equal_rows_of_full_call(structured_qkv, config):
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
     kw = dict(tau=1.0, sink_ranges=((0, 11),), exact_query_ranges=((300, 301),), config=config)
@@ -99,7 +103,7 @@ def test_int8_kv_matches_int8_reference(structured_qkv, dtype):
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11, dtype=dtype)
     k8, ks = quantize_kv_int8(k)
     v8, vs = quantize_kv_int8(v)
-    out, stats = sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, config=TWO_BLOCKS, return_stats=True)
+    out, stats = sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, config=TWO_PAIRED, return_stats=True)
     ref, ref_stats = sol_reference.sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, return_stats=True)
     if dtype == torch.float32:
         assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
@@ -135,3 +139,23 @@ def test_triton_key_summaries_match_torch(structured_qkv, kind):
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-3, rtol=2e-3)
     torch.testing.assert_close(got.key_means, want.key_means, **tol)
     torch.testing.assert_close(got.value_sums, want.value_sums, **tol)
+
+
+@pytest.mark.parametrize("q_offset, rows", [(0, 467), (100, 300), (128, 64), (5, 3)],
+                         ids=["whole", "unaligned_chunk", "one_block", "inside_one_block"])
+def test_thresholds_are_mean_plus_tau_std_of_the_proxies(structured_qkv, q_offset, rows):
+    """The closed form (key-mean moments) equals mu + tau * sigma taken over every key block's proxy."""
+    from longmedia.kernels.sol_attention import LOG2E, _thresholds
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11, dtype=torch.float32)
+    summ = sol_reference.sol_key_summaries(k, v, block=64)
+    chunk = q[:, :, q_offset:q_offset + rows]
+    scale, tau = 0.125, 1.3
+    got = _thresholds(chunk, summ, q_offset, tau, scale)
+    first, nq = sol_reference.query_block_span(q_offset, rows, 64)
+    assert got.shape == (1, 2, nq)
+    for i in range(nq):
+        g = first + i
+        r0, r1 = max(0, g * 64 - q_offset), min(rows, (g + 1) * 64 - q_offset)
+        proxy = chunk[:, :, r0:r1].double().mean(2, keepdim=True) @ summ.key_means.double().transpose(-1, -2) * scale
+        want = proxy.mean(-1) + tau * torch.sqrt(proxy.var(-1, unbiased=False) + sol_reference.SIGMA_EPS)
+        torch.testing.assert_close(got[:, :, i].double(), want[:, :, 0] * LOG2E, rtol=1e-5, atol=1e-5)
