@@ -1,0 +1,95 @@
+"""Sol launch-config sweep on one size: every HOPPER_SOL config at tau = 1 and at tau = 100 (the routing
+floor: only the diagonal band and sinks stay exact), the autotuned pick, and the fastest SDPA of the run.
+
+    python bench/sol_configs.py --seq 104k          # GPU only
+
+Inputs are bench/attention.py's structured "h3like" q/k/v (56 heads x 128, bf16, 512 text rows as
+sinks). Times are CUDA-event medians and include the key summaries, like bench/attention.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from bench.attention import PROFILES, Setup, exact_rows, parse_seq, sdpa_backends, sdpa_whole, structured_qkv  # noqa: E402
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seq", default="104k")
+    p.add_argument("--heads", type=int, default=56)
+    p.add_argument("--text", type=int, default=512)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="h3like")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--grid", action="store_true",
+                   help="sweep a wider grid (block_m 64, warps 4/8, stages 1-3, group 32-128) instead of HOPPER_SOL")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("sol_configs.py needs a CUDA GPU")
+        return 2
+    from longmedia.kernels.launch import HOPPER_SOL, LaunchConfig
+    from longmedia.kernels.sol_attention import _sol_fwd_tuned, sol_attention, sol_key_summaries
+
+    dev = torch.device("cuda:0")
+    seq = parse_seq(a.seq)[0]
+    s = Setup(dev, torch.bfloat16, a.heads, 128, 8192, (1.0,), a.text, a.profile, a.repeats, False)
+    q, k, v = structured_qkv(s, seq)
+    sinks = ((0, a.text),) if a.text else ()
+    flops = 4.0 * seq * seq * a.heads * 128
+
+    def sol(tau: float, config=None):
+        summ = sol_key_summaries(k, v, block=64, dtype=q.dtype)
+        return sol_attention(q, k, v, tau=tau, sink_ranges=sinks, exact_query_ranges=sinks, summaries=summ,
+                             config=config, return_stats=True)
+
+    sdpa = {name: median_ms(lambda b=b: sdpa_whole(b, q, k, v), a.repeats) for name, b in sdpa_backends(dev)}
+    best_name = min(sdpa, key=sdpa.get)
+    best = sdpa[best_name]
+    g = torch.Generator().manual_seed(seq)
+    rows = torch.randperm(seq, generator=g)[:512].sort().values.to(dev)
+    heads = sorted({0, a.heads // 3, 2 * a.heads // 3, a.heads - 1})
+    exact = exact_rows(q, k, v, heads, rows)
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, S={seq}, heads {a.heads}, "
+          f"profile {a.profile}; " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in sdpa.items()))
+    print("\n| config (block_m/block_n/warps/stages/group) | tau | ms | x fastest SDPA | TFLOP/s equiv | density | rel-L2 |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    grid = [LaunchConfig(block_m=64, block_n=64, num_warps=w, num_stages=st, group=g)
+            for w in (4, 8) for st in (1, 2, 3) for g in (32, 64, 128)]
+    configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}", c)
+               for c in (grid if a.grid else HOPPER_SOL)]
+    configs.append(("autotuned", None))
+    for name, cfg in configs:
+        for tau in (1.0, 100.0):
+            out, stats = sol(tau, cfg)
+            err = float((out[0][heads][:, rows].float() - exact).norm() / exact.norm())
+            ms = median_ms(lambda: sol(tau, cfg), a.repeats)
+            print(f"| {name} | {tau:g} | {ms:.1f} | {best / ms:.2f}x | {flops / ms / 1e9:.0f} | "
+                  f"{stats.density:.3f} | {err:.3f} |", flush=True)
+            del out
+    picked = getattr(_sol_fwd_tuned, "best_config", None)
+    print(f"\nautotune picked: {picked}; fastest SDPA: {best_name} {best:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
