@@ -10,28 +10,19 @@ sinks). Times are CUDA-event medians and include the key summaries, like bench/a
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from bench._common import median, timed  # noqa: E402
 from bench.attention import PROFILES, Setup, exact_rows, parse_seq, sdpa_backends, sdpa_whole, structured_qkv  # noqa: E402
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    fn()  # warm-up (and autotune)
+    return median(timed(fn, torch.device("cuda:0"), repeats)) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
