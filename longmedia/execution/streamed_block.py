@@ -29,6 +29,7 @@ import torch
 from ..attention.protocol import AttentionFn, sdpa_attention
 from .chunks import ChunkSizes
 from .linear import LinearWeight, WeightAccess, plain_weights
+from .modulation import gate_, modulate_
 from .rope import norm_rope_, norm_rope_pair_
 
 Segments = list[tuple[int, int, int]]
@@ -42,18 +43,6 @@ def _clip(segments: Segments, start: int, stop: int) -> Segments:
         if lo < hi:
             out.append((lo - start, hi - start, row))
     return out
-
-
-def _modulate_(h, shift, scale, segments):
-    for a, b, row in segments:
-        h[a:b].mul_(1.0 + scale[row].to(h.dtype)).add_(shift[row].to(h.dtype))
-    return h
-
-
-def _gate_(x, gate, other, segments):
-    for a, b, row in segments:
-        x[a:b].addcmul_(other[a:b], gate[row].to(x.dtype))
-    return x
 
 
 def _spans(n: int, chunk: int):
@@ -79,7 +68,7 @@ class _Run:
             self.interrupt()
 
     def norm_rows(self, norm, shift, scale, a, b):
-        return _modulate_(norm(self.x[a:b]), shift, scale, _clip(self.segments, a, b))
+        return modulate_(norm(self.x[a:b]), shift, scale, _clip(self.segments, a, b))
 
     def norm_weights(self):
         attn = self.block.attn
@@ -104,7 +93,7 @@ class _Run:
         del q, k, v, qkv
         with self.weights(self.block.attn.out_proj, out) as (w, b):
             y = LinearWeight.of(w, b)(out.squeeze(0))
-        _gate_(self.x, gate, y, self.segments)
+        gate_(self.x, gate, y, self.segments)
 
     def stock_mlp(self):
         shift, scale, gate = self.mods[3], self.mods[4], self.mods[5]
@@ -115,7 +104,7 @@ class _Run:
             del h
             y = LinearWeight.of(w2, b2)(u, input_act="swiglu")
         del u
-        _gate_(self.x, gate, y, self.segments)
+        gate_(self.x, gate, y, self.segments)
 
     # --- streamed stages ---------------------------------------------------------------------------
     def streamed_attention(self):
@@ -151,7 +140,7 @@ class _Run:
         p_chunk = self.chunks.out_proj_chunk_tokens
         for pa, pb in _spans(o.shape[0], p_chunk):
             y = out_proj(o[pa:pb])
-            _gate_(self.x[a + pa:a + pb], gate, y, _clip(self.segments, a + pa, a + pb))
+            gate_(self.x[a + pa:a + pb], gate, y, _clip(self.segments, a + pa, a + pb))
             del y
 
     def _attention_all_heads(self, qkv: LinearWeight, out_proj: LinearWeight):
@@ -217,7 +206,7 @@ class _Run:
                 del h
                 y = fc2(u, input_act="swiglu")
                 del u
-                _gate_(self.x[a:b], gate, y, _clip(self.segments, a, b))
+                gate_(self.x[a:b], gate, y, _clip(self.segments, a, b))
                 del y
 
 

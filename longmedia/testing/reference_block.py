@@ -11,21 +11,8 @@ import torch
 from torch import nn
 
 from ..dims import H3Dims
+from ..execution.modulation import gate_, modulate_
 from ..execution.rope import norm_rope_pair_
-
-
-def modulate_(h, shift, scale, segments):
-    """adaLN scale/shift per packed segment, in place (H3's `_mod_scale_shift`)."""
-    for a, b, row in segments:
-        h[a:b].mul_(1.0 + scale[row].to(h.dtype)).add_(shift[row].to(h.dtype))
-    return h
-
-
-def gate_(x, gate, other, segments):
-    """Gated residual per packed segment, in place (H3's `_mod_gate`)."""
-    for a, b, row in segments:
-        x[a:b].addcmul_(other[a:b], gate[row].to(x.dtype))
-    return x
 
 
 def swiglu(u):
