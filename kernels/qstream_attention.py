@@ -21,6 +21,26 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def dot(q, a, b, IEEE: tl.constexpr):
+    """a @ b in q's dtype with fp32 accumulation; IEEE: full-precision fp32 products (fp32 q)."""
+    if IEEE:
+        out = tl.dot(a.to(q.dtype), b.to(q.dtype), input_precision="ieee")
+    else:
+        out = tl.dot(a.to(q.dtype), b.to(q.dtype))
+    return out
+
+
+@triton.jit
+def softmax_step(s, m_i, l_i):
+    """Online-softmax bookkeeping for masked log2 scores s [M, N]: (p, alpha, l_i, m_new); the caller
+    then does acc = acc * alpha[:, None] + p @ v."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    return p, alpha, l_i * alpha + tl.sum(p, axis=1), m_new
+
+
+@triton.jit
 def _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, skv,
                  stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, KV_INT8: tl.constexpr, MASK_N: tl.constexpr,
@@ -35,10 +55,7 @@ def _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, sk
         kt = tl.load(k_ptrs, mask=valid_n[None, :], other=0.0)
     else:
         kt = tl.load(k_ptrs)
-    if IEEE:
-        s = tl.dot(q, kt.to(q.dtype), input_precision="ieee")
-    else:
-        s = tl.dot(q, kt.to(q.dtype))
+    s = dot(q, q, kt, IEEE)
     if KV_INT8:
         if MASK_N:
             k_sc = tl.load(ks_base + rows_n * stride_ksn, mask=valid_n, other=0.0)
@@ -49,10 +66,7 @@ def _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, sk
         s = s * qk_scale
     if MASK_N:
         s = tl.where(valid_n[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    p, alpha, l_i, m_new = softmax_step(s, m_i, l_i)
     if MASK_N:
         vt = tl.load(v_ptrs, mask=valid_n[:, None], other=0.0)
     else:
@@ -63,11 +77,7 @@ def _attend_tile(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, start_n, sk
         else:
             v_sc = tl.load(vs_base + rows_n * stride_vsn)
         p = p * v_sc[None, :]
-    if IEEE:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype), input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype))
-    return acc, l_i, m_new
+    return acc * alpha[:, None] + dot(q, p, vt, IEEE), l_i, m_new
 
 
 @triton.jit

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .launch import (HOPPER_SOL, INTERPRETER_SOL, AttentionArgumentError, LaunchConfig, check_kv, check_out, check_qkv,
                      empty_output)
-from .qstream_attention import LOG2E, interpreting, while_loops
+from .qstream_attention import LOG2E, dot, interpreting, softmax_step, while_loops
 from .qstream_reference import default_sm_scale
 from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, moment_heads, SolKeySummaries, SolStats, block_flags, check_block,
                             check_sol_args, query_block_span)
@@ -47,10 +47,7 @@ def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d,
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
     kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
-    if IEEE:
-        s = tl.dot(q, tl.trans(kc.to(q.dtype)), input_precision="ieee") * qk_scale
-    else:
-        s = tl.dot(q, tl.trans(kc.to(q.dtype))) * qk_scale
+    s = dot(q, q, tl.trans(kc), IEEE) * qk_scale
     sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
     # proxy = mean query . mean key = the column mean of the scores just computed (rows weighted by w)
     e0 = (tl.sum(s * w0[:, None], axis=0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
@@ -75,10 +72,7 @@ def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d,
     l_i = l_i * alpha + tl.sum(p * cnt[None, :], axis=1)
     vc = tl.load(vc_base + offs_g[:, None].to(tl.int64) * stride_vcn + offs_d[None, :] * stride_vcd,
                  mask=valid_g[:, None], other=0.0)
-    if IEEE:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype), input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vc.to(q.dtype))
+    acc = acc * alpha[:, None] + dot(q, p, vc, IEEE)
     pos = n_list + tl.cumsum(union.to(tl.int32), axis=0) - 1
     tl.store(list_base + pos, code, mask=union)
     return acc, l_i, m_new, n_list + tl.sum(union.to(tl.int32), axis=0), ex0, ex1
@@ -103,10 +97,7 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_
         valid_n = live & (keys < skv)
     keys64 = keys.to(tl.int64)
     kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd, mask=valid_n[None, :], other=0.0)
-    if IEEE:
-        s = tl.dot(q, kt.to(q.dtype), input_precision="ieee")
-    else:
-        s = tl.dot(q, kt.to(q.dtype))
+    s = dot(q, q, kt, IEEE)
     if KV_INT8:
         k_sc = tl.load(ks_base + keys64 * stride_ksn, mask=valid_n, other=0.0)
         s = s * (k_sc * qk_scale)[None, :]
@@ -120,18 +111,11 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_
     else:
         want = tl.zeros([BLOCK_M, 1], dtype=tl.int1) | valid_n[None, :]
     s = tl.where(want, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    p, alpha, l_i, m_new = softmax_step(s, m_i, l_i)
     vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=valid_n[:, None], other=0.0)
     if KV_INT8:
         p = p * tl.load(vs_base + keys64 * stride_vsn, mask=valid_n, other=0.0)[None, :]
-    if IEEE:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype), input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vt.to(q.dtype))
-    return acc, l_i, m_new
+    return acc * alpha[:, None] + dot(q, p, vt, IEEE), l_i, m_new
 
 
 @triton.jit
