@@ -314,17 +314,13 @@ def _thresholds(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: floa
     b, h, _, d = q.shape
     _, nq = query_block_span(q_offset, q.shape[2], summ.block)
     thr = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
-    step = moment_heads(b, nq, summ.num_blocks, d, h)
-    for h0 in range(0, h, step):  # bounds the fp32 temporaries; one step for short sequences
+    mean, cov = summ.routing_moments
+    step = moment_heads(b, nq, 0, d, h)
+    for h0 in range(0, h, step):  # bounds the fp32 mean queries; one step for short sequences
         h1 = min(h, h0 + step)
-        kc = summ.key_means[:, h0:h1].float()
-        m = kc.mean(dim=2)                                       # [B, h, D]
-        cen = kc - m[:, :, None]
-        cov = cen.transpose(-1, -2) @ cen / kc.shape[2]          # [B, h, D, D]
-        del kc, cen
         qm = _block_means(q[:, h0:h1], q_offset, summ.block)     # [B, h, nq, D]
-        mu = (qm @ m[..., None])[..., 0] * scale
-        var = ((qm @ cov) * qm).sum(-1).clamp_min(0.0) * (scale * scale)
+        mu = (qm @ mean[:, h0:h1, :, None])[..., 0] * scale
+        var = ((qm @ cov[:, h0:h1]) * qm).sum(-1).clamp_min(0.0) * (scale * scale)
         thr[:, h0:h1] = (mu + float(tau) * torch.sqrt(var + SIGMA_EPS)) * LOG2E
     return thr
 

@@ -19,6 +19,7 @@ rows of the unchunked call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import torch
@@ -32,12 +33,13 @@ SIGMA_EPS = 1e-6
 SUMMARY_BLOCKS_PER_STEP = 64  # key blocks summarised per step: bounds the fp32 temporaries
 
 MOMENT_BUDGET_BYTES = 64 << 20
-"""Largest fp32 temporaries (key means, covariance, mean queries) of one step of the routing thresholds."""
+"""Largest fp32 temporaries (a centred copy of the key means, their covariance, mean queries) of one step
+of the routing moments or thresholds."""
 
 
 def moment_heads(batch: int, q_blocks: int, key_blocks: int, head_dim: int, heads: int) -> int:
     """Heads whose routing moments are computed in one step (all of them for short sequences)."""
-    per_head = 4 * batch * (2 * key_blocks * head_dim + head_dim * head_dim + q_blocks * (head_dim + 2))
+    per_head = 4 * batch * (key_blocks * head_dim + head_dim * head_dim + q_blocks * (head_dim + 2))
     return max(1, min(heads, MOMENT_BUDGET_BYTES // per_head))
 
 LIST_BUDGET_BYTES = 128 << 20
@@ -54,9 +56,11 @@ def sol_workspace_bytes(heads: int, rows: int, seq_len: int, head_dim: int, elem
     summaries = 2 * batch * heads * nk * head_dim * elem_bytes
     per_block = 4 * batch * heads * nk  # one int32 per (program, key block)
     list_bytes = per_block * min(nq, max(2, LIST_BUDGET_BYTES // per_block))
-    # routing thresholds: fp32 key means twice (centred copy), their covariance, the mean queries
-    moments = moment_heads(batch, nq, nk, head_dim, heads) * 4 * batch * (
-        2 * nk * head_dim + head_dim * head_dim + nq * (head_dim + 2))
+    # routing: the moments kept with the summaries (fp32 mean and covariance of the key means), plus one
+    # step of temporaries (a centred fp32 copy of the key means, or the mean queries)
+    kept = 4 * batch * heads * (head_dim + head_dim * head_dim)
+    moments = kept + moment_heads(batch, nq, nk, head_dim, heads) * 4 * batch * (
+        nk * head_dim + head_dim * head_dim + nq * (head_dim + 2))
     return summaries + list_bytes + moments + 8 * batch * heads * nq + 5 * nk + nq
 
 
@@ -78,6 +82,22 @@ class SolKeySummaries:
         c = torch.full((self.num_blocks,), float(self.block), dtype=torch.float32, device=self.key_means.device)
         c[-1] = float(self.seq_len - (self.num_blocks - 1) * self.block)
         return c
+
+    @cached_property
+    def routing_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 mean [B, H, D] and population covariance [B, H, D, D] of the key means (as stored): with
+        them every query block's proxy mean and variance follow in closed form. Computed once per
+        summaries object, so query chunks that share the summaries share them too."""
+        b, h, nk, d = self.key_means.shape
+        mean = torch.empty(b, h, d, dtype=torch.float32, device=self.key_means.device)
+        cov = torch.empty(b, h, d, d, dtype=torch.float32, device=self.key_means.device)
+        step = moment_heads(b, 0, nk, d, h)
+        for h0 in range(0, h, step):  # bounds the fp32 temporaries
+            kc = self.key_means[:, h0:h0 + step].float()  # may be key_means itself: never written to
+            mean[:, h0:h0 + step] = kc.mean(dim=2)
+            kc = kc - mean[:, h0:h0 + step, None]
+            torch.matmul(kc.transpose(-1, -2), kc, out=cov[:, h0:h0 + step]).div_(nk)
+        return mean, cov
 
     def to(self, dtype: torch.dtype) -> "SolKeySummaries":
         if self.key_means.dtype == dtype and self.value_sums.dtype == dtype:

@@ -1,5 +1,5 @@
 """Backend registry, the dispatcher's resolution table and building AttentionFns (the ComfyUI override:
-test_attention_override.py)."""
+test_override_fake_comfy.py)."""
 
 import importlib.util
 

@@ -159,3 +159,16 @@ def test_thresholds_are_mean_plus_tau_std_of_the_proxies(structured_qkv, q_offse
         proxy = chunk[:, :, r0:r1].double().mean(2, keepdim=True) @ summ.key_means.double().transpose(-1, -2) * scale
         want = proxy.mean(-1) + tau * torch.sqrt(proxy.var(-1, unbiased=False) + sol_reference.SIGMA_EPS)
         torch.testing.assert_close(got[:, :, i].double(), want[:, :, 0] * LOG2E, rtol=1e-5, atol=1e-5)
+
+
+def test_routing_moments_are_the_key_means_mean_and_covariance_computed_once(structured_qkv):
+    _, k, v = structured_qkv(1, 3, (3, 8, 19), 64, text=11, dtype=torch.float32)
+    summ = sol_reference.sol_key_summaries(k, v, block=64)
+    before = summ.key_means.clone()
+    mean, cov = summ.routing_moments
+    assert torch.equal(summ.key_means, before)  # fp32 key means are not centred in place
+    kc = summ.key_means.double()
+    cen = kc - kc.mean(2, keepdim=True)
+    torch.testing.assert_close(mean.double(), kc.mean(2), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(cov.double(), cen.transpose(-1, -2) @ cen / kc.shape[2], rtol=1e-5, atol=1e-6)
+    assert summ.routing_moments[1] is cov  # shared by every query chunk that reuses these summaries
