@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--grid", action="store_true",
                    help="sweep a wider grid (block_m 64, warps 4/8, stages 1-3, group 32-128) instead of HOPPER_SOL")
+    p.add_argument("--configs", default="",
+                   help="comma-separated block_m/block_n/warps/stages/group configs to sweep instead, e.g. 128/64/8/3/64")
+    p.add_argument("--taus", default="1,100", help="comma-separated taus (100 = the routing floor)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("sol_configs.py needs a CUDA GPU")
@@ -66,11 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     grid = [LaunchConfig(block_m=64, block_n=64, num_warps=w, num_stages=st, group=g)
             for w in (4, 8) for st in (1, 2, 3) for g in (32, 64, 128)]
+    if a.configs:
+        fields = ("block_m", "block_n", "num_warps", "num_stages", "group")
+        grid = [LaunchConfig(**dict(zip(fields, map(int, c.split("/"))))) for c in a.configs.split(",")]
     configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}", c)
-               for c in (grid if a.grid else HOPPER_SOL)]
+               for c in (grid if a.grid or a.configs else HOPPER_SOL)]
     configs.append(("autotuned", None))
     for name, cfg in configs:
-        for tau in (1.0, 100.0):
+        for tau in map(float, a.taus.split(",")):
             out, stats = sol(tau, cfg)
             err = float((out[0][heads][:, rows].float() - exact).norm() / exact.norm())
             ms = median_ms(lambda: sol(tau, cfg), a.repeats)

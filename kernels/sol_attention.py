@@ -1,15 +1,16 @@
 """Sol block-sparse attention in Triton (routing rules and reference: `sol_reference.py`).
 
-Routing thresholds come first, in torch: for each query block, mu + tau * sigma of its proxy scores
-(mean query . mean key of every key block) follows exactly from the mean and covariance of the key
-means (`_thresholds`), so no kernel pass over the key blocks is spent on statistics. One program then
-owns 64 or 128 query rows (one or two Sol query blocks) of one head and makes two passes.
-(1) Routing and approximation: each key block's proxy is compared with the threshold, the diagonal
-band, sink and exact-query flags; approximate blocks enter the online softmax as `count` copies of the
-mean key with the summed V (one [rows, group] x [group, D] dot per group), exact blocks are appended to
-a per-program list (int32: block * 4 + which halves want it). (2) Exact blocks: a pipelinable loop over
-that list, one or two listed blocks per step, real keys, rows of a half that did not pick the block
-masked out. Scores use exp2 with log2e folded into sm_scale; accumulators are fp32.
+Routing comes first, in torch (`_routing_mask`): the proxy score of every (query block, key block) pair,
+mean query . mean key, is one small batched GEMM; mu + tau * sigma over each query block's proxies, the
+diagonal band, sink columns and exact-query rows turn it into a uint8 mask [B, H, query blocks, key
+blocks], built per launch (so it stays within LIST_BUDGET_BYTES / 4). One program then owns 64 or 128
+query rows (one or two Sol query blocks) of one head and makes two passes. (1) Approximation: each
+group of key blocks reads its mask bits; approximate blocks enter the online softmax as `count` copies
+of the mean key with the summed V (one [rows, group] x [group, D] dot per group); exact blocks are
+appended to a per-program list (int32: block * 4 + which halves want it). (2) Exact blocks: a
+pipelinable loop over that list, one or two listed blocks per step, real keys, rows of a half that did
+not pick the block masked out. Scores use exp2 with log2e folded into
+sm_scale; accumulators are fp32.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from .launch import (HOPPER_SOL, INTERPRETER_SOL, AttentionArgumentError, Launch
                      empty_output)
 from .qstream_attention import LOG2E, dot, interpreting, softmax_step, while_loops
 from .qstream_reference import default_sm_scale
-from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, moment_heads, SolKeySummaries, SolStats, block_flags, check_block,
-                            check_sol_args, query_block_span)
+from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_block,
+                            check_sol_args, proxy_heads, query_block_span)
 from .sol_reference import sol_key_summaries as torch_key_summaries
 
 __all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
@@ -39,31 +40,28 @@ def _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd):
 
 
 @triton.jit
-def _route_step(g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk,
-                stride_kcn, stride_kcd, stride_vcn, stride_vcd, qk_scale, w0, w1, thr0, thr1,
-                gqb0, qf0, qf1, live0, live1, acc, l_i, m_i, n_list, ex0, ex1,
-                QB: tl.constexpr, IEEE: tl.constexpr):
-    """Pass 1 over one group: route each block, fold the approximate ones in, append the exact ones."""
+def _route_step(g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
+                stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB: tl.constexpr, IEEE: tl.constexpr):
+    """Pass 1 over one group: read each block's routing bits, fold the approximate blocks in, append the
+    exact ones. Every cross-thread reduction here costs about a millisecond at 104k, so the exact-block
+    counts (stats) are kept only where the list length does not give them (QB == 2)."""
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
     kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
     s = dot(q, q, tl.trans(kc), IEEE) * qk_scale
-    sink = tl.load(KFLAG + offs_g, mask=valid_g, other=0) != 0
-    # proxy = mean query . mean key = the column mean of the scores just computed (rows weighted by w)
-    e0 = (tl.sum(s * w0[:, None], axis=0) > thr0) | (tl.abs(offs_g - gqb0) <= 1) | sink | qf0
-    e0 = e0 & valid_g & live0
+    e0 = tl.load(m_base0 + offs_g * stride_mn, mask=valid_g, other=0) != 0
     if QB == 2:
-        e1 = (tl.sum(s * w1[:, None], axis=0) > thr1) | (tl.abs(offs_g - gqb0 - 1) <= 1) | sink | qf1
-        e1 = e1 & valid_g & live1
+        e1 = tl.load(m_base1 + offs_g * stride_mn, mask=valid_g & live1, other=0) != 0
         apx = valid_g[None, :] & tl.where(half[:, None] == 0, (~e0)[None, :], (~e1)[None, :])
         union = e0 | e1
         code = offs_g * 4 + e0.to(tl.int32) + 2 * e1.to(tl.int32)
+        ex0 += tl.sum(e0.to(tl.int32), axis=0)
         ex1 += tl.sum(e1.to(tl.int32), axis=0)
     else:
         apx = valid_g[None, :] & (~e0)[None, :]
         union = e0
         code = offs_g * 4 + e0.to(tl.int32)
-    ex0 += tl.sum(e0.to(tl.int32), axis=0)
     s = tl.where(apx, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.math.exp2(m_i - m_new)
@@ -119,7 +117,7 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_
 
 
 @triton.jit
-def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, THR, LIST, STATS, O,
+def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
              stride_qb, stride_qh, stride_qm, stride_qd,
              stride_kb, stride_kh, stride_kn, stride_kd,
              stride_vb, stride_vh, stride_vn, stride_vd,
@@ -127,10 +125,10 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, THR, LIST, STATS, O,
              stride_vsb, stride_vsh, stride_vsn,
              stride_kcb, stride_kch, stride_kcn, stride_kcd,
              stride_vcb, stride_vch, stride_vcn, stride_vcd,
-             stride_tb, stride_th, stride_tq,
+             stride_mb, stride_mh, stride_mq, stride_mn,
              stride_sb, stride_sh, stride_sq,
              stride_ob, stride_oh, stride_om, stride_od,
-             heads, sq, skv, nk, nq, row0, first_block, qk_scale,
+             heads, sq, skv, nk, nq, row0, qk_scale,
              HEAD_DIM: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, GROUP: tl.constexpr,
              KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr, WHILE_LOOPS: tl.constexpr,
              PAIR: tl.constexpr):
@@ -142,41 +140,22 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, THR, LIST, STATS, O,
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_gr = tl.arange(0, GROUP)
-    offs_n = tl.arange(0, BLK * PAIR)  # pass 3 steps PAIR listed key blocks at a time
+    offs_n = tl.arange(0, BLK * PAIR)  # pass 2 steps PAIR listed key blocks at a time
     rows = row0 + pid_m * BLOCK_M + offs_r
     valid_r = (rows >= 0) & (rows < sq)
     half = offs_r // BLK
     q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None].to(tl.int64) * stride_qm
                 + offs_d[None, :] * stride_qd, mask=valid_r[:, None], other=0.0)
-    in0 = valid_r & (half == 0)
-    in1 = valid_r & (half == 1)
-    n0 = tl.sum(in0.to(tl.float32), axis=0)
-    n1 = tl.sum(in1.to(tl.float32), axis=0)
-    w0 = tl.where(in0, 1.0 / tl.maximum(n0, 1.0), 0.0)  # row weights of each half's mean query
-    w1 = tl.where(in1, 1.0 / tl.maximum(n1, 1.0), 0.0)
+    n0 = tl.sum((valid_r & (half == 0)).to(tl.int32), axis=0)
+    n1 = tl.sum((valid_r & (half == 1)).to(tl.int32), axis=0)
     lqb0 = pid_m * QB
-    gqb0 = first_block + lqb0
-    # per-query-block scalars as GROUP-wide vectors (the interpreter cannot mix 0-d and 1-d booleans)
-    zero_g = offs_gr * 0
-    qf0 = tl.load(QFLAG + lqb0 + zero_g) != 0
-    live0 = (zero_g.to(tl.float32) + n0) > 0
-    if QB == 2:
-        qf1 = tl.load(QFLAG + lqb0 + 1 + zero_g, mask=lqb0 + 1 + zero_g < nq, other=0) != 0
-        live1 = (zero_g.to(tl.float32) + n1) > 0
-    else:
-        qf1 = qf0
-        live1 = live0
+    live1 = (offs_gr * 0 + n1) > 0  # the second half has rows (a GROUP-wide vector, as the interpreter needs)
     kc_base = KC + b * stride_kcb + h * stride_kch
     vc_base = VC + b * stride_vcb + h * stride_vch
+    m_base0 = MASK + b * stride_mb + h * stride_mh + lqb0 * stride_mq
+    m_base1 = m_base0 + stride_mq
 
-    # routing thresholds mu + tau * sigma of each query block's proxies (log2 units; see _thresholds)
-    t_base = THR + b * stride_tb + h * stride_th
-    thr0 = tl.load(t_base + lqb0 * stride_tq)
-    thr1 = thr0
-    if QB == 2:
-        thr1 = tl.load(t_base + (lqb0 + 1) * stride_tq, mask=lqb0 + 1 < nq, other=0.0)
-
-    # pass 1: route; fold approximate blocks in; list exact blocks
+    # pass 1: fold approximate blocks in; list exact blocks
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: rows may see no key in a step
@@ -188,15 +167,15 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, THR, LIST, STATS, O,
         g0 = 0
         while g0 < nk:
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
-                g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
-                stride_vcn, stride_vcd, qk_scale, w0, w1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
+                stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
                 acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
             g0 += GROUP
     else:
         for g0 in range(0, nk, GROUP):
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
-                g0, q, kc_base, vc_base, CNT, KFLAG, list_base, offs_gr, offs_d, half, nk, stride_kcn, stride_kcd,
-                stride_vcn, stride_vcd, qk_scale, w0, w1, thr0, thr1, gqb0, qf0, qf1, live0, live1,
+                g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
+                stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
                 acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
     tl.debug_barrier()  # the list written above is read by other threads of this program below
 
@@ -223,6 +202,8 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, KFLAG, QFLAG, THR, LIST, STATS, O,
              acc.to(O.dtype.element_ty), mask=valid_r[:, None])
     if WITH_STATS:
         s_base = STATS + b * stride_sb + h * stride_sh
+        if QB == 1:
+            ex0 = n_list
         tl.store(s_base + lqb0 * stride_sq, ex0, mask=n0 > 0)
         if QB == 2:
             tl.store(s_base + (lqb0 + 1) * stride_sq, ex1, mask=n1 > 0)
@@ -304,38 +285,48 @@ def _block_means(q: torch.Tensor, q_offset: int, blk: int) -> torch.Tensor:
     return sums
 
 
-def _thresholds(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: float, scale: float) -> torch.Tensor:
-    """fp32 [B, H, nq]: each query block's routing threshold mu + tau * sigma, in the kernel's log2 units.
+def _routing_mask(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: float, scale: float,
+                  sink_cols: torch.Tensor, exact_q: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """uint8 [B, H, nq, nk]: 1 where query block i (of the blocks rows [q_offset, q_offset + Sq) touch)
+    computes key block j exactly; the rules of `sol_reference`, with the proxy of the rows in this call.
 
-    mu and sigma are the population mean and std of the block's proxies qc . kc_j * scale over all key
-    blocks j; with m and C the mean and covariance of the key means, mu = qc . m * scale and
-    sigma^2 = qc^T C qc * scale^2 exactly, so no pass over the key blocks is needed per query block.
+    The proxies are one batched GEMM of the fp32 mean queries against the key means, a step of heads at a
+    time (`proxy_heads` bounds the fp32 temporaries); mu and sigma are their population mean and std.
     """
-    b, h, _, d = q.shape
-    _, nq = query_block_span(q_offset, q.shape[2], summ.block)
-    thr = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
-    mean, cov = summ.routing_moments
-    step = moment_heads(b, nq, 0, d, h)
-    for h0 in range(0, h, step):  # bounds the fp32 mean queries; one step for short sequences
+    b, h, sq, d = q.shape
+    blk, nk = summ.block, summ.num_blocks
+    first, nq = query_block_span(q_offset, sq, blk)
+    mask = torch.empty(b, h, nq, nk, dtype=torch.uint8, device=q.device)
+    step = proxy_heads(b, nq, nk, d, h)
+    for h0 in range(0, h, step):
         h1 = min(h, h0 + step)
-        qm = _block_means(q[:, h0:h1], q_offset, summ.block)     # [B, h, nq, D]
-        mu = (qm @ mean[:, h0:h1, :, None])[..., 0] * scale
-        var = ((qm @ cov[:, h0:h1]) * qm).sum(-1).clamp_min(0.0) * (scale * scale)
-        thr[:, h0:h1] = (mu + float(tau) * torch.sqrt(var + SIGMA_EPS)) * LOG2E
-    return thr
+        proxy = _block_means(q[:, h0:h1], q_offset, blk) @ summ.key_means[:, h0:h1].float().transpose(-1, -2)
+        proxy *= scale
+        var, mu = torch.var_mean(proxy, dim=-1, correction=0, keepdim=True)
+        thr = mu.add_(torch.sqrt_(var.add_(SIGMA_EPS)), alpha=float(tau))
+        torch.gt(proxy, thr, out=mask[:, h0:h1].view(torch.bool))
+        del proxy, var, mu, thr
+    rows = torch.arange(nq, device=q.device)
+    for shift in (-1, 0, 1):  # the diagonal band
+        cols = rows + (first + shift)
+        ok = (cols >= 0) & (cols < nk)
+        mask[:, :, rows[ok], cols[ok]] = 1
+    mask[:, :, :, sink_cols] = 1
+    qrows = block_flags(exact_q, first, nq, blk, q.device).nonzero()[:, 0]
+    mask[:, :, qrows, :] = 1
+    return mask
 
 
-def _launch(q, k, v, ks, vs, summ, cnt, kflag, qflag, thr, stats, out, lst, *, q_offset, qk_scale,
-            kv_int8, with_stats, config):
+def _launch(q, k, v, ks, vs, summ, cnt, mask, stats, out, lst, *, q_offset, qk_scale, kv_int8, with_stats,
+            config):
     b, h, sq, d = q.shape
     blk = summ.block
     first, nq = query_block_span(q_offset, sq, blk)
     row0 = first * blk - q_offset
-    nk = summ.num_blocks
-    args = (q, k, v, ks, vs, summ.key_means, summ.value_sums, cnt, kflag, qflag, thr, lst, stats, out,
+    args = (q, k, v, ks, vs, summ.key_means, summ.value_sums, cnt, mask, lst, stats, out,
             *q.stride(), *k.stride(), *v.stride(), *ks.stride(), *vs.stride(), *summ.key_means.stride(),
-            *summ.value_sums.stride(), *thr.stride(), *stats.stride(), *out.stride(),
-            h, sq, k.shape[2], nk, nq, row0, first, qk_scale)
+            *summ.value_sums.stride(), *mask.stride(), *stats.stride(), *out.stride(),
+            h, sq, k.shape[2], summ.num_blocks, nq, row0, qk_scale)
     flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats)
     if config is None:
         grid = lambda meta: (triton.cdiv(nq, meta["QB"]), b * h)  # noqa: E731
@@ -379,11 +370,10 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
     if config is None and interpreting():
         config = INTERPRETER_SOL
     cnt = summ.counts()
-    kflag = block_flags(sinks, 0, nk, block, q.device)
+    sink_cols = block_flags(sinks, 0, nk, block, q.device).nonzero()[:, 0]
     ks = k_scale if kv_int8 else torch.ones(1, 1, 1, dtype=torch.float32, device=q.device)
     vs = v_scale if kv_int8 else ks
     scale = default_sm_scale(d, sm_scale)
-    thr = _thresholds(q, summ, q_offset, tau, scale)
     common = dict(qk_scale=scale * LOG2E, kv_int8=kv_int8, with_stats=return_stats, config=config)
     blocks_per_launch = max(2, LIST_BUDGET_BYTES // (4 * b * h * nk))
     # one int32 per (program, key block); sized for one Sol block per program, the most programs
@@ -393,10 +383,11 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
         qb1 = min(nq, qb0 + blocks_per_launch)
         r0 = max(0, (first + qb0) * block - q_offset)
         r1 = min(sq, (first + qb1) * block - q_offset)
-        qflag = block_flags(exact_q, first + qb0, qb1 - qb0, block, q.device)
+        qc = q[:, :, r0:r1]
+        mask = _routing_mask(qc, summ, q_offset + r0, tau, scale, sink_cols, exact_q)
         st = stats[:, :, qb0:qb1] if return_stats else stats
-        _launch(q[:, :, r0:r1], k, v, ks, vs, summ, cnt, kflag, qflag, thr[:, :, qb0:qb1], st, out[:, :, r0:r1], lst,
-                q_offset=q_offset + r0, **common)
+        _launch(qc, k, v, ks, vs, summ, cnt, mask, st, out[:, :, r0:r1], lst, q_offset=q_offset + r0, **common)
+        del mask
         qb0 = qb1
     if return_stats:
         return out, SolStats(stats, nk)

@@ -19,7 +19,6 @@ rows of the unchunked call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Sequence
 
 import torch
@@ -32,36 +31,39 @@ SIGMA_EPS = 1e-6
 
 SUMMARY_BLOCKS_PER_STEP = 64  # key blocks summarised per step: bounds the fp32 temporaries
 
-MOMENT_BUDGET_BYTES = 64 << 20
-"""Largest fp32 temporaries (a centred copy of the key means, their covariance, mean queries) of one step
-of the routing moments or thresholds."""
-
-
-def moment_heads(batch: int, q_blocks: int, key_blocks: int, head_dim: int, heads: int) -> int:
-    """Heads whose routing moments are computed in one step (all of them for short sequences)."""
-    per_head = 4 * batch * (key_blocks * head_dim + head_dim * head_dim + q_blocks * (head_dim + 2))
-    return max(1, min(heads, MOMENT_BUDGET_BYTES // per_head))
+PROXY_BUDGET_BYTES = 64 << 20
+"""Largest fp32 temporaries (mean queries, an fp32 copy of the key means, the proxies) of one step of heads
+while a Sol launch builds its routing mask."""
 
 LIST_BUDGET_BYTES = 128 << 20
-"""Largest exact-block list one Sol launch may use; longer query ranges are split into block-aligned launches."""
+"""Largest exact-block list one Sol launch may use; longer query ranges are split into block-aligned launches
+(the launch's uint8 routing mask is a quarter of that)."""
+
+
+def proxy_heads(batch: int, q_blocks: int, key_blocks: int, head_dim: int, heads: int) -> int:
+    """Heads whose routing proxies are computed in one step (all of them for short sequences)."""
+    return max(1, min(heads, PROXY_BUDGET_BYTES // _proxy_bytes_per_head(batch, q_blocks, key_blocks, head_dim)))
+
+
+def _proxy_bytes_per_head(batch: int, q_blocks: int, key_blocks: int, head_dim: int) -> int:
+    return 4 * batch * (q_blocks * key_blocks + (q_blocks + key_blocks) * head_dim + 2 * q_blocks)
 
 
 def sol_workspace_bytes(heads: int, rows: int, seq_len: int, head_dim: int, elem_bytes: int = 2,
                         block: int = 64, batch: int = 1) -> int:
-    """Bytes the Sol kernel allocates besides its output: key summaries (when not passed in), the routing
-    moments and thresholds, and the per-program exact-block list (capped by LIST_BUDGET_BYTES); excludes
-    the caller's q/k/v/out."""
+    """Bytes the Sol kernel allocates besides its output: key summaries (when not passed in), and per launch
+    the per-program exact-block list (capped by LIST_BUDGET_BYTES), the uint8 routing mask and one step of
+    fp32 proxies; excludes the caller's q/k/v/out."""
     nk = -(-seq_len // block)
     nq = -(-rows // block) + 1  # an unaligned q_offset can add one partial block
     summaries = 2 * batch * heads * nk * head_dim * elem_bytes
     per_block = 4 * batch * heads * nk  # one int32 per (program, key block)
-    list_bytes = per_block * min(nq, max(2, LIST_BUDGET_BYTES // per_block))
-    # routing: the moments kept with the summaries (fp32 mean and covariance of the key means), plus one
-    # step of temporaries (a centred fp32 copy of the key means, or the mean queries)
-    kept = 4 * batch * heads * (head_dim + head_dim * head_dim)
-    moments = kept + moment_heads(batch, nq, nk, head_dim, heads) * 4 * batch * (
-        nk * head_dim + head_dim * head_dim + nq * (head_dim + 2))
-    return summaries + list_bytes + moments + 8 * batch * heads * nq + 5 * nk + nq
+    launch_blocks = min(nq, max(2, LIST_BUDGET_BYTES // per_block))
+    list_bytes = per_block * launch_blocks
+    mask_bytes = batch * heads * launch_blocks * nk
+    proxies = proxy_heads(batch, launch_blocks, nk, head_dim, heads) * _proxy_bytes_per_head(
+        batch, launch_blocks, nk, head_dim)
+    return summaries + list_bytes + mask_bytes + proxies + 4 * batch * heads * nq + 5 * nk + nq
 
 
 @dataclass(frozen=True)
@@ -82,22 +84,6 @@ class SolKeySummaries:
         c = torch.full((self.num_blocks,), float(self.block), dtype=torch.float32, device=self.key_means.device)
         c[-1] = float(self.seq_len - (self.num_blocks - 1) * self.block)
         return c
-
-    @cached_property
-    def routing_moments(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """fp32 mean [B, H, D] and population covariance [B, H, D, D] of the key means (as stored): with
-        them every query block's proxy mean and variance follow in closed form. Computed once per
-        summaries object, so query chunks that share the summaries share them too."""
-        b, h, nk, d = self.key_means.shape
-        mean = torch.empty(b, h, d, dtype=torch.float32, device=self.key_means.device)
-        cov = torch.empty(b, h, d, d, dtype=torch.float32, device=self.key_means.device)
-        step = moment_heads(b, 0, nk, d, h)
-        for h0 in range(0, h, step):  # bounds the fp32 temporaries
-            kc = self.key_means[:, h0:h0 + step].float()  # may be key_means itself: never written to
-            mean[:, h0:h0 + step] = kc.mean(dim=2)
-            kc = kc - mean[:, h0:h0 + step, None]
-            torch.matmul(kc.transpose(-1, -2), kc, out=cov[:, h0:h0 + step]).div_(nk)
-        return mean, cov
 
     def to(self, dtype: torch.dtype) -> "SolKeySummaries":
         if self.key_means.dtype == dtype and self.value_sums.dtype == dtype:
