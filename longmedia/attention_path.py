@@ -51,7 +51,8 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
     choice = mod.resolve_attention(request.attention_mode, seq_len=geometry.seq_len, heads=heads,
                                    head_dim=model.dims.head_dim, dtype=torch.bfloat16,
                                    device_capability=device.compute_capability,
-                                   budget_bytes_for_attention=int(budget_bytes), sol_settings=request.sol)
+                                   budget_bytes_for_attention=int(budget_bytes), sol_settings=request.sol,
+                                   int8_kv_storage=False)  # the streamed executor holds K/V in bf16
     return AttentionPath(mode=choice.mode, backend=choice.backend, exact=bool(choice.exact),
                          query_chunk_tokens=int(choice.query_chunk_tokens), source="dispatcher",
                          reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes), choice=choice)

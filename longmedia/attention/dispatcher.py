@@ -8,6 +8,10 @@ the sampler's sigma progress, see schedule.py).
 `budget_bytes_for_attention` covers what the attention path holds: K and V for the whole sequence
 (of the `heads` held at once), one call's query and output rows, and whatever scores or summaries
 the backend materialises (BackendSpec.working_bytes). None = no limit.
+
+`int8_kv_storage` says whether the caller keeps K/V as int8 plus scales when a quantised-K/V backend is
+chosen; only then does that backend save memory. LongMedia's streamed executor keeps K/V in the compute
+dtype (the planner passes False), so there those backends are passed over, with that reason.
 """
 
 from __future__ import annotations
@@ -161,6 +165,7 @@ class _Facts:
     dtype: torch.dtype
     capability: Capability | None
     budget: int | None
+    int8_kv_storage: bool = True
 
     @property
     def dtype_bytes(self) -> int:
@@ -184,6 +189,10 @@ def _usable(registry: BackendRegistry, available: frozenset[str], facts: _Facts,
             continue
         if spec.name not in available:
             rejected.append((spec, f"{spec.name} (not available here)"))
+            continue
+        if spec.quantized_kv and not facts.int8_kv_storage:
+            rejected.append((spec, f"{spec.name} (saves memory only over K/V stored as int8; this caller holds K/V "
+                                   f"in {facts.dtype})"))
             continue
         ok, why = spec.supports(dtype=facts.dtype, head_dim=facts.head_dim, seq_len=facts.seq_len,
                                 device_capability=facts.capability)
@@ -232,12 +241,14 @@ def _smallest(fits: list[_Fit]) -> _Fit:
 def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim: int, dtype: torch.dtype,
                       device_capability: Capability | None, budget_bytes_for_attention: int | None = None,
                       available: Collection[str] | None = None, sol_settings: SolSettings | None = None,
-                      registry: BackendRegistry | None = None, existing_name: str | None = None) -> AttentionChoice:
+                      registry: BackendRegistry | None = None, existing_name: str | None = None,
+                      int8_kv_storage: bool = True) -> AttentionChoice:
     """Pick the attention path for one job.
 
     device_capability: CUDA (major, minor), None = CPU. available: backend names installed here
     (None = probe the registry now). existing_name: ComfyUI's installed attention function's name,
-    used to tell whether `existing` is exact.
+    used to tell whether `existing` is exact. int8_kv_storage: the caller stores K/V as int8 + scales when a
+    quantised-K/V backend is chosen (False: those backends are passed over).
     """
     _check_inputs(mode, seq_len, heads, head_dim, dtype, device_capability, budget_bytes_for_attention)
     registry = default_registry() if registry is None else registry
@@ -246,7 +257,8 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
     if not isinstance(settings, SolSettings):
         raise SolSettingsError(f"sol_settings must be a SolSettings, got {type(settings).__name__}")
     facts = _Facts(seq_len, heads, head_dim, dtype,
-                   None if device_capability is None else tuple(device_capability), budget_bytes_for_attention)
+                   None if device_capability is None else tuple(device_capability), budget_bytes_for_attention,
+                   bool(int8_kv_storage))
 
     if mode == "existing":
         fit = facts.fit(registry.get("existing"))

@@ -52,6 +52,21 @@ CASES = [
 ]
 
 
+def test_int8_kv_backends_are_passed_over_when_the_caller_holds_float_kv():
+    """At a 2 GiB budget only exact-over-int8 fits; a caller that keeps K/V in bf16 (the streamed executor)
+    would hold bf16 K/V and an int8 copy on top, so auto does not claim that path fits: nothing fits (Sol
+    holds bf16 K/V too), and the plan says so instead of promising a saving it would not get."""
+    kw = dict(seq_len=S, **H3, device_capability=(9, 0), budget_bytes_for_attention=2 * GIB, available=ALL)
+    assert resolve_attention("auto", **kw).backend == "qstream_triton_int8"
+    choice = resolve_attention("auto", **kw, int8_kv_storage=False)
+    assert (choice.backend, choice.quantized_kv, choice.fits) == ("sdpa_cudnn", False, False), choice.reason
+    assert "no exact path fits" in choice.reason and "over budget" in choice.reason
+    at4 = resolve_attention("auto", **dict(kw, budget_bytes_for_attention=4 * GIB), int8_kv_storage=False)
+    assert (at4.backend, at4.query_chunk_tokens) == ("sdpa_cudnn", 16384)  # bf16 K/V fit: unchanged
+    exact = resolve_attention("auto", **dict(kw, budget_bytes_for_attention=None), int8_kv_storage=False)
+    assert exact.backend == "sdpa_cudnn"  # nothing else changes when bf16 K/V fit
+
+
 @pytest.mark.parametrize("mode, cap, budget, unavailable, seq, backend, exact_backend, chunk, fits, fragment", CASES)
 def test_resolution_table(mode, cap, budget, unavailable, seq, backend, exact_backend, chunk, fits, fragment):
     choice = resolve_attention(mode, seq_len=seq, **H3, device_capability=cap,
