@@ -69,11 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     grid = [LaunchConfig(block_m=64, block_n=64, num_warps=w, num_stages=st, group=g)
             for w in (4, 8) for st in (1, 2, 3) for g in (32, 64, 128)]
-    if a.configs:
-        fields = ("block_m", "block_n", "num_warps", "num_stages", "group")
-        grid = [LaunchConfig(**dict(zip(fields, map(int, c.split("/"))))) for c in a.configs.split(",")]
-    configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}", c)
-               for c in (grid if a.grid or a.configs else HOPPER_SOL)]
+    fields = ("block_m", "block_n", "num_warps", "num_stages", "group")
+    chosen = ([LaunchConfig(**dict(zip(fields, map(int, c.split("/"))))) for c in a.configs.split(",")]
+              if a.configs else grid if a.grid else HOPPER_SOL)
+    configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}", c) for c in chosen]
     configs.append(("autotuned", None))
     for name, cfg in configs:
         for tau in map(float, a.taus.split(",")):

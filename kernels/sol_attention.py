@@ -9,8 +9,7 @@ group of key blocks reads its mask bits; approximate blocks enter the online sof
 of the mean key with the summed V (one [rows, group] x [group, D] dot per group); exact blocks are
 appended to a per-program list (int32: block * 4 + which halves want it). (2) Exact blocks: a
 pipelinable loop over that list, one or two listed blocks per step, real keys, rows of a half that did
-not pick the block masked out. Scores use exp2 with log2e folded into
-sm_scale; accumulators are fp32.
+not pick the block masked out. Scores use exp2 with log2e folded into sm_scale; accumulators are fp32.
 """
 
 from __future__ import annotations
