@@ -35,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grid", action="store_true",
                    help="sweep a wider grid (block_m 64, warps 4/8, stages 1-3, group 32-128) instead of HOPPER_SOL")
     p.add_argument("--configs", default="",
-                   help="comma-separated block_m/block_n/warps/stages/group configs to sweep instead, e.g. 128/64/8/3/64")
+                   help="comma-separated block_m/block_n/warps/stages/group[/tma] configs to sweep instead, e.g. "
+                        "64/64/4/3/64 or 64/64/4/3/64/0 (tma 0: pointer loads; default 1: TMA where allowed)")
     p.add_argument("--taus", default="1,100", help="comma-separated taus (100 = the routing floor)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also time the key summaries and the torch routing mask on their own (tau = 1)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("sol_configs.py needs a CUDA GPU")
@@ -69,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     grid = [LaunchConfig(block_m=64, block_n=64, num_warps=w, num_stages=st, group=g)
             for w in (4, 8) for st in (1, 2, 3) for g in (32, 64, 128)]
-    fields = ("block_m", "block_n", "num_warps", "num_stages", "group")
-    chosen = ([LaunchConfig(**dict(zip(fields, map(int, c.split("/"))))) for c in a.configs.split(",")]
-              if a.configs else grid if a.grid else HOPPER_SOL)
-    configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}", c) for c in chosen]
+    fields = ("block_m", "block_n", "num_warps", "num_stages", "group", "tma")
+    chosen = ([LaunchConfig(**{f: (bool(x) if f == "tma" else x) for f, x in zip(fields, map(int, c.split("/")))})
+               for c in a.configs.split(",")] if a.configs else grid if a.grid else HOPPER_SOL)
+    configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}{'' if c.tma else ' ptr'}", c)
+               for c in chosen]
     configs.append(("autotuned", None))
     for name, cfg in configs:
         for tau in map(float, a.taus.split(",")):
@@ -82,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | {tau:g} | {ms:.1f} | {best / ms:.2f}x | {flops / ms / 1e9:.0f} | "
                   f"{stats.density:.3f} | {err:.3f} |", flush=True)
             del out
+    if a.breakdown:
+        from longmedia.kernels.sol_attention import _routing_mask
+        from longmedia.kernels.sol_reference import block_flags
+        summ = sol_key_summaries(k, v, block=64, dtype=q.dtype)
+        sink_cols = block_flags(sinks, 0, summ.num_blocks, 64, dev).nonzero()[:, 0]
+        parts = {"key summaries": lambda: sol_key_summaries(k, v, block=64, dtype=q.dtype),
+                 "routing mask (torch, tau=1)": lambda: _routing_mask(q, summ, 0, 1.0, 128 ** -0.5, sink_cols, sinks)}
+        for name, fn in parts.items():
+            print(f"breakdown: {name}: {median_ms(fn, a.repeats):.2f} ms")
     picked = getattr(_sol_fwd_tuned, "best_config", None)
     print(f"\nautotune picked: {picked}; fastest SDPA: {best_name} {best:.1f} ms")
     return 0

@@ -30,6 +30,8 @@ class LaunchConfig:
     block_m: query rows per program (Sol: 64 or 128, one or two Sol query blocks).
     block_n: keys per inner step of the exact kernel (Sol: 1 or 2 listed Sol key blocks per exact step).
     group:   Sol only: key blocks scored per routing step.
+    tma:     Sol only: read K/V tiles and key summaries through TMA descriptors where the device (Hopper
+             on, or the interpreter), Triton and the strides allow it; False keeps pointer loads.
     """
 
     block_m: int = 128
@@ -37,6 +39,7 @@ class LaunchConfig:
     num_warps: int = 8
     num_stages: int = 3
     group: int = 32
+    tma: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "group"):
@@ -68,13 +71,13 @@ HOPPER_SOL = (
     LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, group=64),
     LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, group=32),
     LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, group=64),
-    LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, group=128),
-    LaunchConfig(block_m=64, block_n=128, num_warps=4, num_stages=2, group=64),
-    LaunchConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, group=32),
 )
-"""Autotune set of the Sol kernel on CUDA (block_m: 1 or 2 Sol query blocks per program; block_n: 1 or 2
-listed key blocks per exact step). On the H200 at 104k (bench/sol_configs.py --grid) one query block per
-program with 4 warps wins clearly: two blocks per program compute the union of both blocks' exact lists."""
+"""Sol configs on CUDA. From compute capability 9.0 the first one runs as is: on the H200 at 104k it was the
+fastest of every config swept (bench/sol_configs.py: with TMA 167 ms, group 32 170, 2 stages 175, 4 stages
+198, 8 warps 260, two query blocks per program 200), and an autotune pick is made on whatever shape comes
+first. Older GPUs (no TMA) autotune over all three. Two query blocks per program (block_m 128) compute the
+union of both blocks' exact lists; two listed blocks per step (block_n 128) never won and cannot use TMA;
+both stay available as explicit configs."""
 
 
 def check_kv(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,

@@ -10,6 +10,9 @@ of the mean key with the summed V (one [rows, group] x [group, D] dot per group)
 appended to a per-program list (int32: block * 4 + which halves want it). (2) Exact blocks: a
 pipelinable loop over that list, one or two listed blocks per step, real keys, rows of a half that did
 not pick the block masked out. Scores use exp2 with log2e folded into sm_scale; accumulators are fp32.
+From Hopper on (and under the interpreter) K/V tiles and key summaries come through TMA descriptors when
+their strides allow it (`_tma_ready`): 187 -> 167 ms at 104k on the H200, the addressing being most of
+what the pointer loads of listed blocks cost.
 """
 
 from __future__ import annotations
@@ -28,26 +31,37 @@ from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, SolKeySummaries, SolSt
                             check_sol_args, proxy_heads, query_block_span)
 from .sol_reference import sol_key_summaries as torch_key_summaries
 
+try:  # host-side TMA descriptors (Triton >= 3.4); without them every launch takes the pointer path
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
+
 __all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
 
 
 @triton.jit
-def _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd):
-    """[GROUP, D] mean keys of a group of key blocks (zeros past the last block)."""
-    return tl.load(kc_base + offs_g[:, None].to(tl.int64) * stride_kcn + offs_d[None, :] * stride_kcd,
-                   mask=valid_g[:, None], other=0.0)
+def _load_rows(base, desc, b32, h32, row0, offs_r, valid_r, offs_d, stride_n, stride_d, TMA: tl.constexpr):
+    """[len(offs_r), D] rows row0 + offs_r of one head (zeros past the end): a TMA tile of the descriptor
+    `desc` ([B, H, rows, D], block [1, 1, len(offs_r), D]) when TMA, else pointer loads from `base`."""
+    if TMA:
+        tile = desc.load([b32, h32, row0, 0])
+        out = tile.reshape(offs_r.shape[0], offs_d.shape[0])
+    else:
+        rows = (row0 + offs_r).to(tl.int64)
+        out = tl.load(base + rows[:, None] * stride_n + offs_d[None, :] * stride_d, mask=valid_r[:, None], other=0.0)
+    return out
 
 
 @triton.jit
-def _route_step(g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
+def _route_step(g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
                 stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
-                acc, l_i, m_i, n_list, ex0, ex1, QB: tl.constexpr, IEEE: tl.constexpr):
+                acc, l_i, m_i, n_list, ex0, ex1, QB: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr):
     """Pass 1 over one group: read each block's routing bits, fold the approximate blocks in, append the
     exact ones. Every cross-thread reduction here costs about a millisecond at 104k, so the exact-block
     counts (stats) are kept only where the list length does not give them (QB == 2)."""
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
-    kc = _load_key_means(kc_base, offs_g, valid_g, offs_d, stride_kcn, stride_kcd)
+    kc = _load_rows(kc_base, KC, b32, h32, g0, offs_gr, valid_g, offs_d, stride_kcn, stride_kcd, TMA)
     s = dot(q, q, tl.trans(kc), IEEE) * qk_scale
     e0 = tl.load(m_base0 + offs_g * stride_mn, mask=valid_g, other=0) != 0
     if QB == 2:
@@ -67,8 +81,7 @@ def _route_step(g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_
     p = tl.math.exp2(s - m_new[:, None])
     cnt = tl.load(CNT + offs_g, mask=valid_g, other=0.0)
     l_i = l_i * alpha + tl.sum(p * cnt[None, :], axis=1)
-    vc = tl.load(vc_base + offs_g[:, None].to(tl.int64) * stride_vcn + offs_d[None, :] * stride_vcd,
-                 mask=valid_g[:, None], other=0.0)
+    vc = _load_rows(vc_base, VC, b32, h32, g0, offs_gr, valid_g, offs_d, stride_vcn, stride_vcd, TMA)
     acc = acc * alpha[:, None] + dot(q, p, vc, IEEE)
     pos = n_list + tl.cumsum(union.to(tl.int32), axis=0) - 1
     tl.store(list_base + pos, code, mask=union)
@@ -76,12 +89,13 @@ def _route_step(g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_
 
 
 @triton.jit
-def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
+def _exact_step(i, n_list, q, list_base, k_base, v_base, K, V, b32, h32, ks_base, vs_base, offs_n, offs_d, half, skv,
                 stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale, acc, l_i, m_i,
                 BLOCK_M: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, KV_INT8: tl.constexpr,
-                IEEE: tl.constexpr, PAIR: tl.constexpr):
+                IEEE: tl.constexpr, PAIR: tl.constexpr, TMA: tl.constexpr):
     """Pass 2, listed key blocks i, i+1, ... (len(offs_n) // BLK of them): real keys; rows of a half that
-    did not pick a block, and slots past the end of the list, are masked out."""
+    did not pick a block, and slots past the end of the list, are masked out. TMA (one block a step):
+    K and V tiles come through the descriptors K and V, rows past the sequence as zeros."""
     if PAIR == 1:  # one scalar list load: the cheapest addressing
         code = tl.load(list_base + i)
         keys = (code >> 2) * BLK + offs_n
@@ -93,7 +107,12 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_
         keys = (code >> 2) * BLK + offs_n % BLK
         valid_n = live & (keys < skv)
     keys64 = keys.to(tl.int64)
-    kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd, mask=valid_n[None, :], other=0.0)
+    if TMA:
+        tl.static_assert(PAIR == 1, "TMA steps one listed key block at a time")
+        kt = tl.trans(K.load([b32, h32, (code >> 2) * BLK, 0]).reshape(BLK, offs_d.shape[0]))
+    else:
+        kt = tl.load(k_base + keys64[None, :] * stride_kn + offs_d[:, None] * stride_kd, mask=valid_n[None, :],
+                     other=0.0)
     s = dot(q, q, kt, IEEE)
     if KV_INT8:
         k_sc = tl.load(ks_base + keys64 * stride_ksn, mask=valid_n, other=0.0)
@@ -109,7 +128,11 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_
         want = tl.zeros([BLOCK_M, 1], dtype=tl.int1) | valid_n[None, :]
     s = tl.where(want, s, float("-inf"))
     p, alpha, l_i, m_new = softmax_step(s, m_i, l_i)
-    vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=valid_n[:, None], other=0.0)
+    if TMA:
+        vt = V.load([b32, h32, (code >> 2) * BLK, 0]).reshape(BLK, offs_d.shape[0])
+    else:
+        vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=valid_n[:, None],
+                     other=0.0)
     if KV_INT8:
         p = p * tl.load(vs_base + keys64 * stride_vsn, mask=valid_n, other=0.0)[None, :]
     return acc * alpha[:, None] + dot(q, p, vt, IEEE), l_i, m_new
@@ -130,7 +153,9 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
              heads, sq, skv, nk, nq, row0, qk_scale,
              HEAD_DIM: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, GROUP: tl.constexpr,
              KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr, WHILE_LOOPS: tl.constexpr,
-             PAIR: tl.constexpr):
+             PAIR: tl.constexpr, TMA: tl.constexpr):
+    """K, V, KC, VC: pointers, or (TMA) tensor descriptors with blocks [1, 1, BLK, D] (K, V) and
+    [1, 1, GROUP, D] (KC, VC)."""
     BLOCK_M: tl.constexpr = QB * BLK
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -149,8 +174,14 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
     n1 = tl.sum((valid_r & (half == 1)).to(tl.int32), axis=0)
     lqb0 = pid_m * QB
     live1 = (offs_gr * 0 + n1) > 0  # the second half has rows (a GROUP-wide vector, as the interpreter needs)
-    kc_base = KC + b * stride_kcb + h * stride_kch
-    vc_base = VC + b * stride_vcb + h * stride_vch
+    b32, h32 = b.to(tl.int32), h.to(tl.int32)
+    if TMA:  # the descriptors address by (b, h, row, 0); the pointer bases are unused
+        kc_base, vc_base, k_base, v_base = KS, KS, KS, KS
+    else:
+        kc_base = KC + b * stride_kcb + h * stride_kch
+        vc_base = VC + b * stride_vcb + h * stride_vch
+        k_base = K + b * stride_kb + h * stride_kh
+        v_base = V + b * stride_vb + h * stride_vh
     m_base0 = MASK + b * stride_mb + h * stride_mh + lqb0 * stride_mq
     m_base1 = m_base0 + stride_mq
 
@@ -166,35 +197,33 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
         g0 = 0
         while g0 < nk:
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
-                g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
-                stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
-                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
+                g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half,
+                nk, stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE, TMA)
             g0 += GROUP
     else:
         for g0 in range(0, nk, GROUP):
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
-                g0, q, kc_base, vc_base, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
-                stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
-                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE)
+                g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half,
+                nk, stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE, TMA)
     tl.debug_barrier()  # the list written above is read by other threads of this program below
 
     # pass 2: exact key blocks
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
     ks_base = KS + b * stride_ksb + h * stride_ksh
     vs_base = VS + b * stride_vsb + h * stride_vsh
     if WHILE_LOOPS:
         i = 0
         while i < n_list:
-            acc, l_i, m_i = _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
-                                        stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
-                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE, PAIR)
+            acc, l_i, m_i = _exact_step(i, n_list, q, list_base, k_base, v_base, K, V, b32, h32, ks_base, vs_base, offs_n,
+                                        offs_d, half, skv, stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn,
+                                        stride_vsn, qk_scale, acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE, PAIR, TMA)
             i += PAIR
     else:
         for i in range(0, n_list, PAIR):
-            acc, l_i, m_i = _exact_step(i, n_list, q, list_base, k_base, v_base, ks_base, vs_base, offs_n, offs_d, half, skv,
-                                        stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn, stride_vsn, qk_scale,
-                                        acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE, PAIR)
+            acc, l_i, m_i = _exact_step(i, n_list, q, list_base, k_base, v_base, K, V, b32, h32, ks_base, vs_base, offs_n,
+                                        offs_d, half, skv, stride_kn, stride_kd, stride_vn, stride_vd, stride_ksn,
+                                        stride_vsn, qk_scale, acc, l_i, m_i, BLOCK_M, BLK, QB, KV_INT8, IEEE, PAIR, TMA)
 
     acc = acc / l_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + rows[:, None].to(tl.int64) * stride_om + offs_d[None, :] * stride_od,
@@ -253,7 +282,8 @@ def sol_key_summaries(k: torch.Tensor, v: torch.Tensor, *, block: int = 64, k_sc
 
 
 def _autotuned():
-    """The kernel under triton.autotune over HOPPER_SOL (Triton keeps the tuning cache on it)."""
+    """The kernel under triton.autotune over HOPPER_SOL (Triton keeps the tuning cache on it); used below
+    compute capability 9.0, where no config was measured and there is no TMA."""
     configs = [triton.Config({"QB": c.block_m // 64, "GROUP": c.group, "PAIR": c.block_n // 64},
                              num_warps=c.num_warps, num_stages=c.num_stages) for c in HOPPER_SOL]
     return triton.autotune(configs=configs, key=["HEAD_DIM", "BLK", "KV_INT8", "IEEE", "WITH_STATS"])(_sol_fwd)
@@ -316,17 +346,41 @@ def _routing_mask(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: fl
     return mask
 
 
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether K/V and the key summaries can be read through TMA descriptors here: Hopper or newer (or the
+    interpreter), Triton with host-side descriptors, contiguous head_dim, 16-byte aligned base and strides."""
+    if TensorDescriptor is None:
+        return False
+    dev = tensors[0].device
+    if not interpreting() and (dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0)):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+               and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> "TensorDescriptor":
+    """[B, H, S, D] tensor -> descriptor of [1, 1, rows, D] tiles (rows past S read as zeros)."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, t.shape[3]])
+
+
 def _launch(q, k, v, ks, vs, summ, cnt, mask, stats, out, lst, *, q_offset, qk_scale, kv_int8, with_stats,
             config):
     b, h, sq, d = q.shape
     blk = summ.block
     first, nq = query_block_span(q_offset, sq, blk)
     row0 = first * blk - q_offset
-    args = (q, k, v, ks, vs, summ.key_means, summ.value_sums, cnt, mask, lst, stats, out,
-            *q.stride(), *k.stride(), *v.stride(), *ks.stride(), *vs.stride(), *summ.key_means.stride(),
-            *summ.value_sums.stride(), *mask.stride(), *stats.stride(), *out.stride(),
+    kc, vc = summ.key_means, summ.value_sums
+    # autotuned launches (below sm90) have no TMA; the descriptors' tiles follow the config
+    tma = config is not None and config.tma and config.block_n <= blk and _tma_ready(k, v, kc, vc)
+    k_strides, v_strides, kc_strides, vc_strides = k.stride(), v.stride(), kc.stride(), vc.stride()
+    if tma:
+        k, v = _descriptor(k, blk), _descriptor(v, blk)
+        kc, vc = _descriptor(kc, config.group), _descriptor(vc, config.group)
+    args = (q, k, v, ks, vs, kc, vc, cnt, mask, lst, stats, out,
+            *q.stride(), *k_strides, *v_strides, *ks.stride(), *vs.stride(), *kc_strides, *vc_strides,
+            *mask.stride(), *stats.stride(), *out.stride(),
             h, sq, k.shape[2], summ.num_blocks, nq, row0, qk_scale)
-    flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats)
+    flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats, TMA=tma)
     if config is None:
         grid = lambda meta: (triton.cdiv(nq, meta["QB"]), b * h)  # noqa: E731
         _sol_fwd_tuned[grid](*args, WHILE_LOOPS=False, **flags)
@@ -350,7 +404,8 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
 
     Returns out ([B, H, Sq, D], storage [B, Sq, H, D]) or (out, SolStats) with return_stats.
     Pass `summaries=sol_key_summaries(k, v, block=block, dtype=q.dtype)` to reuse them across chunks.
-    config=None: autotune over HOPPER_SOL on CUDA, INTERPRETER_SOL under the interpreter.
+    config=None: HOPPER_SOL[0] from compute capability 9.0, autotune over HOPPER_SOL on older CUDA GPUs,
+    INTERPRETER_SOL under the interpreter.
     """
     kv_int8 = check_qkv(q, k, v, k_scale, v_scale)
     sinks, exact_q = check_sol_args(q, k, tau, q_offset, block, summaries, sink_ranges, exact_query_ranges)
@@ -368,6 +423,8 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
         return (out, SolStats(stats[:, :, :0], nk)) if return_stats else out
     if config is None and interpreting():
         config = INTERPRETER_SOL
+    elif config is None and q.is_cuda and torch.cuda.get_device_capability(q.device) >= (9, 0):
+        config = HOPPER_SOL[0]  # measured fastest on Hopper; autotune picks on the first shape it sees
     cnt = summ.counts()
     sink_cols = block_flags(sinks, 0, nk, block, q.device).nonzero()[:, 0]
     ks = k_scale if kv_int8 else torch.ones(1, 1, 1, dtype=torch.float32, device=q.device)

@@ -48,11 +48,16 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
     import torch  # present: the dispatcher imported it
 
     heads = chunks.group_heads(model.dims.heads)
+    # No exact attention over int8 K/V here. The executor holds K/V in bf16, so an int8-K/V backend would
+    # quantise a second copy per call. Holding int8 K/V instead would not pay either. Per token, int8 K/V
+    # of every head plus x take ~25.5 KB; head groups (ultra_low_vram) take 21.5 KB + 0.5 KB per grouped
+    # head (the same at 8 heads, less below), stay exact and keep cuDNN, about twice the int8 kernel's
+    # speed (docs/PERFORMANCE.md).
     choice = mod.resolve_attention(request.attention_mode, seq_len=geometry.seq_len, heads=heads,
                                    head_dim=model.dims.head_dim, dtype=torch.bfloat16,
                                    device_capability=device.compute_capability,
                                    budget_bytes_for_attention=int(budget_bytes), sol_settings=request.sol,
-                                   int8_kv_storage=False)  # the streamed executor holds K/V in bf16
+                                   int8_kv_storage=False)
     return AttentionPath(mode=choice.mode, backend=choice.backend, exact=bool(choice.exact),
                          query_chunk_tokens=int(choice.query_chunk_tokens), source="dispatcher",
                          reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes), choice=choice)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,8 +19,9 @@ ONE_BLOCK = LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, grou
 TWO_BLOCKS = LaunchConfig(block_m=128, block_n=64, num_warps=4, num_stages=1, group=16)
 PAIRED = LaunchConfig(block_m=64, block_n=128, num_warps=4, num_stages=1, group=16)  # 2 listed key blocks per step
 TWO_PAIRED = LaunchConfig(block_m=128, block_n=128, num_warps=4, num_stages=1, group=16)
-ALL = [ONE_BLOCK, TWO_BLOCKS, PAIRED, TWO_PAIRED]
-ALL_IDS = ["block_m64", "block_m128", "block_m64_n128", "block_m128_n128"]
+ONE_BLOCK_POINTERS = replace(ONE_BLOCK, tma=False)  # one-block steps without TMA descriptors
+ALL = [ONE_BLOCK, ONE_BLOCK_POINTERS, TWO_BLOCKS, PAIRED, TWO_PAIRED]
+ALL_IDS = ["block_m64", "block_m64_pointers", "block_m128", "block_m64_n128", "block_m128_n128"]
 FP32 = dict(atol=2e-6, rtol=1e-5)
 
 
@@ -98,12 +101,13 @@ def test_unaligned_query_offset_matches_reference(structured_qkv):
     torch.testing.assert_close(out, ref, **FP32)
 
 
+@pytest.mark.parametrize("config", [ONE_BLOCK, TWO_PAIRED], ids=["tma", "pointers"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_int8_kv_matches_int8_reference(structured_qkv, dtype):
+def test_int8_kv_matches_int8_reference(structured_qkv, dtype, config):
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11, dtype=dtype)
     k8, ks = quantize_kv_int8(k)
     v8, vs = quantize_kv_int8(v)
-    out, stats = sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, config=TWO_PAIRED, return_stats=True)
+    out, stats = sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, config=config, return_stats=True)
     ref, ref_stats = sol_reference.sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, return_stats=True)
     if dtype == torch.float32:
         assert torch.equal(stats.exact_blocks, ref_stats.exact_blocks)
@@ -111,6 +115,20 @@ def test_int8_kv_matches_int8_reference(structured_qkv, dtype):
     else:
         assert (stats.exact_blocks - ref_stats.exact_blocks).abs().sum() <= 1
         assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 5e-3
+
+
+def test_tma_only_where_strides_allow_it(structured_qkv):
+    """TMA needs a contiguous head_dim and 16-byte aligned base and strides; other views take pointer loads
+    and give the same result."""
+    from longmedia.kernels.sol_attention import _tma_ready
+    q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
+    assert _tma_ready(k, v)
+    wide = torch.zeros(1, 2, k.shape[2], 65)
+    wide[..., 1:] = k  # base 4 bytes past a 16-byte boundary
+    shifted = wide[..., 1:]
+    assert not _tma_ready(shifted, v) and not _tma_ready(k.transpose(2, 3).contiguous().transpose(2, 3), v)
+    out = sol_attention(q, shifted, v, tau=1.0, config=ONE_BLOCK)
+    torch.testing.assert_close(out, sol_attention(q, k, v, tau=1.0, config=ONE_BLOCK), atol=1e-6, rtol=1e-6)
 
 
 def test_launches_split_by_list_budget_give_the_same_result(structured_qkv, monkeypatch):
