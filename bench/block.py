@@ -2,10 +2,15 @@
 
     python bench/block.py                      # H200: S in 16k, 64k, 104k, 150k
     python bench/block.py --smoke              # tiny dims on CPU, proves the script runs
+    python bench/block.py --seq 104466 --sdpa cudnn --sol-tau 1.0   # also the streamed paths with Sol attention
 
 Peak activation = max_memory_allocated during the call - memory allocated before it + the hidden
 state x (the formula counts x). Stock is the clean-room H3 block forward (ComfyUI's math); both
-paths use the same attention function (PyTorch SDPA, backend chosen by --sdpa).
+paths use the same attention function (PyTorch SDPA, backend chosen by --sdpa). With --sol-tau the
+streamed configs run once more with Sol attention (the dispatcher's `sol` backend, its torch reference
+under --smoke; the first 512 rows as sinks and exact query rows); their rel err is Sol's approximation
+on these random-weight activations, and their peak includes Sol's workspace (the "predicted" column
+does not).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sdpa", choices=["default", "cudnn", "flash"], default="default")
     p.add_argument("--smoke", action="store_true", help="tiny dims on CPU")
+    p.add_argument("--sol-tau", type=float, default=None, help="also run the streamed configs with Sol at this tau")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     device = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
@@ -57,6 +63,15 @@ def main(argv=None) -> int:
     configs = {k: ChunkSizes(min(c.qkv_chunk_tokens, 128) if a.smoke else c.qkv_chunk_tokens, c.out_proj_chunk_tokens,
                              min(c.mlp_chunk_tokens, 128) if a.smoke else c.mlp_chunk_tokens,
                              min(c.heads_per_group, 2) if a.smoke else c.heads_per_group) for k, c in CONFIGS.items()}
+    runs = {name: (c, None) for name, c in configs.items()}
+    if a.sol_tau is not None:
+        from longmedia.attention.backends import default_registry
+        from longmedia.attention.registry import BuildContext
+        text = ((0, 16 if a.smoke else 512),)
+        sol = default_registry().build("sol_reference" if a.smoke else "sol",
+                                       BuildContext(tau=a.sol_tau, sink_ranges=text, exact_query_ranges=text))
+        runs.update({f"{name} + Sol tau={a.sol_tau:g}": (c, sol) for name, c in configs.items()
+                     if name in ("streamed 4k", "grouped 8h")})
     g = torch.Generator().manual_seed(0)
     block = ReferenceBlock(dims, dtype=torch.float32).randomize_(g).to(device=device, dtype=dtype)
     eb = torch.finfo(dtype).bits // 8
@@ -81,8 +96,8 @@ def main(argv=None) -> int:
                 lines.append(f"| {s} | stock | - | failed: {str(e).splitlines()[0][:80]} | | | | | |")
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-            for name, c in configs.items():
-                fn = lambda: run_block(block, work.copy_(x), t_emb, seg, rope, chunks=c)  # noqa: E731
+            for name, (c, attention) in runs.items():
+                fn = lambda: run_block(block, work.copy_(x), t_emb, seg, rope, chunks=c, attention=attention)  # noqa: E731
                 out = fn().clone()
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item() if ref is not None else float("nan")
                 peak = peak_extra_bytes(fn, device) + xb
@@ -95,7 +110,7 @@ def main(argv=None) -> int:
             del x, work, ref
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            print(*lines[-1 - len(configs):], sep="\n", flush=True)
+            print(*lines[-1 - len(runs):], sep="\n", flush=True)
     return emit(lines, a.out)
 
 
