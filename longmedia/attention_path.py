@@ -58,6 +58,10 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
                                    device_capability=device.compute_capability,
                                    budget_bytes_for_attention=int(budget_bytes), sol_settings=request.sol,
                                    int8_kv_storage=False)
+    rows = chunks.qkv_chunk_tokens or geometry.seq_len  # the executor's query rows per call
+    extra = mod.call_extra_bytes(choice, query_rows=rows, heads=heads, head_dim=model.dims.head_dim,
+                                 dtype=torch.bfloat16)
     return AttentionPath(mode=choice.mode, backend=choice.backend, exact=bool(choice.exact),
                          query_chunk_tokens=int(choice.query_chunk_tokens), source="dispatcher",
-                         reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes), choice=choice)
+                         reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes),
+                         extra_bytes=int(extra), choice=choice)

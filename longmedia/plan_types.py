@@ -100,6 +100,7 @@ class AttentionPath:
     source: str                # dispatcher / default
     reasons: tuple[str, ...]
     working_bytes: int = 0
+    extra_bytes: int = 0       # a call's allocations beyond q/k/v/out (scores, Sol's workspace), per query chunk
     choice: Any = field(default=None, compare=False, repr=False)
 
 

@@ -77,8 +77,10 @@ class _Pass:
     def mlp_fits(self, c: ChunkSizes) -> bool:
         return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).mlp_bytes <= self.usable
 
-    def candidate(self, mode: str, chunks: ChunkSizes) -> Candidate:
-        act = block_memory(self.g.seq_len, self.d, chunks, self.dt, int8_linears=self.int8).peak_bytes
+    def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0) -> Candidate:
+        """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace)."""
+        bm = block_memory(self.g.seq_len, self.d, chunks, self.dt, int8_linears=self.int8)
+        act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes)
         mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
                               workspace_bytes=self.workspace, pre_block_bytes=self.pre,
                               final_bytes=self.final if chunks.is_stock else self.final_chunked,
@@ -218,6 +220,16 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
         reasons.append(f"query chunks lowered to {chunks.qkv_chunk_tokens} rows: the attention backend's "
                        "working set needs it")
         cand = p.candidate(cand.mode, chunks)
+    workspace_warning = None
+    if attention.extra_bytes:
+        fitted = cand.fits
+        cand = p.candidate(cand.mode, chunks, attention.extra_bytes)
+        reasons.append(f"{attention.backend} allocates {gib(attention.extra_bytes)} per attention call beyond "
+                       "q/k/v (scores or Sol's key summaries, block lists, routing mask): counted in the block's "
+                       "attention stage")
+        if fitted and not cand.fits:
+            workspace_warning = (f"{attention.backend}'s {gib(attention.extra_bytes)} of per-call workspace takes "
+                                 "the plan over the budget: lower sol_qkv_chunk_tokens or free VRAM")
 
     g = geometry
     reasons = [f"packed sequence: {g.seq_len} rows ({g.text_rows} text, {g.cond_rows} guide, {g.reference_rows} "
@@ -255,6 +267,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
         warnings.append(f"the attention backend ({attention.backend}) needs query chunks of "
                         f"{attention.query_chunk_tokens} rows to fit, but this plan runs stock attention: use "
                         "memory_mode=low_vram or set sol_qkv_chunk_tokens")
+    if workspace_warning:
+        warnings.append(workspace_warning)
     if attention.working_bytes > max(0, attn_budget) and attention.source == "dispatcher":
         warnings.append(f"the attention backend's working set ({gib(attention.working_bytes)}) is over the "
                         f"{gib(max(0, attn_budget))} the plan leaves for attention")

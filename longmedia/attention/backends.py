@@ -207,6 +207,13 @@ def _sol_factory(module_name: str, names: tuple[str, ...]) -> Callable[[BuildCon
     return factory
 
 
+def _sol_workspace(*, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
+    """Sol's allocations per call (kernels/sol_reference.sol_workspace_bytes: pure arithmetic, torch only)."""
+    from ..kernels.sol_reference import sol_workspace_bytes
+    return sol_workspace_bytes(heads=heads, rows=query_rows, seq_len=seq_len, head_dim=head_dim,
+                               elem_bytes=dtype_bytes, block=SOL_BLOCK)
+
+
 # ---- declarations -----------------------------------------------------------------------------
 
 def _sdpa_spec(name: str, kernel: str | None, rank: int, **fields) -> BackendSpec:
@@ -250,11 +257,12 @@ def builtin_backends() -> tuple[BackendSpec, ...]:
                     probe=_kernel_probe("qstream_reference", QSTREAM_REF, needs_triton=False),
                     description="eager fp32 torch reference of the exact kernel: the last exact fallback"),
         BackendSpec(name="sol", exact=False, dtypes=HALF, head_dims=(64, 128), min_capability=(8, 0),
-                    key_block=SOL_BLOCK, speed_rank=0, factory=_sol_factory("sol_attention", SOL),
+                    key_block=SOL_BLOCK, workspace=_sol_workspace, speed_rank=0,
+                    factory=_sol_factory("sol_attention", SOL),
                     probe=_kernel_probe("sol_attention", SOL, needs_triton=True),
                     description="our block-sparse Sol kernel: approximate, routed by tau"),
         BackendSpec(name="sol_reference", exact=False, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
-                    kv_element_bytes=6, score_bytes=8, key_block=SOL_BLOCK, speed_rank=1,
+                    kv_element_bytes=6, score_bytes=8, key_block=SOL_BLOCK, workspace=_sol_workspace, speed_rank=1,
                     factory=_sol_factory("sol_reference", SOL_REF),
                     probe=_kernel_probe("sol_reference", SOL_REF, needs_triton=False),
                     description="eager fp32 torch reference of Sol: the approximate fallback"),

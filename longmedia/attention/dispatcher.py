@@ -342,6 +342,18 @@ def _resolve_sol(mode: str, registry: BackendRegistry, avail: frozenset[str], fa
                    scheduled=mode == "scheduled_sol", fixed_tau=settings.tau_start if mode == "sol" else None)
 
 
+def call_extra_bytes(choice: AttentionChoice, *, query_rows: int, heads: int, head_dim: int, dtype: torch.dtype,
+                     registry: BackendRegistry | None = None) -> int:
+    """Bytes one call of the chosen path over `query_rows` queries allocates beyond the caller's q/k/v/out
+    (scores, Sol's summaries/lists/mask/proxies): the larger of its Sol and exact backends'. The executor's
+    query chunk, not the dispatcher's, sets `query_rows`; the planner adds this to the attention stage."""
+    registry = default_registry() if registry is None else registry
+    names = {choice.backend, choice.exact_backend} & set(registry.names)
+    return max((registry.get(n).extra_bytes(seq_len=choice.seq_len, heads=heads, head_dim=head_dim,
+                                            dtype_bytes=dtype.itemsize, query_rows=query_rows) for n in names),
+               default=0)
+
+
 def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None, seq_len: int | None = None,
                        segments: Iterable[tuple[int, int, str]] | None = None, existing: AttentionFn | None = None,
                        sm_scale: float | None = None, registry: BackendRegistry | None = None,

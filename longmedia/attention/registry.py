@@ -58,7 +58,9 @@ class BackendSpec:
     max_tokens: longest key sequence (None = no limit). kv_element_bytes: bytes per K/V element held
     (None = the compute dtype's size); kv_scale_bytes: extra bytes per (token, head) of each of K and V.
     score_bytes: bytes materialised per (head, query, key): 0 for fused kernels. key_block: rows per
-    key-block summary a block-sparse backend keeps (0 = none). speed_rank: lower is faster (ties keep
+    key-block summary a block-sparse backend keeps (0 = none). workspace(seq_len=, heads=, head_dim=,
+    dtype_bytes=, query_rows=): bytes one call allocates besides q/k/v/out and the scores (Sol's
+    summaries, lists, mask and proxies; None = nothing). speed_rank: lower is faster (ties keep
     declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
     """
 
@@ -74,6 +76,7 @@ class BackendSpec:
     kv_scale_bytes: int = 0
     score_bytes: int = 0
     key_block: int = 0
+    workspace: Callable[..., int] | None = None
     speed_rank: int = 100
     probe: Callable[[], tuple[bool, str]] = always_available
     description: str = ""
@@ -108,22 +111,23 @@ class BackendSpec:
         element = dtype_bytes if self.kv_element_bytes is None else self.kv_element_bytes
         return 2 * (head_dim * element + self.kv_scale_bytes)
 
-    def working_bytes(self, *, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
-        """Bytes the attention path holds for one call over `query_rows` queries against `seq_len` keys.
+    def extra_bytes(self, *, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
+        """Bytes one call over `query_rows` queries allocates beyond the caller's q/k/v/out: the score
+        matrix it materialises and its workspace. What the planner adds to the block's attention stage."""
+        rows = min(query_rows, seq_len)
+        scores = heads * rows * seq_len * self.score_bytes
+        work = 0 if self.workspace is None else self.workspace(seq_len=seq_len, heads=heads, head_dim=head_dim,
+                                                                dtype_bytes=dtype_bytes, query_rows=rows)
+        return int(scores + work)
 
-        K and V for the whole sequence, the call's query and output rows, the score matrix it
-        materialises, and (block-sparse backends) per-block key summaries and proxy scores in fp32.
-        """
+    def working_bytes(self, *, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
+        """Bytes the attention path holds for one call over `query_rows` queries against `seq_len` keys:
+        K and V for the whole sequence, the call's query and output rows, and `extra_bytes`."""
         rows = min(query_rows, seq_len)
         kv = seq_len * heads * self.kv_bytes_per_token_head(head_dim, dtype_bytes)
         q_and_out = 2 * rows * heads * head_dim * dtype_bytes
-        scores = heads * rows * seq_len * self.score_bytes
-        summaries = 0
-        if self.key_block:
-            key_blocks = -(-seq_len // self.key_block)
-            query_blocks = -(-rows // self.key_block)
-            summaries = 2 * key_blocks * heads * head_dim * 4 + heads * query_blocks * key_blocks * 4
-        return int(kv + q_and_out + scores + summaries)
+        return int(kv + q_and_out) + self.extra_bytes(seq_len=seq_len, heads=heads, head_dim=head_dim,
+                                                      dtype_bytes=dtype_bytes, query_rows=rows)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from longmedia.attention.protocol import sdpa_attention
 from longmedia.attention.registry import (BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext,
                                           UnknownBackendError)
 from longmedia.attention.schedule import SolSettings, SolSettingsError
+from longmedia.kernels import sol_reference
 
 from attention_fakes import ALL, fake_registry, fake_spec, rand_qkv  # tests/core helper
 
@@ -178,8 +179,11 @@ def test_memory_declarations():
     w = dict(seq_len=1000, heads=2, head_dim=64, dtype_bytes=2, query_rows=100)
     assert bf16.working_bytes(**w) == 1000 * 2 * 256 + 2 * 100 * 2 * 64 * 2
     assert math_.working_bytes(**w) == bf16.working_bytes(**w) + 2 * 100 * 1000 * 8
-    sol = reg.get("sol")  # fp32 key-block summaries (15 blocks of 64) and proxy scores (2 query blocks)
-    assert sol.working_bytes(**w) == bf16.working_bytes(**w) + 2 * 16 * 2 * 64 * 4 + 2 * 2 * 16 * 4
+    assert bf16.extra_bytes(**w) == 0 and math_.extra_bytes(**w) == 2 * 100 * 1000 * 8
+    sol = reg.get("sol")  # key summaries, block lists, routing mask, proxies: the kernel's own count
+    workspace = sol_reference.sol_workspace_bytes(heads=2, rows=100, seq_len=1000, head_dim=64, elem_bytes=2)
+    assert sol.extra_bytes(**w) == workspace > 2 * 16 * 64 * 2 * 2  # more than the bf16 summaries alone
+    assert sol.working_bytes(**w) == bf16.working_bytes(**w) + workspace
     assert bf16.working_bytes(**(w | dict(query_rows=5000))) == bf16.working_bytes(**(w | dict(query_rows=1000)))
 
 

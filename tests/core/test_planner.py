@@ -190,6 +190,27 @@ def test_attention_dispatcher_is_consulted_by_default():
     assert p.attention.exact
 
 
+def test_sol_workspace_is_counted_in_the_attention_stage():
+    """Sol's per-call summaries, block lists, routing mask and proxies are in the plan's block activation;
+    fused exact attention adds nothing."""
+    pytest.importorskip("torch")
+    from longmedia.execution.memory import block_memory
+    from longmedia.kernels.sol_reference import sol_workspace_bytes
+
+    g, model, card = build_geometry(1344, 768, seconds=10), MODELS["int8"], DeviceProfile.card(16, 64)
+    sol = plan(model, card, g, PlanRequest(attention_mode="sol", memory_mode="low_vram"))
+    exact = plan(model, card, g, PlanRequest(attention_mode="existing", memory_mode="low_vram"))
+    assert sol.chunks == exact.chunks and sol.chunks.qkv_chunk_tokens > 0
+    assert exact.attention.extra_bytes == 0
+    extra = sol_workspace_bytes(heads=56, rows=sol.chunks.qkv_chunk_tokens, seq_len=g.seq_len, head_dim=128)
+    assert sol.attention.extra_bytes == extra > 50 * 2**20
+    stages = block_memory(g.seq_len, model.dims, sol.chunks, 2, int8_linears=True)
+    assert exact.memory.block_activation_bytes == max(stages.attention_bytes, stages.mlp_bytes)
+    assert sol.memory.block_activation_bytes == max(stages.attention_bytes + extra, stages.mlp_bytes)
+    assert sol.memory.block_activation_bytes > exact.memory.block_activation_bytes
+    assert any("counted in the block's attention stage" in r for r in sol.reasons)
+
+
 def test_attention_default_when_the_dispatcher_is_missing(monkeypatch):
     monkeypatch.setattr(attention_path, "_dispatcher", lambda: None)
     g = build_geometry(1344, 768, seconds=10)
