@@ -88,13 +88,22 @@ def main(argv: list[str] | None = None) -> int:
             del out
     if a.breakdown:
         from longmedia.kernels.sol_attention import _routing_mask
-        from longmedia.kernels.sol_reference import block_flags
         summ = sol_key_summaries(k, v, block=64, dtype=q.dtype)
-        sink_cols = block_flags(sinks, 0, summ.num_blocks, 64, dev).nonzero()[:, 0]
         parts = {"key summaries": lambda: sol_key_summaries(k, v, block=64, dtype=q.dtype),
-                 "routing mask (torch, tau=1)": lambda: _routing_mask(q, summ, 0, 1.0, 128 ** -0.5, sink_cols, sinks)}
+                 "routing mask (torch, tau=1)": lambda: _routing_mask(q, summ, 0, 1.0, 128 ** -0.5, sinks, sinks)}
         for name, fn in parts.items():
             print(f"breakdown: {name}: {median_ms(fn, a.repeats):.2f} ms")
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")  # any host sync inside a call now raises
+        try:
+            sol_attention(q[:, :, 4096:], k, v, tau=1.0, q_offset=4096, sink_ranges=sinks, exact_query_ranges=sinks,
+                          summaries=summ)
+            synced = "none"
+        except RuntimeError as err:  # named: what set_sync_debug_mode("error") raises on a synchronising call
+            synced = str(err).splitlines()[0]
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        print(f"breakdown: host syncs in one Sol call (query chunk at offset 4096): {synced}")
     picked = getattr(_sol_fwd_tuned, "best_config", None)
     print(f"\nautotune picked: {picked}; fastest SDPA: {best_name} {best:.1f} ms")
     return 0

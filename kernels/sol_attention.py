@@ -28,7 +28,7 @@ from .launch import (HOPPER_SOL, INTERPRETER_SOL, AttentionArgumentError, Launch
                      empty_output)
 from .qstream_attention import LOG2E, dot, interpreting, softmax_step, while_loops
 from .qstream_reference import default_sm_scale
-from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, SolKeySummaries, SolStats, block_flags, check_block,
+from .sol_reference import (LIST_BUDGET_BYTES, SIGMA_EPS, SolKeySummaries, SolStats, block_ranges, check_block,
                             check_sol_args, proxy_heads, query_block_span)
 from .sol_reference import sol_key_summaries as torch_key_summaries
 
@@ -54,12 +54,14 @@ def _load_rows(base, desc, b32, h32, row0, offs_r, valid_r, offs_d, stride_n, st
 
 
 @triton.jit
-def _route_step(g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
+def _route_step(g0, q, kc_base, vc_base, KC, VC, b32, h32, last_cnt, m_base0, m_base1, list_base, offs_gr, offs_d, half, nk,
                 stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
-                acc, l_i, m_i, n_list, ex0, ex1, QB: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr):
-    """Pass 1 over one group: read each block's routing bits, fold the approximate blocks in, append the
-    exact ones. Every cross-thread reduction here costs about a millisecond at 104k, so the exact-block
-    counts (stats) are kept only where the list length does not give them (QB == 2)."""
+                acc, l_i, m_i, n_list, ex0, ex1, QB: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
+                BLK: tl.constexpr):
+    """Pass 1 over one group: read each block's routing bits, fold the approximate blocks in (each as
+    BLK copies of its mean key, `last_cnt` for the ragged last block), append the exact ones. Every
+    cross-thread reduction here costs about a millisecond at 104k, so the exact-block counts (stats) are
+    kept only where the list length does not give them (QB == 2)."""
     offs_g = g0 + offs_gr
     valid_g = offs_g < nk
     kc = _load_rows(kc_base, KC, b32, h32, g0, offs_gr, valid_g, offs_d, stride_kcn, stride_kcd, TMA)
@@ -80,7 +82,7 @@ def _route_step(g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
-    cnt = tl.load(CNT + offs_g, mask=valid_g, other=0.0)
+    cnt = tl.where(offs_g == nk - 1, last_cnt, BLK * 1.0)  # blocks past the end have p = 0 already
     l_i = l_i * alpha + tl.sum(p * cnt[None, :], axis=1)
     vc = _load_rows(vc_base, VC, b32, h32, g0, offs_gr, valid_g, offs_d, stride_vcn, stride_vcd, TMA)
     acc = acc * alpha[:, None] + dot(q, p, vc, IEEE)
@@ -155,7 +157,7 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, K, V, b32, h32, ks_base
 
 
 @triton.jit
-def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
+def _sol_fwd(Q, K, V, KS, VS, KC, VC, MASK, LIST, STATS, O,
              stride_qb, stride_qh, stride_qm, stride_qd,
              stride_kb, stride_kh, stride_kn, stride_kd,
              stride_vb, stride_vh, stride_vn, stride_vd,
@@ -166,7 +168,7 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
              stride_mb, stride_mh, stride_mq, stride_mn,
              stride_sb, stride_sh, stride_sq,
              stride_ob, stride_oh, stride_om, stride_od,
-             heads, sq, skv, nk, nq, row0, qk_scale,
+             heads, sq, skv, nk, nq, row0, qk_scale, last_cnt,
              HEAD_DIM: tl.constexpr, BLK: tl.constexpr, QB: tl.constexpr, GROUP: tl.constexpr,
              KV_INT8: tl.constexpr, IEEE: tl.constexpr, WITH_STATS: tl.constexpr, WHILE_LOOPS: tl.constexpr,
              PAIR: tl.constexpr, TMA: tl.constexpr):
@@ -213,16 +215,16 @@ def _sol_fwd(Q, K, V, KS, VS, KC, VC, CNT, MASK, LIST, STATS, O,
         g0 = 0
         while g0 < nk:
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
-                g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half,
-                nk, stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
-                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE, TMA)
+                g0, q, kc_base, vc_base, KC, VC, b32, h32, last_cnt, m_base0, m_base1, list_base, offs_gr, offs_d,
+                half, nk, stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE, TMA, BLK)
             g0 += GROUP
     else:
         for g0 in range(0, nk, GROUP):
             acc, l_i, m_i, n_list, ex0, ex1 = _route_step(
-                g0, q, kc_base, vc_base, KC, VC, b32, h32, CNT, m_base0, m_base1, list_base, offs_gr, offs_d, half,
-                nk, stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
-                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE, TMA)
+                g0, q, kc_base, vc_base, KC, VC, b32, h32, last_cnt, m_base0, m_base1, list_base, offs_gr, offs_d,
+                half, nk, stride_kcn, stride_kcd, stride_vcn, stride_vcd, stride_mn, qk_scale, live1,
+                acc, l_i, m_i, n_list, ex0, ex1, QB, IEEE, TMA, BLK)
     tl.debug_barrier()  # the list written above is read by other threads of this program below
 
     # pass 2: exact key blocks
@@ -331,12 +333,14 @@ def _block_means(q: torch.Tensor, q_offset: int, blk: int) -> torch.Tensor:
 
 
 def _routing_mask(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: float, scale: float,
-                  sink_cols: torch.Tensor, exact_q: Sequence[tuple[int, int]]) -> torch.Tensor:
+                  sinks: Sequence[tuple[int, int]], exact_q: Sequence[tuple[int, int]]) -> torch.Tensor:
     """uint8 [B, H, nq, nk]: 1 where query block i (of the blocks rows [q_offset, q_offset + Sq) touch)
     computes key block j exactly; the rules of `sol_reference`, with the proxy of the rows in this call.
 
     The proxies are one batched GEMM of the fp32 mean queries against the key means, a step of heads at a
-    time (`proxy_heads` bounds the fp32 temporaries); mu and sigma are their population mean and std.
+    time (`proxy_heads` bounds the fp32 temporaries); mu and sigma are their population mean and std. The
+    band, sink columns and exact-query rows are written through diagonal views and slices: nothing here
+    waits for the GPU, so the host runs ahead (a Sol call per head group and query chunk adds up).
     """
     b, h, sq, d = q.shape
     blk, nk = summ.block, summ.num_blocks
@@ -351,14 +355,12 @@ def _routing_mask(q: torch.Tensor, summ: SolKeySummaries, q_offset: int, tau: fl
         thr = mu.add_(torch.sqrt_(var.add_(SIGMA_EPS)), alpha=float(tau))
         torch.gt(proxy, thr, out=mask[:, h0:h1].view(torch.bool))
         del proxy, var, mu, thr
-    rows = torch.arange(nq, device=q.device)
-    for shift in (-1, 0, 1):  # the diagonal band
-        cols = rows + (first + shift)
-        ok = (cols >= 0) & (cols < nk)
-        mask[:, :, rows[ok], cols[ok]] = 1
-    mask[:, :, :, sink_cols] = 1
-    qrows = block_flags(exact_q, first, nq, blk, q.device).nonzero()[:, 0]
-    mask[:, :, qrows, :] = 1
+    for shift in (-1, 0, 1):  # the diagonal band: local row i is query block first + i
+        torch.diagonal(mask, offset=first + shift, dim1=2, dim2=3).fill_(1)
+    for lo, hi in block_ranges(sinks, 0, nk, blk):
+        mask[:, :, :, lo:hi] = 1
+    for lo, hi in block_ranges(exact_q, first, nq, blk):
+        mask[:, :, lo:hi, :] = 1
     return mask
 
 
@@ -379,7 +381,7 @@ def _descriptor(t: torch.Tensor, rows: int) -> "TensorDescriptor":
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, t.shape[3]])
 
 
-def _launch(q, k, v, ks, vs, summ, cnt, mask, stats, out, lst, *, q_offset, qk_scale, kv_int8, with_stats,
+def _launch(q, k, v, ks, vs, summ, mask, stats, out, lst, *, q_offset, qk_scale, kv_int8, with_stats,
             config):
     b, h, sq, d = q.shape
     blk = summ.block
@@ -392,10 +394,11 @@ def _launch(q, k, v, ks, vs, summ, cnt, mask, stats, out, lst, *, q_offset, qk_s
     if tma:
         k, v = _descriptor(k, blk), _descriptor(v, blk)
         kc, vc = _descriptor(kc, config.group), _descriptor(vc, config.group)
-    args = (q, k, v, ks, vs, kc, vc, cnt, mask, lst, stats, out,
+    args = (q, k, v, ks, vs, kc, vc, mask, lst, stats, out,
             *q.stride(), *k_strides, *v_strides, *ks.stride(), *vs.stride(), *kc_strides, *vc_strides,
             *mask.stride(), *stats.stride(), *out.stride(),
-            h, sq, k.shape[2], summ.num_blocks, nq, row0, qk_scale)
+            h, sq, k.shape[2], summ.num_blocks, nq, row0, qk_scale,
+            float(summ.seq_len - (summ.num_blocks - 1) * blk))  # keys in the last block
     flags = dict(HEAD_DIM=d, BLK=blk, KV_INT8=kv_int8, IEEE=q.dtype == torch.float32, WITH_STATS=with_stats, TMA=tma)
     if config is None:
         grid = lambda meta: (triton.cdiv(nq, meta["QB"]), b * h)  # noqa: E731
@@ -441,8 +444,6 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
         config = INTERPRETER_SOL
     elif config is None and q.is_cuda and torch.cuda.get_device_capability(q.device) >= (9, 0):
         config = HOPPER_SOL[0]  # measured fastest on Hopper; autotune picks on the first shape it sees
-    cnt = summ.counts()
-    sink_cols = block_flags(sinks, 0, nk, block, q.device).nonzero()[:, 0]
     ks = k_scale if kv_int8 else torch.ones(1, 1, 1, dtype=torch.float32, device=q.device)
     vs = v_scale if kv_int8 else ks
     scale = default_sm_scale(d, sm_scale)
@@ -456,9 +457,9 @@ def sol_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, tau: flo
         r0 = max(0, (first + qb0) * block - q_offset)
         r1 = min(sq, (first + qb1) * block - q_offset)
         qc = q[:, :, r0:r1]
-        mask = _routing_mask(qc, summ, q_offset + r0, tau, scale, sink_cols, exact_q)
+        mask = _routing_mask(qc, summ, q_offset + r0, tau, scale, sinks, exact_q)
         st = stats[:, :, qb0:qb1] if return_stats else stats
-        _launch(qc, k, v, ks, vs, summ, cnt, mask, st, out[:, :, r0:r1], lst, q_offset=q_offset + r0, **common)
+        _launch(qc, k, v, ks, vs, summ, mask, st, out[:, :, r0:r1], lst, q_offset=q_offset + r0, **common)
         del mask
         qb0 = qb1
     if return_stats:

@@ -142,17 +142,27 @@ def _check_ranges(name: str, ranges: Sequence[tuple[int, int]]) -> tuple[tuple[i
     return tuple(out)
 
 
-def block_flags(ranges: Sequence[tuple[int, int]], first_block: int, num_blocks: int, block: int,
-                device: torch.device | str = "cpu") -> torch.Tensor:
-    """int8 [num_blocks]: 1 where block first_block + i overlaps any (start, stop) range."""
-    flags = torch.zeros(num_blocks, dtype=torch.int8)
+def block_ranges(ranges: Sequence[tuple[int, int]], first_block: int, num_blocks: int,
+                 block: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of local block indices i (block first_block + i, 0 <= i < num_blocks) that overlap
+    any (start, stop) token range: plain Python, so a caller can mark them with slices (no host sync)."""
+    out = []
     for start, stop in ranges:
         if stop <= start:
             continue
         lo = max(start // block - first_block, 0)
         hi = min((stop - 1) // block - first_block + 1, num_blocks)
         if lo < hi:
-            flags[lo:hi] = 1
+            out.append((lo, hi))
+    return out
+
+
+def block_flags(ranges: Sequence[tuple[int, int]], first_block: int, num_blocks: int, block: int,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+    """int8 [num_blocks]: 1 where block first_block + i overlaps any (start, stop) range."""
+    flags = torch.zeros(num_blocks, dtype=torch.int8)
+    for lo, hi in block_ranges(ranges, first_block, num_blocks, block):
+        flags[lo:hi] = 1
     return flags.to(device)
 
 

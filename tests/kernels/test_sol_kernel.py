@@ -170,8 +170,7 @@ def test_routing_mask_follows_the_rules(structured_qkv, q_offset, rows):
     chunk = q[:, :, q_offset:q_offset + rows]
     scale, tau, nk = 0.125, 1.3, summ.num_blocks
     sinks, exact_q = ((400, 420),), ((0, 11),)
-    sink_cols = sol_reference.block_flags(sinks, 0, nk, 64).nonzero()[:, 0]
-    got = _routing_mask(chunk, summ, q_offset, tau, scale, sink_cols, exact_q)
+    got = _routing_mask(chunk, summ, q_offset, tau, scale, sinks, exact_q)
     first, nq = sol_reference.query_block_span(q_offset, rows, 64)
     assert got.shape == (1, 2, nq, nk) and got.dtype == torch.uint8
     for i in range(nq):
