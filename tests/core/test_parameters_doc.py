@@ -144,14 +144,14 @@ MEASURED = (("10.46 GiB for one block at 104466", "| 104466 | stock | - | 10.46 
             ("(1.545 and 2.587 s per step in bf16;", "| planned low_vram | 16384/0/16384/56 | 1.545 |"),
             ("(1.545 and 2.587 s per step in bf16;", "| planned low_vram | 16384/0/16384/56 | 2.587 |"),
             ("(segment 3 / segment 1: 0.999)", "segment 3 / segment 1: s/step 0.999"),
-            ("0.990x one unstreamed call (104k rows)", "S=106496: fastest SDPA = sdpa cudnn; best streamed SDPA / "
-                                                       "best whole SDPA = 0.990x"),
+            ("0.993x one unstreamed call (104k rows)", "S=106496: fastest SDPA = sdpa cudnn; best streamed SDPA / "
+                                                       "best whole SDPA = 0.993x"),
             ("0.516x the bytes at rel-L2 1.8e-3", "**0.516x bytes, rel-L2 1.8e-3**"),
-            ("tau 1.3 is 5.07x the fastest SDPA at rel-L2 0.139", "| 103.30 | 3.15e+03 | 5.07x | 1724 | 1.39e-01 |"),
-            ("tau 1.0 3.19x at 0.114", "| 106496 | 164.41 | 1.98e+03 | 3.19x | 1724 | 1.14e-01 |"),
-            ("tau 0.8 2.69x at 0.100", "| 106496 | 194.77 | 1.67e+03 | 2.69x | 1724 | 1.00e-01 |"),
-            ("(exact attention: 1.67e-03)", "| sdpa cudnn | 106496 | 523.93 | 621 | 1.00x | 2912 | 1.67e-03 |"),
-            ("tau 1.0 is 3.34x at 0.021", "| 106496 | 157.29 | 2.07e+03 | 3.34x | 1724 | 2.12e-02 |"))
+            ("tau 1.3 is 5.24x the fastest SDPA at rel-L2 0.139", "| 100.51 | 3.24e+03 | 5.24x | 1724 | 1.39e-01 |"),
+            ("tau 1.0 3.20x at 0.114", "| 106496 | 164.59 | 1.98e+03 | 3.20x | 1724 | 1.14e-01 |"),
+            ("tau 0.8 2.74x at 0.100", "| 106496 | 192.05 | 1.69e+03 | 2.74x | 1724 | 1.00e-01 |"),
+            ("(exact attention: 1.67e-03)", "| sdpa cudnn | 106496 | 526.52 | 618 | 1.00x | 2912 | 1.67e-03 |"),
+            ("tau 1.0 is 3.46x at 0.021", "| 106496 | 151.76 | 2.14e+03 | 3.46x | 1724 | 2.12e-02 |"))
 
 
 @pytest.mark.parametrize("quoted, source", MEASURED)
