@@ -117,18 +117,25 @@ def test_int8_kv_matches_int8_reference(structured_qkv, dtype, config):
         assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 5e-3
 
 
-def test_tma_only_where_strides_allow_it(structured_qkv):
-    """TMA needs a contiguous head_dim and 16-byte aligned base and strides; other views take pointer loads
-    and give the same result."""
+def test_tma_only_where_strides_allow_it(structured_qkv, monkeypatch):
+    """TMA needs Triton's host-side descriptors, a contiguous head_dim and 16-byte aligned base and strides;
+    other views, or a Triton without descriptors, take pointer loads and give the same result."""
+    import longmedia.kernels.sol_attention as sol_module
     from longmedia.kernels.sol_attention import _tma_ready
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11)
     assert _tma_ready(k, v)
+    with monkeypatch.context() as m:
+        m.setattr(sol_module, "TensorDescriptor", None)  # a Triton older than 3.4
+        assert not _tma_ready(k, v)
+        old_triton = sol_attention(q, k, v, tau=1.0, config=ONE_BLOCK)
     wide = torch.zeros(1, 2, k.shape[2], 65)
     wide[..., 1:] = k  # base 4 bytes past a 16-byte boundary
     shifted = wide[..., 1:]
     assert not _tma_ready(shifted, v) and not _tma_ready(k.transpose(2, 3).contiguous().transpose(2, 3), v)
     out = sol_attention(q, shifted, v, tau=1.0, config=ONE_BLOCK)
-    torch.testing.assert_close(out, sol_attention(q, k, v, tau=1.0, config=ONE_BLOCK), atol=1e-6, rtol=1e-6)
+    tma = sol_attention(q, k, v, tau=1.0, config=ONE_BLOCK)
+    torch.testing.assert_close(out, tma, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(old_triton, tma, atol=1e-6, rtol=1e-6)
 
 
 def test_launches_split_by_list_budget_give_the_same_result(structured_qkv, monkeypatch):
