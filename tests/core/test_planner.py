@@ -211,6 +211,19 @@ def test_sol_workspace_is_counted_in_the_attention_stage():
     assert any("counted in the block's attention stage" in r for r in sol.reasons)
 
 
+def test_attention_workspace_that_breaks_the_budget_is_reported():
+    g = build_geometry(1344, 768, seconds=10)
+    fits = plan(MODELS["int8"], DeviceProfile.card(16, 64), g, attention_resolver=default_attention_path)
+    assert fits.fits and not any("per-call workspace" in w for w in fits.warnings)
+
+    def heavy(*args):
+        return replace(default_attention_path(*args), extra_bytes=20 * GIB)
+
+    over = plan(MODELS["int8"], DeviceProfile.card(16, 64), g, attention_resolver=heavy)
+    assert not over.fits and over.memory.block_activation_bytes > 20 * GIB
+    assert any("per-call workspace takes the plan over the budget" in w for w in over.warnings)
+
+
 def test_attention_default_when_the_dispatcher_is_missing(monkeypatch):
     monkeypatch.setattr(attention_path, "_dispatcher", lambda: None)
     g = build_geometry(1344, 768, seconds=10)
