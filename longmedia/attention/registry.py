@@ -57,11 +57,10 @@ class BackendSpec:
     (empty = any). cpu: runs on CPU; min_capability: lowest CUDA compute capability (None = no CUDA).
     max_tokens: longest key sequence (None = no limit). kv_element_bytes: bytes per K/V element held
     (None = the compute dtype's size); kv_scale_bytes: extra bytes per (token, head) of each of K and V.
-    score_bytes: bytes materialised per (head, query, key): 0 for fused kernels. key_block: rows per
-    key-block summary a block-sparse backend keeps (0 = none). workspace(seq_len=, heads=, head_dim=,
-    dtype_bytes=, query_rows=): bytes one call allocates besides q/k/v/out and the scores (Sol's
-    summaries, lists, mask and proxies; None = nothing). speed_rank: lower is faster (ties keep
-    declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
+    score_bytes: bytes materialised per (head, query, key): 0 for fused kernels. workspace(seq_len=,
+    heads=, head_dim=, dtype_bytes=, query_rows=): bytes one call allocates besides q/k/v/out and the
+    scores (Sol's summaries, lists, mask and proxies; None = nothing). speed_rank: lower is faster (ties
+    keep declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
     """
 
     name: str
@@ -75,7 +74,6 @@ class BackendSpec:
     kv_element_bytes: float | None = None
     kv_scale_bytes: int = 0
     score_bytes: int = 0
-    key_block: int = 0
     workspace: Callable[..., int] | None = None
     speed_rank: int = 100
     probe: Callable[[], tuple[bool, str]] = always_available
