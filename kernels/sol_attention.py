@@ -126,11 +126,7 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, K, V, b32, h32, ks_base
         p = tl.math.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if TMA:
-            vt = V.load([b32, h32, (code >> 2) * BLK, 0]).reshape(BLK, offs_d.shape[0])
-        else:
-            vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=valid_n[:, None],
-                         other=0.0)
+        vt = _load_rows(v_base, V, b32, h32, (code >> 2) * BLK, offs_n, valid_n, offs_d, stride_vn, stride_vd, TMA)
         return acc * alpha[:, None] + dot(q, p, vt, IEEE), l_i, m_new
     if KV_INT8:
         k_sc = tl.load(ks_base + keys64 * stride_ksn, mask=valid_n, other=0.0)
@@ -146,9 +142,9 @@ def _exact_step(i, n_list, q, list_base, k_base, v_base, K, V, b32, h32, ks_base
         want = tl.zeros([BLOCK_M, 1], dtype=tl.int1) | valid_n[None, :]
     s = tl.where(want, s, float("-inf"))
     p, alpha, l_i, m_new = softmax_step(s, m_i, l_i)
-    if TMA:
-        vt = V.load([b32, h32, (code >> 2) * BLK, 0]).reshape(BLK, offs_d.shape[0])
-    else:
+    if PAIR == 1:
+        vt = _load_rows(v_base, V, b32, h32, (code >> 2) * BLK, offs_n, valid_n, offs_d, stride_vn, stride_vd, TMA)
+    else:  # two listed blocks: their keys are not one run of rows
         vt = tl.load(v_base + keys64[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=valid_n[:, None],
                      other=0.0)
     if KV_INT8:
