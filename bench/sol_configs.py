@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{stats.density:.3f} | {err:.3f} |", flush=True)
             del out
     if a.breakdown:
-        from longmedia.kernels.sol_attention import _routing_mask
+        from longmedia.kernels.sol_routing import routing_mask
         summ = sol_key_summaries(k, v, block=64, dtype=q.dtype)
         parts = {"key summaries": lambda: sol_key_summaries(k, v, block=64, dtype=q.dtype),
-                 "routing mask (torch, tau=1)": lambda: _routing_mask(q, summ, 0, 1.0, 128 ** -0.5, sinks, sinks)}
+                 "routing mask (torch, tau=1)": lambda: routing_mask(q, summ, 0, 1.0, 128 ** -0.5, sinks, sinks)}
         for name, fn in parts.items():
             print(f"breakdown: {name}: {median_ms(fn, a.repeats):.2f} ms")
         torch.cuda.synchronize()

@@ -171,13 +171,13 @@ def test_triton_key_summaries_match_torch(structured_qkv, kind):
 def test_routing_mask_follows_the_rules(structured_qkv, q_offset, rows):
     """proxy > mu + tau * sigma over every key block's proxy, or the diagonal band, a sink column or an
     exact-query row; the proxy of the rows present in this call."""
-    from longmedia.kernels.sol_attention import _routing_mask
+    from longmedia.kernels.sol_routing import routing_mask
     q, k, v = structured_qkv(1, 2, (3, 8, 19), 64, text=11, dtype=torch.float32)
     summ = sol_reference.sol_key_summaries(k, v, block=64)
     chunk = q[:, :, q_offset:q_offset + rows]
     scale, tau, nk = 0.125, 1.3, summ.num_blocks
     sinks, exact_q = ((400, 420),), ((0, 11),)
-    got = _routing_mask(chunk, summ, q_offset, tau, scale, sinks, exact_q)
+    got = routing_mask(chunk, summ, q_offset, tau, scale, sinks, exact_q)
     first, nq = sol_reference.query_block_span(q_offset, rows, 64)
     assert got.shape == (1, 2, nq, nk) and got.dtype == torch.uint8
     for i in range(nq):
