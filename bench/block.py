@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import device_name, emit, median, peak_extra_bytes, timed  # noqa: E402
-from longmedia.dims import H3_FULL, H3Dims  # noqa: E402
+from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.memory import predicted_peak_bytes, stock_peak_bytes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402

@@ -5,7 +5,7 @@
 
 A "step" is the packed sequence through `--blocks` full-size H3 blocks (random weights, bf16 and INT8
 through comfy-kitchen when it is importable), weights resident as ComfyUI's dynamic VRAM keeps the
-block being computed. The chunk sizes come from the planner (`longmedia.planner.plan`) for the job's
+block being computed. The chunk sizes come from the planner (`longmedia.planning.planner.plan`) for the job's
 geometry on `DeviceProfile.card(16)`. The budget is enforced with torch.cuda.set_per_process_memory_fraction.
 This runs the executor directly, not ComfyUI's sampler loop (ComfyUI is not installed on the GPU box).
 """
@@ -22,13 +22,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import device_name, emit, median, timed  # noqa: E402
-from longmedia.dims import H3_FULL, H3Dims  # noqa: E402
+from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
-from longmedia.geometry import build_geometry  # noqa: E402
-from longmedia.plan_types import PlanRequest  # noqa: E402
-from longmedia.planner import plan  # noqa: E402
-from longmedia.profiles import DeviceProfile, ModelProfile  # noqa: E402
+from longmedia.h3.geometry import build_geometry  # noqa: E402
+from longmedia.planning.types import PlanRequest  # noqa: E402
+from longmedia.planning.planner import plan  # noqa: E402
+from longmedia.h3.profiles import DeviceProfile, ModelProfile  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
 
 GIB = 2 ** 30

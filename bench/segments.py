@@ -6,7 +6,7 @@
 A segmented job is a run of equal passes, each preceded by the residency boundary. ComfyUI is not on
 the GPU box, so this is the executor-level equivalent: `--blocks` full-size H3 blocks (random bf16
 weights, resident for the whole run like a loaded model), the packed sequence of a later pass (its
-context as a frame-0 guide, as `longmedia.segmented` builds it), the planner's chunks for a 16 GB
+context as a frame-0 guide, as `longmedia.comfy.segmented` builds it), the planner's chunks for a 16 GB
 card, and `--segments` passes of `--steps` steps on fresh random inputs. Before every pass
 `residency_boundary` runs with no ComfyUI modules: torch's synchronize + empty_cache. Printed per
 pass: s/step, memory after the boundary (the baseline) and the peak; then pass N / pass 1 ratios
@@ -26,16 +26,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import device_name, median, timed  # noqa: E402
-from longmedia.dims import H3_FULL, H3Dims  # noqa: E402
+from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
-from longmedia.geometry import build_geometry  # noqa: E402
-from longmedia.plan_types import PlanRequest  # noqa: E402
-from longmedia.planner import plan as make_plan  # noqa: E402
-from longmedia.profiles import DeviceProfile, ModelProfile  # noqa: E402
-from longmedia.references import KeyframeSpec  # noqa: E402
-from longmedia.residency import residency_boundary  # noqa: E402
-from longmedia.segments import plan_segments  # noqa: E402
+from longmedia.h3.geometry import build_geometry  # noqa: E402
+from longmedia.planning.types import PlanRequest  # noqa: E402
+from longmedia.planning.planner import plan as make_plan  # noqa: E402
+from longmedia.h3.profiles import DeviceProfile, ModelProfile  # noqa: E402
+from longmedia.h3.references import KeyframeSpec  # noqa: E402
+from longmedia.comfy.residency import residency_boundary  # noqa: E402
+from longmedia.segments.timeline import plan_segments  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
 
 GIB = 2 ** 30

@@ -10,13 +10,13 @@ import argparse
 import sys
 from typing import Sequence
 
-from .attention_path import default_attention_path, resolve_attention_path
-from .geometry import KeyframeSpec, ReferenceSpec, build_geometry
-from .input_errors import LongMediaInputError
-from .plan_types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
-from .planner import plan
-from .profiles import PRESETS, DeviceProfile, ModelProfile, gib, mib
-from .references import REFERENCE_BUDGETS
+from .planning.attention_path import default_attention_path, resolve_attention_path
+from .h3.geometry import KeyframeSpec, ReferenceSpec, build_geometry
+from .errors import LongMediaInputError
+from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
+from .planning.planner import plan
+from .h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib, mib
+from .h3.references import REFERENCE_BUDGETS
 
 EXIT_BAD_INPUT = 2
 

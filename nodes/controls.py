@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia import plan_types as PLAN_TYPES
+from ..longmedia.planning import types as PLAN_TYPES
 from ..longmedia.attention.schedule import SolSettings
 
 AUTO = -1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy_stages import run_hires
-from ..longmedia.latent_resample import METHODS
+from ..longmedia.comfy.stages import run_hires
+from ..longmedia.h3.latent_resample import METHODS
 from .controls import memory_inputs, plan_request
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import comfy.samplers
 from comfy_api.latest import io
 
-from ..longmedia.comfy_stages import run_refiner
+from ..longmedia.comfy.stages import run_refiner
 from .controls import memory_inputs, plan_request
 
 

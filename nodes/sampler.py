@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy_sampler import run_sampler
-from ..longmedia.segmented import run_segmented
+from ..longmedia.comfy.sampler import run_sampler
+from ..longmedia.comfy.segmented import run_segmented
 from .controls import memory_inputs, plan_request
 
 Job = io.Custom("LONGMEDIA_JOB")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy_setup import run_setup
-from ..longmedia.references import REFERENCE_BUDGETS
-from ..longmedia.segments import MAX_SEGMENT_SECONDS
-from ..longmedia.setup_job import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
+from ..longmedia.comfy.setup import run_setup
+from ..longmedia.h3.references import REFERENCE_BUDGETS
+from ..longmedia.segments.timeline import MAX_SEGMENT_SECONDS
+from ..longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
 
 Job = io.Custom("LONGMEDIA_JOB")
 BUDGET_HELP = ("Caps on references before they reach H3 (they ride through every step): low 512x512 pictures, "

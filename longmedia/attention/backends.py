@@ -6,11 +6,12 @@ Every factory returns an AttentionFn (see protocol.py): q [1, H, rows, D], k/v [
 
 from __future__ import annotations
 
-import importlib
+
 import importlib.util
 import warnings
 import weakref
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 
@@ -85,12 +86,29 @@ def _entry(module: object, names: tuple[str, ...]) -> Callable | None:
     return None
 
 
+def _import_kernel(module_name: str) -> ModuleType:
+    """One of `longmedia.kernels`' modules, imported on first use (the Triton ones need triton and a driver)."""
+    if module_name == "qstream_attention":
+        from ..kernels import qstream_attention as module
+    elif module_name == "sol_attention":
+        from ..kernels import sol_attention as module
+    elif module_name == "qstream_reference":
+        from ..kernels import qstream_reference as module
+    elif module_name == "sol_reference":
+        from ..kernels import sol_reference as module
+    elif module_name == "int8_kv":
+        from ..kernels import int8_kv as module
+    else:
+        raise ImportError(f"longmedia.kernels has no attention module {module_name!r}")
+    return module
+
+
 def _kernel_probe(module_name: str, names: tuple[str, ...], needs_triton: bool) -> Callable[[], tuple[bool, str]]:
     def probe() -> tuple[bool, str]:
         if needs_triton and importlib.util.find_spec("triton") is None:
             return False, "triton is not installed"
         try:
-            module = importlib.import_module(f"..kernels.{module_name}", __package__)
+            module = _import_kernel(module_name)
         # ImportError: the kernel or triton is missing; RuntimeError: triton found no usable driver.
         except (ImportError, RuntimeError) as err:
             return False, f"longmedia.kernels.{module_name} is not importable ({type(err).__name__}: {err})"
@@ -103,7 +121,7 @@ def _kernel_probe(module_name: str, names: tuple[str, ...], needs_triton: bool) 
 
 def _kernel(module_name: str, names: tuple[str, ...]) -> Callable:
     try:
-        module = importlib.import_module(f"..kernels.{module_name}", __package__)
+        module = _import_kernel(module_name)
     except (ImportError, RuntimeError) as err:  # same reasons as the probe
         raise BackendUnavailableError(f"longmedia.kernels.{module_name} is not importable: {err}") from err
     fn = _entry(module, names)
@@ -191,7 +209,7 @@ def _sol_factory(module_name: str, names: tuple[str, ...]) -> Callable[[BuildCon
         if context.tau is None:
             raise BackendUnavailableError("a Sol backend needs a tau: BuildContext(tau=...)")
         attention = _kernel(module_name, names)
-        module = importlib.import_module(f"..kernels.{module_name}", __package__)
+        module = _import_kernel(module_name)
         summarise = _entry(module, ("sol_key_summaries",)) if module_name == "sol_attention" else None
         memo = _SummaryMemo()
 

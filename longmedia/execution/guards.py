@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..input_errors import check_int
+from ..errors import check_int
 
 MB = 1024 * 1024
 MAX_MB = 1 << 20

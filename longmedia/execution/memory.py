@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dims import H3Dims
+from ..h3.dims import H3Dims
 from .chunks import ChunkSizes
 
 

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from ..dims import H3Dims
+from ..h3.dims import H3Dims
 from ..execution.modulation import gate_, modulate_
 from ..execution.rope import norm_rope_pair_
 

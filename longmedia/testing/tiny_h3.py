@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from ..dims import H3Dims
+from ..h3.dims import H3Dims
 
 TINY_DIMS = H3Dims(
     hidden=128, heads=4, head_dim=32, ffn=256, num_blocks=2, refiner_blocks=1, text_dim=96,

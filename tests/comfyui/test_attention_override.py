@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from longmedia.attention.backends import FLOATS, default_registry
-from longmedia.attention.comfy_override import (SEGMENTS_KEY, existing_attention_fn, install_attention_override,
+from longmedia.comfy.attention_override import (SEGMENTS_KEY, existing_attention_fn, install_attention_override,
                                                 installed_attention_name)
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from longmedia import lattice as L
-from longmedia.dims import H3_FULL
-from longmedia.geometry import KeyframeSpec, ReferenceSpec, build_geometry
-from longmedia.profiles import ModelProfile
+from longmedia.h3 import lattice as L
+from longmedia.h3.dims import H3_FULL
+from longmedia.h3.geometry import KeyframeSpec, ReferenceSpec, build_geometry
+from longmedia.h3.profiles import ModelProfile
 
 PROMPT = "A red fox trots through fresh snow at dawn, its breath fogging, birds calling in the pines."
 

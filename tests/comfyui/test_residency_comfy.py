@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from longmedia.residency import STEPS, MemorySnapshot, load_comfy_modules, residency_boundary
+from longmedia.comfy.residency import STEPS, MemorySnapshot, load_comfy_modules, residency_boundary
 
 # every function the boundary may call, by module attribute: all must exist in the checkout under test
 EXPECTED_APIS = {

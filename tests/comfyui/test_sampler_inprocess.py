@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from longmedia.diagnostics import LongMediaOOM
-from longmedia.input_errors import LongMediaInputError
-from longmedia.plan_types import PlanRequest
-from longmedia.testing import tiny_conditioning as tc
+from longmedia.report.oom import LongMediaOOM
+from longmedia.errors import LongMediaInputError
+from longmedia.planning.types import PlanRequest
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 WIDTH, HEIGHT, LENGTH = 128, 96, 39  # 12 latent frames x 12 rows + 130 audio rows + text: ~290 packed rows
@@ -23,7 +23,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia import comfy_sampler
+    from longmedia.comfy import sampler as comfy_sampler
 
     models = {v: comfy.sd.load_diffusion_model(str(tiny_checkpoints[v])) for v in ("fp32", "int8")}
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "models": models, "core": comfy_sampler}
@@ -83,7 +83,7 @@ def test_streamed_modes_match_stock(env, variant, mode, chunks):
 
 
 def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
-    from longmedia.profiles import DeviceProfile
+    from longmedia.h3.profiles import DeviceProfile
 
     # a fixed card: on this CPU box the budget would otherwise be the RAM other processes leave free
     card = DeviceProfile.card(vram_gb=16, ram_gb=64)
@@ -97,7 +97,7 @@ def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
 
 
 def test_injected_oom_raises_fact_report_and_next_run_succeeds(env, monkeypatch):
-    from longmedia.execution import comfy_patch
+    from longmedia.comfy import block_patch as comfy_patch
 
     real = comfy_patch.run_block
     calls = []
@@ -161,7 +161,7 @@ def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_
     import comfy.model_prefetch
     import comfy.patcher_extension as ext
 
-    from longmedia.profiles import DeviceProfile
+    from longmedia.h3.profiles import DeviceProfile
 
     seen = []
     real = comfy.model_prefetch.make_prefetch_queue

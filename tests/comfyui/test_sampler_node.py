@@ -7,7 +7,7 @@ import torch
 from harness import ComfyHarnessError, t2va_prompt
 from safetensors.torch import load_file
 
-from longmedia.plan_types import MANUAL_FIELDS
+from longmedia.planning.types import MANUAL_FIELDS
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 WIDTH, HEIGHT, LENGTH = 128, 96, 39

@@ -12,12 +12,12 @@ import json
 import pytest
 import torch
 
-from longmedia import lattice as L
-from longmedia import segmented
-from longmedia.input_errors import LongMediaInputError
-from longmedia.plan_types import PlanRequest
-from longmedia.segments import plan_segments
-from longmedia.testing import tiny_conditioning as tc
+from longmedia.h3 import lattice as L
+from longmedia.comfy import segmented
+from longmedia.errors import LongMediaInputError
+from longmedia.planning.types import PlanRequest
+from longmedia.segments.timeline import plan_segments
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 WIDTH, HEIGHT = 64, 64                     # 4x4 latent cells -> 4 packed rows per latent frame
@@ -40,7 +40,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia import comfy_sampler
+    from longmedia.comfy import sampler as comfy_sampler
 
     patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "patcher": patcher, "core": comfy_sampler,
@@ -257,12 +257,12 @@ import sys
 
 def _longmedia():
     try:
-        import longmedia.job  # noqa: F401
+        import longmedia.job.job  # noqa: F401
     except ModuleNotFoundError:
         sys.path.append(REPO_ROOT)
-    from longmedia.geometry import build_geometry
-    from longmedia.job import LongMediaJob
-    from longmedia.segments import plan_segments
+    from longmedia.h3.geometry import build_geometry
+    from longmedia.job.job import LongMediaJob
+    from longmedia.segments.timeline import plan_segments
     return build_geometry, LongMediaJob, plan_segments
 
 

@@ -5,7 +5,7 @@
 Encoding paths use in-process stand-ins, since no tiny VAE loads through the stock loaders: `TinyVideoVAE`
 (16x16 average pool, H3's 1+4+4+4+4 frames per latent within each 17-frame clip, a fixed random
 3 -> 24 channel mix) and `TinyAudioVAE` (800-sample frames at 32 kHz -> [1, 32, 2, T]); the text
-encoder is the tiny random Qwen3-VL with the real H3 tokenizer (`longmedia.testing.tiny_conditioning`).
+encoder is the tiny random Qwen3-VL with the real H3 tokenizer (`longmedia.comfy.tiny_conditioning`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import math
 import pytest
 import torch
 
-from longmedia.input_errors import LongMediaInputError
-from longmedia.plan_types import PlanRequest
-from longmedia.testing import tiny_conditioning as tc
+from longmedia.errors import LongMediaInputError
+from longmedia.planning.types import PlanRequest
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 W, H, SECONDS, FRAMES = 64, 64, 0.9, 22     # 7 latent frames x 4 rows, 37 audio latent frames
@@ -77,7 +77,11 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia import comfy_job, comfy_setup, comfy_stages
+    from longmedia.comfy import inputs as comfy_job
+
+    from longmedia.comfy import setup as comfy_setup
+
+    from longmedia.comfy import stages as comfy_stages
 
     clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "clip": clip, "job": comfy_job,
@@ -209,7 +213,7 @@ def test_segmented_setup_returns_the_whole_job_latent(env):
 
 
 def test_segmented_fl2va_setup_runs_through_the_segmented_sampler(env):
-    from longmedia.segmented import run_segmented
+    from longmedia.comfy.segmented import run_segmented
 
     result = setup(env, family="fl2va", vae=TinyVideoVAE(), first_frame=rand(1, 64, 64, 3, seed=20),
                    last_frame=rand(1, 64, 64, 3, seed=21), seconds=2.0, segment_seconds=1.0)
@@ -280,7 +284,7 @@ def stock_masked(env, g, sig, latent, seed):
 
 
 def test_hires_equals_resample_plus_masked_stock_sampling(env):
-    from longmedia.latent_resample import resample_video
+    from longmedia.h3.latent_resample import resample_video
 
     g, first = first_pass(env)
     video, audio_ = streams(first)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longmedia.testing import tiny_conditioning as tc
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS, comfy_transformer_config
 
 VARIANTS = ("bf16", "fp32", "int8")

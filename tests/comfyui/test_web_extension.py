@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from harness import REPO_ROOT
 
-from longmedia.plan_types import ATTENTION_MODES, MANUAL_FIELDS, MEMORY_MODES
+from longmedia.planning.types import ATTENTION_MODES, MANUAL_FIELDS, MEMORY_MODES
 
 pytest.importorskip("aiohttp", reason="the DevTools client needs aiohttp (a ComfyUI requirement)")
 from devtools import CHROMIUM_ENV, Browser, chromium_binary, unexpected  # noqa: E402

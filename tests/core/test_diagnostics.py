@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from longmedia.attention_path import default_attention_path
-from longmedia.diagnostics import (PHASES, LongMediaOOM, MemoryReadings, OOMContext, UnknownPhaseError, phase,
+from longmedia.planning.attention_path import default_attention_path
+from longmedia.report.oom import (PHASES, LongMediaOOM, MemoryReadings, OOMContext, UnknownPhaseError, phase,
                                    pressure_point, torch_memory_reader)
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.geometry import build_geometry
-from longmedia.planner import plan
-from longmedia.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.geometry import build_geometry
+from longmedia.planning.planner import plan
+from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
 
 READ = MemoryReadings(gpu_total_bytes=16 * GIB, gpu_free_bytes=GIB // 10, torch_allocated_bytes=14 * GIB,
                       torch_reserved_bytes=14 * GIB + GIB // 4, aimdo_vram_bytes=15 * GIB,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longmedia import lattice as L
-from longmedia.geometry import (REFERENCE_BUDGETS, Geometry, KeyframeSpec, LongMediaInputError, ReferenceSpec,
+from longmedia.h3 import lattice as L
+from longmedia.h3.geometry import (REFERENCE_BUDGETS, Geometry, KeyframeSpec, LongMediaInputError, ReferenceSpec,
                                 build_geometry)
 
 

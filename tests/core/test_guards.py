@@ -7,7 +7,7 @@ import random
 import pytest
 
 from longmedia.execution.guards import MB, GuardEvent, GuardSettings, Guards, guards_for_device
-from longmedia.input_errors import LongMediaInputError
+from longmedia.errors import LongMediaInputError
 
 
 class Script:

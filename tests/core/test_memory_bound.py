@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from longmedia.dims import H3_FULL, H3Dims
+from longmedia.h3.dims import H3_FULL, H3Dims
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.execution.memory import predicted_peak_bytes, stock_peak_bytes
 from longmedia.execution.streamed_block import run_block

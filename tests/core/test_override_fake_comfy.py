@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from longmedia.attention import backends as builtin
-from longmedia.attention.comfy_override import (OVERRIDE_KEY, SEGMENTS_KEY, LongMediaAttentionOverride,
+from longmedia.comfy.attention_override import (OVERRIDE_KEY, SEGMENTS_KEY, LongMediaAttentionOverride,
                                                 SolSegmentsWarning, existing_attention_fn,
                                                 install_attention_override, progress_from_options)
 from longmedia.attention.dispatcher import resolve_attention

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from longmedia.plan_types import ATTENTION_MODES, MANUAL_FIELDS, MEMORY_MODES
+from longmedia.planning.types import ATTENTION_MODES, MANUAL_FIELDS, MEMORY_MODES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "PARAMETERS.md"
 NODES = ("LongMediaSetup", "LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner")
@@ -65,7 +65,7 @@ def _guide_rows(first_cell: str) -> list[str]:
 
 @pytest.mark.parametrize("vram_gb", CARDS)
 def test_guide_segment_ranges_are_the_planner_tiers(vram_gb):
-    from longmedia.segments import suggest_segment_seconds
+    from longmedia.segments.timeline import suggest_segment_seconds
 
     tip = suggest_segment_seconds(vram_gb, "low")
     tiers = [r for r in _guide_rows(f"{vram_gb} GB") if r[1].endswith(" s") and "-" in r[1]]
@@ -85,7 +85,7 @@ def test_guide_reference_job_table_matches_the_planner(vram_gb):
 
 
 def test_guide_reference_budgets_match_the_code():
-    from longmedia.references import REFERENCE_BUDGETS
+    from longmedia.h3.references import REFERENCE_BUDGETS
 
     for name, b in REFERENCE_BUDGETS.items():
         (row,) = _guide_rows(name)
@@ -100,10 +100,10 @@ def test_guide_reference_budgets_match_the_code():
 
 
 def test_guide_oom_phases_and_planner_constants_match_the_code():
-    from longmedia.diagnostics import PHASES
-    from longmedia.planner import LADDER, ULTRA_LADDER
-    from longmedia.plan_policy import auto_reserve
-    from longmedia.profiles import DeviceProfile
+    from longmedia.report.oom import PHASES
+    from longmedia.planning.planner import LADDER, ULTRA_LADDER
+    from longmedia.planning.policy import auto_reserve
+    from longmedia.h3.profiles import DeviceProfile
 
     text = GUIDE.read_text(encoding="utf-8")
     for phase in PHASES:

@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longmedia import attention_path
-from longmedia.attention_path import default_attention_path
+from longmedia.planning import attention_path
+from longmedia.planning.attention_path import default_attention_path
 from longmedia.execution.memory import predicted_peak_bytes
-from longmedia.geometry import ReferenceSpec, build_geometry
-from longmedia.input_errors import LongMediaInputError
-from longmedia.plan_types import MANUAL_CONTROLS, PlanRequest
-from longmedia.planner import plan
-from longmedia.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.geometry import ReferenceSpec, build_geometry
+from longmedia.errors import LongMediaInputError
+from longmedia.planning.types import MANUAL_CONTROLS, PlanRequest
+from longmedia.planning.planner import plan
+from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
 
 MODELS = {q: ModelProfile.preset(f"h3-{q}") for q in ("bf16", "int8", "nvfp4")}
 RES = {"720p": (1280, 720), "1080p": (1920, 1080)}

@@ -6,9 +6,9 @@ import struct
 import pytest
 import torch
 
-from longmedia.dims import H3_FULL
-from longmedia.input_errors import LongMediaInputError
-from longmedia.profiles import GIB, PRESETS, DeviceProfile, ModelProfile, h3_preset_entries, pinned_ram_budget
+from longmedia.h3.dims import H3_FULL
+from longmedia.errors import LongMediaInputError
+from longmedia.h3.profiles import GIB, PRESETS, DeviceProfile, ModelProfile, h3_preset_entries, pinned_ram_budget
 from longmedia.testing.tiny_h3 import TINY_DIMS, tensor_specs, tiny_h3_state_dict, write_tiny_h3
 
 
@@ -94,7 +94,7 @@ def test_full_size_header_detects_dims_through_packed_weights(tmp_path, fmt):
 
 def test_quantization_metadata_names_the_format(tmp_path):
     sd = tiny_h3_state_dict(TINY_DIMS, variant="bf16")
-    from longmedia.checkpoint_scan import entries_from_state_dict
+    from longmedia.h3.checkpoint_scan import entries_from_state_dict
     entries, _ = entries_from_state_dict(sd)
     layers = {f"blocks.{i}.mlp.fc1": {"format": "float8_e4m3fn"} for i in range(TINY_DIMS.num_blocks)}
     path = tmp_path / "meta.safetensors"
@@ -131,7 +131,7 @@ def test_module_profile_reads_comfy_kitchen_int8_weights():
     w = torch.randn(32, 64, generator=torch.Generator().manual_seed(0))
     lin.weight = torch.nn.Parameter(QuantizedTensor.from_float(w, "TensorWiseINT8Layout"), requires_grad=False)
     lin.quant_format = "int8_tensorwise"
-    from longmedia.checkpoint_scan import entries_from_module
+    from longmedia.h3.checkpoint_scan import entries_from_module
     entries, formats = entries_from_module(lin)
     assert formats == {"": "int8"}
     stored = [e for e in entries if e.name == "weight"]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from longmedia.residency import (STEPS, BoundaryReport, ComfyModules, MemorySnapshot, ResidencyBoundaryError,
+from longmedia.comfy.residency import (STEPS, BoundaryReport, ComfyModules, MemorySnapshot, ResidencyBoundaryError,
                                  read_memory, residency_boundary)
 
 CUDA = "cuda:0"

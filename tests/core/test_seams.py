@@ -5,10 +5,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longmedia import lattice as L
-from longmedia import seams
-from longmedia.input_errors import LongMediaInputError
-from longmedia.segments import MAX_SEED, plan_segments
+from longmedia.h3 import lattice as L
+from longmedia.segments import seams
+from longmedia.errors import LongMediaInputError
+from longmedia.segments.timeline import MAX_SEED, plan_segments
 
 H, W = 2, 3   # latent cells: the helpers only cut along time
 

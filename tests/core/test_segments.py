@@ -6,8 +6,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from longmedia import lattice as L
-from longmedia.segments import (MAX_SEED, MAX_TOTAL_FRAMES, LongMediaInputError, audio_boundary, latent_boundary,
+from longmedia.h3 import lattice as L
+from longmedia.segments.timeline import (MAX_SEED, MAX_TOTAL_FRAMES, LongMediaInputError, audio_boundary, latent_boundary,
                                 plan_segments, should_segment, suggest_segment_seconds)
 
 TOKEN_FRAMES = (1, 4, 4, 4, 4)   # pixel frames per video latent, repeating every 17 frames

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longmedia import lattice as L
-from longmedia.geometry import build_geometry
-from longmedia.input_errors import LongMediaInputError
-from longmedia.setup_job import MediaInput, SetupRequest, check_soundtracks, plan_setup
+from longmedia.h3 import lattice as L
+from longmedia.h3.geometry import build_geometry
+from longmedia.errors import LongMediaInputError
+from longmedia.job.setup_plan import MediaInput, SetupRequest, check_soundtracks, plan_setup
 
 
 def stock_frames(seconds):

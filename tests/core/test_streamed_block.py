@@ -5,7 +5,7 @@ import contextlib
 import pytest
 import torch
 
-from longmedia.dims import H3Dims
+from longmedia.h3.dims import H3Dims
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.execution.streamed_block import run_block
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs

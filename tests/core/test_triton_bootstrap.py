@@ -6,7 +6,7 @@ import ntpath
 
 import pytest
 
-from longmedia.triton_bootstrap import INCLUDE_VAR, apply, bootstrap_triton, plan_triton_bootstrap
+from longmedia.kernels.triton_bootstrap import INCLUDE_VAR, apply, bootstrap_triton, plan_triton_bootstrap
 
 PY = "C:\\ComfyUI_windows_portable\\python_embeded"
 PYTHON_EXE = PY + "\\python.exe"

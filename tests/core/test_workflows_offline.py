@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from longmedia.setup_job import SetupRequest, plan_setup
+from longmedia.job.setup_plan import SetupRequest, plan_setup
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
@@ -258,7 +258,7 @@ def nodes_of(prompt: dict, ctype: str) -> list[dict]:
 def setup_plan(prompt: dict):
     (setup,) = nodes_of(prompt, "LongMediaSetup")
     refs = {k: v for k, v in setup.items() if k.startswith("ref_") and isinstance(v, list)}
-    from longmedia.setup_job import MediaInput
+    from longmedia.job.setup_plan import MediaInput
 
     media = tuple(MediaInput(k, "picture", 1024, 1024) for k in refs)
     return plan_setup(SetupRequest(
@@ -292,7 +292,7 @@ def test_example_jobs_are_valid_setups():
     assert plan.request.family == "ref2va" and len(plan.geometry.references) == 2
     (hires,) = nodes_of(refs, "LongMediaHiRes")
     (refiner,) = nodes_of(refs, "LongMediaRefiner")
-    from longmedia.latent_resample import target_latent_size
+    from longmedia.h3.latent_resample import target_latent_size
 
     h, w = target_latent_size(plan.geometry.latent_height, plan.geometry.latent_width, hires["scale"])
     assert (w * 16, h * 16) == (1344, 768)            # 960x544 x1.4 lands on 1344x768

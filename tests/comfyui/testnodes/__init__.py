@@ -16,18 +16,17 @@ import sys
 from pathlib import Path
 
 
-def _testing():
-    """`longmedia.testing`, with the repo root appended to sys.path when the package is not installed.
+def _tiny():
+    """`longmedia.comfy.tiny_conditioning`, with the repo root appended to sys.path when the package is not installed.
 
     Appended, not prepended: the repo root's `nodes/` must never shadow ComfyUI's `nodes` module.
     """
     try:
-        import longmedia.testing.tiny_conditioning  # noqa: F401
+        import longmedia.comfy.tiny_conditioning as tiny
     except ModuleNotFoundError:
         sys.path.append(str(Path(os.path.realpath(__file__)).parents[3]))
-        import longmedia.testing.tiny_conditioning  # noqa: F401
-    import longmedia.testing as testing
-    return testing
+        import longmedia.comfy.tiny_conditioning as tiny
+    return tiny
 
 
 class LongMediaTestTinyCLIP:
@@ -41,9 +40,9 @@ class LongMediaTestTinyCLIP:
                              "text_dim": ("INT", {"default": 96, "min": 8, "max": 8192})}}
 
     def build(self, seed, text_dim):
-        testing = _testing()
-        dims = dataclasses.replace(testing.tiny_h3.TINY_DIMS, text_dim=text_dim)
-        return (testing.tiny_conditioning.tiny_text_encoder(dims, seed=seed),)
+        tiny = _tiny()
+        dims = dataclasses.replace(tiny.TINY_DIMS, text_dim=text_dim)
+        return (tiny.tiny_text_encoder(dims, seed=seed),)
 
 
 class LongMediaTestLoadConditioning:
@@ -60,7 +59,7 @@ class LongMediaTestLoadConditioning:
         import folder_paths
 
         full = Path(path) if os.path.isabs(path) else Path(folder_paths.get_input_directory()) / path
-        return (_testing().tiny_conditioning.load_conditioning(full),)
+        return (_tiny().load_conditioning(full),)
 
 
 class LongMediaTestSaveLatent:

@@ -1,0 +1,68 @@
+"""ComfyUI adapter for the executor: installs streamed blocks on a cloned ModelPatcher.
+
+Only official seams: `patches_replace["dit"][("double_block", i)]` through
+`ModelPatcher.set_model_patch_replace`, weights through `comfy.ops.CastBiasWeightContext` (so
+dynamic-VRAM streaming and quantized Linears keep working), small weights through
+`comfy.model_management.cast_to`, Cancel through `throw_exception_if_processing_interrupted`.
+`comfy` is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+from ..execution.chunks import ChunkSizes
+from ..execution.streamed_block import run_block
+
+AttentionFactory = Callable[[dict, int], Callable]  # (transformer_options, heads) -> AttentionFn
+
+
+def comfy_weights():
+    """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions)."""
+    import comfy.ops as ops
+
+    context = getattr(ops, "CastBiasWeightContext", None)
+    if context is not None:
+        return lambda module, like: context(module, like, offloadable=True)
+
+    @contextlib.contextmanager
+    def legacy(module, like):  # named fallback: ComfyUI before CastBiasWeightContext
+        weight, bias, stream = ops.cast_bias_weight(module, like, offloadable=True)
+        try:
+            yield weight, bias
+        finally:
+            ops.uncast_bias_weight(module, weight, bias, stream)
+
+    return legacy
+
+
+def comfy_cast_small(w, like):
+    import comfy.model_management
+
+    return comfy.model_management.cast_to(w, device=like.device)
+
+
+def comfy_interrupt():
+    import comfy.model_management
+
+    comfy.model_management.throw_exception_if_processing_interrupted()
+
+
+def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factory: AttentionFactory, *,
+                         on_block: Callable[[int, str], None] | None = None,
+                         phase: Callable[[str], contextlib.AbstractContextManager] | None = None):
+    """A `patches_replace["dit"][("double_block", index)]` function running `block` through the executor."""
+
+    def replace(args: dict, extra: dict) -> dict:
+        topts = args.get("transformer_options", {})
+        if on_block is not None:
+            on_block(index, "start")
+        x = run_block(block, args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"], chunks=chunks,
+                      attention=attention_factory(topts, block.attn.heads), weights=comfy_weights(),
+                      interrupt=comfy_interrupt, cast_small=comfy_cast_small, phase=phase)
+        if on_block is not None:
+            on_block(index, "end")
+        return {"img": x}
+
+    return replace

@@ -1,0 +1,92 @@
+"""What the Sampler receives from ComfyUI, checked before any GPU work, and the packed geometry it implies.
+
+Inputs are duck-typed (a guider with `model_patcher`, a LATENT dict with a nested video+audio tensor,
+a 1-D SIGMAS tensor) so the checks run in tests without ComfyUI.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..h3 import lattice as L
+from ..h3.geometry import Geometry, SegmentRows
+from ..errors import LongMediaInputError
+
+H3_MODEL_CLASS = "MiniMaxH3Model"
+
+
+def h3_diffusion_model(guider):
+    """The H3 diffusion model under `guider`, or a LongMediaInputError naming the guider."""
+    patcher = getattr(guider, "model_patcher", None)
+    model = getattr(getattr(patcher, "model", None), "diffusion_model", None)
+    name = type(model).__name__ if model is not None else type(guider).__name__
+    if model is None or name != H3_MODEL_CLASS:
+        raise LongMediaInputError("guider", name, "a CFGGuider or BasicGuider over a MiniMax H3 model",
+                                  "Connect the guider made from the H3 model (UNETLoader -> CFGGuider).")
+    return model
+
+
+def av_latents(latent) -> tuple[torch.Tensor, torch.Tensor]:
+    """(video [1,24,T,h,w], audio [1,32,2,Ta]) of an H3 AV latent, or a LongMediaInputError."""
+    samples = latent.get("samples") if isinstance(latent, dict) else None
+    parts = samples.unbind() if getattr(samples, "is_nested", False) else None
+    allowed = "an H3 AV latent: video [1, 24, T, H/16, W/16] with audio [1, 32, 2, T40]"
+    fix = "Use EmptyMiniMaxH3LatentAV or LongMedia Setup for the latent."
+    if parts is None or len(parts) != 2:
+        shape = tuple(samples.shape) if isinstance(samples, torch.Tensor) else type(samples).__name__
+        raise LongMediaInputError("latent", shape, allowed, fix)
+    video, audio = parts
+    if (video.ndim != 5 or video.shape[0] != 1 or video.shape[1] != 24 or audio.ndim != 4
+            or audio.shape[0] != 1 or audio.shape[1] != 32 or audio.shape[2] != 2):
+        raise LongMediaInputError("latent", (tuple(video.shape), tuple(audio.shape)), allowed, fix)
+    return video, audio
+
+
+def check_sigmas(sigmas) -> torch.Tensor:
+    """A 1-D, finite, non-increasing schedule that starts above 0."""
+    allowed = "a 1-D schedule of at least 2 finite, non-increasing sigmas starting above 0"
+    fix = "Connect a scheduler node's SIGMAS (e.g. BasicScheduler) without editing its values."
+    if not isinstance(sigmas, torch.Tensor) or sigmas.ndim != 1 or sigmas.numel() < 2:
+        raise LongMediaInputError("sigmas", getattr(sigmas, "shape", sigmas), allowed, fix)
+    values = sigmas.detach().float().cpu()
+    if not torch.isfinite(values).all():
+        raise LongMediaInputError("sigmas", "contains NaN or inf", allowed, fix)
+    if (values[1:] > values[:-1]).any():
+        raise LongMediaInputError("sigmas", [round(v, 4) for v in values.tolist()[:8]], allowed, fix)
+    if values[0] <= 0:
+        raise LongMediaInputError("sigmas", float(values[0]), allowed, fix)
+    return sigmas
+
+
+def text_rows(conditioning) -> int:
+    """Prompt rows of a CONDITIONING (its first entry's hidden states [1, L, D])."""
+    try:
+        return int(conditioning[0][0].shape[1])
+    except (IndexError, TypeError, AttributeError) as error:  # named: not a ComfyUI CONDITIONING list
+        raise LongMediaInputError("conditioning", type(conditioning).__name__, "a CONDITIONING list",
+                                  "Connect the guider's conditioning from a text encoder.") from error
+
+
+def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, segments, prompt_tokens: int) -> Geometry:
+    """Geometry whose segments are exactly those of the packed layout ((start, stop, kind), ...)."""
+    rows = tuple(SegmentRows(kind, b - a, kind) for a, b, kind in segments)
+    frames = L.pixel_frames(video.shape[2])
+    return Geometry(width=video.shape[4] * 16, height=video.shape[3] * 16, frames=frames,
+                    audio_latent_frames=audio.shape[-1], segments=rows, prompt_tokens=prompt_tokens,
+                    total_frames=frames)
+
+
+def stock_segments(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple[tuple[int, int, str], ...]:
+    """The packed segment table stock H3 builds for these latents and conditioning (ComfyUI's PackedLayout)."""
+    from comfy.ldm.minimax.model import PackedLayout
+
+    opts = positive[0][1] if positive and len(positive[0]) > 1 else {}
+    text = text_rows(positive)
+    keyframes, refs = opts.get("minimax_keyframes"), opts.get("minimax_refs")
+    t, h, w = video.shape[2], video.shape[3], video.shape[4]
+    h, w = h + h % 2, w + w % 2  # patch 1x2x2 pads odd latent sizes
+    try:
+        layout = PackedLayout(text, t, h, w, audio.shape[-1], keyframes=keyframes, refs=refs)
+    except (KeyError, TypeError, AttributeError):  # named: guide payload not resolved yet (extra_conds does it)
+        layout = PackedLayout(text, t, h, w, audio.shape[-1])
+    return tuple(layout.segments)

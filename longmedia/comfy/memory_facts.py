@@ -1,0 +1,44 @@
+"""What ComfyUI and comfy-aimdo know about memory: dynamic VRAM on or off, aimdo's VRAM, pinned RAM.
+
+Read from the modules ComfyUI already imported (`sys.modules`), so asking never imports or starts anything;
+outside a ComfyUI process every fact reads as absent.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..report.oom import MemoryReader, torch_memory_reader
+
+
+def dynamic_vram_active() -> bool:
+    """True when ComfyUI runs with dynamic VRAM (comfy-aimdo); False outside ComfyUI."""
+    mm = sys.modules.get("comfy.memory_management")
+    if mm is not None:
+        return bool(getattr(mm, "aimdo_enabled", False))
+    control = sys.modules.get("comfy_aimdo.control")
+    return bool(control is not None and getattr(control, "lib", None) is not None and getattr(control, "devctxs", None))
+
+
+def aimdo_vram_usage() -> int | None:
+    """comfy-aimdo's VRAM usage in bytes; None without comfy-aimdo."""
+    control = sys.modules.get("comfy_aimdo.control")
+    if control is None or getattr(control, "lib", None) is None:
+        return None
+    try:
+        return int(control.get_total_vram_usage())
+    except (AttributeError, OSError, TypeError):  # older comfy-aimdo without the call, or no device context
+        return None
+
+
+def pinned_ram_bytes() -> int | None:
+    """Page-locked RAM ComfyUI holds (its TOTAL_PINNED_MEMORY count); None outside ComfyUI."""
+    mm = sys.modules.get("comfy.model_management")
+    value = getattr(mm, "TOTAL_PINNED_MEMORY", None) if mm is not None else None
+    return int(value) if value is not None else None
+
+
+def comfy_memory_reader(device: Any = None) -> MemoryReader:
+    """The OOM report's reader with ComfyUI's and comfy-aimdo's facts filled in."""
+    return torch_memory_reader(device, aimdo_usage=aimdo_vram_usage, pinned_ram=pinned_ram_bytes)

@@ -1,0 +1,253 @@
+"""The residency boundary run before every `prepare_sampling()` (seed-only reruns included).
+
+It leaves the device as ComfyUI leaves it between nodes, and a little cleaner: synchronize, reset
+cast buffers, drop stale prefetch queues, reset comfy-aimdo's VBAR watermark limits, release model
+registrations whose model is dead, empty the allocator cache. Memory is snapshotted before and after
+into a frozen `BoundaryReport` that lists every step, done or "skipped: <reason>".
+
+Every ComfyUI / comfy-aimdo function is feature-detected: a missing one is a skipped step, never an
+error, and nothing of ComfyUI's is edited or patched. `comfy` (the modules, injectable) and `reader`
+(memory readings, injectable) let tests run without ComfyUI or a GPU. On a CPU device every step is
+skipped and the report still comes back. `comfy` is imported lazily, inside `load_comfy_modules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+MODULE_NAMES = (
+    ("model_management", "comfy.model_management"),
+    ("model_prefetch", "comfy.model_prefetch"),
+    ("memory_management", "comfy.memory_management"),
+    ("aimdo_vbar", "comfy_aimdo.model_vbar"),
+    ("aimdo_control", "comfy_aimdo.control"),
+)
+
+
+class ResidencyBoundaryError(RuntimeError):
+    """A present ComfyUI / comfy-aimdo function failed during the boundary; names the step and function."""
+
+    def __init__(self, step: str, function: str, cause: BaseException) -> None:
+        self.step = step
+        self.function = function
+        super().__init__(f"residency boundary step {step!r}: {function}() raised {type(cause).__name__}: {cause}. "
+                         "The device state before sampling is unknown; report this with the traceback above.")
+
+
+@dataclass(frozen=True)
+class ComfyModules:
+    """The ComfyUI and comfy-aimdo modules the boundary may call; None where not importable."""
+
+    model_management: object | None = None
+    model_prefetch: object | None = None
+    memory_management: object | None = None
+    aimdo_vbar: object | None = None
+    aimdo_control: object | None = None
+    torch_cuda: object | None = None          # the fallback for synchronize / empty_cache; None = torch.cuda
+
+    @classmethod
+    def of(cls, namespace: object) -> "ComfyModules":
+        """From any namespace carrying these attribute names (missing ones are None)."""
+        if isinstance(namespace, cls):
+            return namespace
+        names = [name for name, _ in MODULE_NAMES] + ["torch_cuda"]
+        return cls(**{name: getattr(namespace, name, None) for name in names})
+
+    @property
+    def aimdo_enabled(self) -> bool:
+        """Whether ComfyUI switched comfy-aimdo (dynamic VRAM) on at startup."""
+        return bool(getattr(self.memory_management, "aimdo_enabled", False))
+
+
+def load_comfy_modules() -> ComfyModules:
+    """Import what is importable of ComfyUI and comfy-aimdo (only call this inside a ComfyUI process).
+
+    Each import stands alone: an absent module (an older ComfyUI, no comfy-aimdo) is a skipped step.
+    """
+    found = {}
+    try:
+        import comfy.model_management
+        found["model_management"] = comfy.model_management
+    except ImportError:  # named reason: an absent module is a skipped step
+        pass
+    try:
+        import comfy.model_prefetch
+        found["model_prefetch"] = comfy.model_prefetch
+    except ImportError:  # ComfyUI before prefetch queues
+        pass
+    try:
+        import comfy.memory_management
+        found["memory_management"] = comfy.memory_management
+    except ImportError:  # ComfyUI before dynamic VRAM
+        pass
+    try:
+        import comfy_aimdo.model_vbar
+        found["aimdo_vbar"] = comfy_aimdo.model_vbar
+    except ImportError:  # comfy-aimdo not installed
+        pass
+    try:
+        import comfy_aimdo.control
+        found["aimdo_control"] = comfy_aimdo.control
+    except ImportError:  # comfy-aimdo not installed
+        pass
+    return ComfyModules(**found)
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """Device memory at one moment; None where the device or the install cannot say."""
+
+    device: str
+    allocated_bytes: int                      # live tensors (torch allocator)
+    reserved_bytes: int                       # held by the torch allocator, live or cached
+    free_bytes: int | None                    # free on the device outside torch's cache
+    total_bytes: int | None
+    aimdo_vram_usage_bytes: int | None = None   # comfy_aimdo.control.get_total_vram_usage()
+    aimdo_vbar_reclaimable_bytes: int | None = None   # comfy_aimdo.model_vbar.vbars_analyze(device)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self.reserved_bytes - self.allocated_bytes
+
+
+Reader = Callable[[object], MemorySnapshot]
+
+
+def _device(device):
+    import torch
+
+    return torch.device(device)
+
+
+def read_memory(device, modules: ComfyModules | None = None) -> MemorySnapshot:
+    """A snapshot of `device`; on a non-CUDA device only zeros and Nones (there is no device memory to read)."""
+    import torch
+
+    dev = _device(device)
+    if dev.type != "cuda":
+        return MemorySnapshot(str(dev), 0, 0, None, None)
+    free, total = torch.cuda.mem_get_info(dev)
+    usage = reclaimable = None
+    if modules is not None and modules.aimdo_enabled:
+        get_usage = getattr(modules.aimdo_control, "get_total_vram_usage", None)
+        analyze = getattr(modules.aimdo_vbar, "vbars_analyze", None)
+        usage = int(get_usage()) if get_usage is not None else None
+        reclaimable = int(analyze(dev.index)) if analyze is not None else None
+    return MemorySnapshot(str(dev), int(torch.cuda.memory_allocated(dev)), int(torch.cuda.memory_reserved(dev)),
+                          int(free), int(total), usage, reclaimable)
+
+
+@dataclass(frozen=True)
+class BoundaryAction:
+    """One named step: done (through `detail`, the function called) or skipped (`detail` is the reason)."""
+
+    name: str
+    done: bool
+    detail: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.name}: " + (f"done ({self.detail})" if self.done else f"skipped: {self.detail}")
+
+
+@dataclass(frozen=True)
+class BoundaryReport:
+    """Memory before and after the boundary and every step, in order."""
+
+    device: str
+    before: MemorySnapshot
+    after: MemorySnapshot
+    actions: tuple[BoundaryAction, ...]
+
+    @property
+    def done(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.actions if a.done)
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.actions if not a.done)
+
+    @property
+    def released_reserved_bytes(self) -> int:
+        return self.before.reserved_bytes - self.after.reserved_bytes
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(a.line for a in self.actions)
+
+
+STEPS = ("synchronize", "reset_cast_buffers", "cleanup_prefetch_queues", "reset_vbar_watermarks",
+         "collect_dead_models", "drop_dead_registrations", "empty_cache")
+
+
+class _Run:
+    """Runs the steps of one boundary and records them."""
+
+    def __init__(self) -> None:
+        self.actions: list[BoundaryAction] = []
+
+    def skip(self, name: str, reason: str) -> None:
+        self.actions.append(BoundaryAction(name, False, reason))
+
+    def call(self, name: str, module: object | None, module_name: str, function: str, *args) -> bool:
+        """Call `module.function(*args)` when present; True when it ran."""
+        fn = getattr(module, function, None) if module is not None else None
+        qualified = f"{module_name}.{function}"
+        if module is None:
+            self.skip(name, f"{module_name} is not importable")
+            return False
+        if not callable(fn):
+            self.skip(name, f"{qualified} is absent in this install")
+            return False
+        try:
+            fn(*args)
+        except Exception as exc:  # named reason: re-raised with the step and function named
+            raise ResidencyBoundaryError(name, qualified, exc) from exc
+        self.actions.append(BoundaryAction(name, True, qualified))
+        return True
+
+    def fallback(self, name: str, qualified: str, fn: Callable[[], object]) -> None:
+        """Replace the skipped step `name` by torch's own call, noting why ComfyUI's was not used."""
+        skipped = self.actions.pop()
+        fn()
+        self.actions.append(BoundaryAction(name, True, f"{qualified}, because {skipped.detail}"))
+
+
+def residency_boundary(*, device, reader: Reader | None = None, comfy: object | None = None) -> BoundaryReport:
+    """Release what a previous run left behind on `device`, before `prepare_sampling()`; report what was done.
+
+    `comfy`: a namespace with `model_management`, `model_prefetch`, `memory_management`, `aimdo_vbar`
+    (comfy_aimdo.model_vbar) and `aimdo_control` (comfy_aimdo.control); missing attributes are absent
+    APIs. None imports them (inside ComfyUI). `reader(device) -> MemorySnapshot`; None reads torch.
+    """
+    import torch
+
+    dev = _device(device)
+    modules = ComfyModules.of(comfy) if comfy is not None else (load_comfy_modules() if dev.type == "cuda"
+                                                                 else ComfyModules())
+    read = reader if reader is not None else (lambda d: read_memory(d, modules))
+    before = read(dev)
+    run = _Run()
+    if dev.type != "cuda":
+        for name in STEPS:
+            run.skip(name, f"device {dev} has no accelerator memory to manage")
+        return BoundaryReport(str(dev), before, read(dev), tuple(run.actions))
+
+    mm, mm_name = modules.model_management, "comfy.model_management"
+    cuda = modules.torch_cuda if modules.torch_cuda is not None else torch.cuda
+    if not run.call("synchronize", mm, mm_name, "synchronize"):
+        run.fallback("synchronize", "torch.cuda.synchronize", lambda: cuda.synchronize(dev))
+    run.call("reset_cast_buffers", mm, mm_name, "reset_cast_buffers")
+    run.call("cleanup_prefetch_queues", modules.model_prefetch, "comfy.model_prefetch", "cleanup_prefetch_queues")
+    if modules.aimdo_vbar is None:
+        run.skip("reset_vbar_watermarks", "comfy_aimdo.model_vbar is not importable")
+    elif not modules.aimdo_enabled:
+        run.skip("reset_vbar_watermarks", "comfy-aimdo is not active (comfy.memory_management.aimdo_enabled is off)")
+    else:
+        run.call("reset_vbar_watermarks", modules.aimdo_vbar, "comfy_aimdo.model_vbar", "vbars_reset_watermark_limits")
+    run.call("collect_dead_models", mm, mm_name, "cleanup_models_gc")
+    run.call("drop_dead_registrations", mm, mm_name, "cleanup_models")
+    if not run.call("empty_cache", mm, mm_name, "soft_empty_cache"):
+        run.fallback("empty_cache", "torch.cuda.empty_cache", cuda.empty_cache)
+    return BoundaryReport(str(dev), before, read(dev), tuple(run.actions))

@@ -1,0 +1,279 @@
+"""The Sampler's ComfyUI side: plan -> patched copy of the guider -> ComfyUI's own sampling -> report.
+
+Everything enters through official seams on copies: the guider is copied with a cloned ModelPatcher
+and a cloned `model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override
+into `transformer_options`, and two wrappers — PREPARE_SAMPLING (the residency boundary before the
+model is loaded) and DIFFUSION_MODEL (per-call measurement, and `prefetch_dynamic_vbars`, which
+can only be changed there) — into the copied model_options. With memory_mode=normal,
+attention_mode=existing and no manual chunk sizes nothing that computes is touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import torch
+
+from . import inputs as comfy_job
+from ..report.oom import LongMediaOOM, OOMContext, phase, report_for
+from .memory_facts import comfy_memory_reader, dynamic_vram_active
+from ..execution.chunks import ChunkSizes
+from ..execution.guards import GuardSettings, guards_for_device
+from ..planning.types import ExecutionPlan, PlanRequest
+from ..planning.planner import plan as make_plan
+from ..h3.profiles import DeviceProfile, ModelProfile
+from ..report.run_report import RunReport, StepRecord
+
+WRAPPER_KEY = "longmedia"
+
+
+@dataclass(frozen=True)
+class SamplerResult:
+    output: dict
+    denoised: dict
+    report: RunReport
+    plan: ExecutionPlan
+
+
+TRITON_BACKENDS = ("qstream_triton", "qstream_triton_int8", "sol")
+
+
+def _refuse_pinning(patcher) -> str:
+    """Keep this clone's weights out of page-locked RAM (the plan rejected pinning this model).
+
+    ComfyUI pins offloaded weights through `ModelPatcher.pin_weight_to_device`; there is no per-model
+    switch, so the clone (ours alone) gets a no-op in its place. Process-wide limits stay untouched.
+    Dynamic VRAM pins through comfy-aimdo host buffers at ops time, which has no per-model refusal.
+    """
+    if getattr(patcher, "is_dynamic", lambda: False)():
+        return ("RAM pinning: the plan rejects pinning this model, but dynamic VRAM pins through its own "
+                "host buffers at ops time and has no per-model switch: left to ComfyUI")
+    if not hasattr(patcher, "pin_weight_to_device"):
+        return "RAM pinning: this ComfyUI has no pin_weight_to_device: nothing to refuse"
+    patcher.pin_weight_to_device = lambda key: None  # this clone only
+    return "RAM pinning refused for this model (on LongMedia's clone of the patcher only)"
+
+
+class _Run:
+    """Mutable bookkeeping of one sampling run (per call, never module level)."""
+
+    def __init__(self, plan: ExecutionPlan, device: torch.device):
+        self.plan, self.device = plan, device
+        self.notes: list[str] = []
+        self.steps: list[StepRecord] = []
+        self.boundaries: list[tuple[str, ...]] = []
+        self.block_peaks: dict[int, int] = {}
+        self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
+        self.phase = "before_block_0"
+        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def oom_context(self) -> OOMContext:
+        return OOMContext.from_plan(self.plan)
+
+
+def _positive(guider):
+    conds = getattr(guider, "original_conds", {}) or {}
+    positive = conds.get("positive") or conds.get("negative")
+    if not positive:
+        raise comfy_job.LongMediaInputError("guider", "no conditioning", "a guider with conditioning set",
+                                            "Connect positive conditioning to the guider.")
+    first = positive[0]
+    return [[first.get("cross_attn"), first]]
+
+
+def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: DeviceProfile | None = None,
+             keyframes: tuple | None = None):
+    """Validate everything (before any GPU work) and plan the pass; returns (plan, segments).
+
+    keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
+    """
+    model = comfy_job.h3_diffusion_model(guider)
+    video, audio = comfy_job.av_latents(latent)
+    comfy_job.check_sigmas(sigmas)
+    positive = _positive(guider)
+    if keyframes is not None:
+        positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
+    segments = comfy_job.stock_segments(video, audio, positive)
+    geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
+    device = device_profile or _device_profile(guider.model_patcher.load_device)
+    return make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request), segments
+
+
+def _device_profile(load_device) -> DeviceProfile:
+    """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM."""
+    device = DeviceProfile.detect(load_device if torch.device(load_device).type == "cuda" else None,
+                                  dynamic_vram=dynamic_vram_active())
+    if torch.device(load_device).type == "cuda" or device.usable_vram_bytes > 0:
+        return device
+    ram = device.ram_available_bytes
+    return dataclasses.replace(device, name="cpu (available RAM as the budget)", vram_total_bytes=ram,
+                               vram_free_bytes=ram, allocator_reserved_bytes=0)
+
+
+def _attention_factory(plan: ExecutionPlan, segments):
+    from .attention_override import existing_attention_fn, progress_from_options
+
+    choice = plan.attention.choice
+    if choice is None or plan.attention.backend == "existing":
+        return existing_attention_fn
+    from ..attention.dispatcher import build_attention_fn
+
+    def factory(topts, heads):
+        return build_attention_fn(choice, progress=progress_from_options(topts), segments=segments,
+                                  existing=existing_attention_fn(topts, heads))
+
+    return factory
+
+
+def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
+    import comfy.patcher_extension as ext
+    from comfy.model_patcher import set_model_options_patch_replace
+
+    from .block_patch import comfy_interrupt, streamed_replacement
+    from ..execution.final_layer import chunked_final_forward
+    from ..planning.stage_memory import FINAL_CHUNK_ROWS
+    from .residency import residency_boundary
+
+    opts = g.model_options
+    opts.setdefault("transformer_options", {})
+    if plan.pinning.mode == "none" and plan.memory.streamed_weight_bytes > 0:  # weights stream, pinning rejected
+        run.notes.append(_refuse_pinning(g.model_patcher))
+    if plan.attention.backend in TRITON_BACKENDS:
+        from ..kernels.triton_bootstrap import bootstrap_triton
+
+        fix = bootstrap_triton()  # Windows embedded Python: Triton's compiler finds its headers (this process)
+        if fix.applied or fix.plan.problems:
+            run.notes.extend(fix.lines)
+    blocks = g.model_patcher.model.diffusion_model.blocks
+    streamed: tuple[int, ...] = ()
+    if not plan.chunks.is_stock:
+        factory, on_block = _attention_factory(plan, segments), _on_block(run)
+        for i, block in enumerate(blocks):
+            phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_memory_reader(),
+                                                      block_index=i))(i)
+            fn = streamed_replacement(block, i, plan.chunks, factory, on_block=on_block, phase=phase_for)
+            opts = set_model_options_patch_replace(opts, fn, "dit", "double_block", i)
+        streamed = tuple(range(len(blocks)))
+        # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
+        final = g.model_patcher.model.diffusion_model.final_layer
+        g.model_patcher.add_object_patch("diffusion_model.final_layer.forward",
+                                         chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt))
+    if plan.attention.choice is not None and plan.attention.backend != "existing":
+        from .attention_override import install_attention_override
+
+        install_attention_override(opts["transformer_options"], plan.attention.choice,
+                                   segments=segments)
+    g.model_options = opts
+
+    def prepare_sampling(executor, model, *args, **kwargs):
+        # before load_models_gpu: release what an earlier run (or seed) left behind
+        boundary = residency_boundary(device=model.load_device)
+        run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
+        return executor(model, *args, **kwargs)
+
+    def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
+        if not plan.prefetch:
+            transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
+        if run.cuda:
+            torch.cuda.reset_peak_memory_stats(run.device)
+        start, run.phase, run.step_peak = time.perf_counter(), "before_block_0", 0
+        out = executor(x, timestep, context, transformer_options, *args, **kwargs)
+        peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device)) if run.cuda else 0
+        sigma = float(timestep.flatten()[0]) / 1000.0
+        run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak)))
+        run.guards.on_step_end(len(run.steps) - 1)
+        return out
+
+    ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, opts,
+                           is_model_options=True)
+    ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, opts, is_model_options=True)
+    return streamed
+
+
+def _on_block(run: _Run):
+    def hook(index: int, when: str) -> None:
+        if when == "start":
+            run.phase = "qkv"
+            if run.cuda:  # close the stretch before this block, so the counter measures this block alone
+                run.step_peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device))
+                torch.cuda.reset_peak_memory_stats(run.device)
+            return
+        if run.cuda:
+            block_peak = torch.cuda.max_memory_allocated(run.device)
+            run.step_peak = max(run.step_peak, block_peak)
+            run.block_peaks[index] = max(run.block_peaks.get(index, 0), block_peak)
+        run.guards.on_block_end(index, step=len(run.steps))
+        run.phase = "final_output" if index == run.plan.model.dims.num_blocks - 1 else "qkv"
+
+    return hook
+
+
+def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
+                device_profile: DeviceProfile | None = None) -> SamplerResult:
+    """Plan, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does."""
+    import comfy.model_management
+    import comfy.model_patcher
+    import comfy.sample
+    import comfy.utils
+
+    from .previews import comfy_preview_callback
+
+    plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
+    g = copy.copy(guider)
+    g.model_patcher = guider.model_patcher.clone()
+    g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
+    run = _Run(plan, torch.device(g.model_patcher.load_device))
+    streamed = _install(g, plan, run, segments)
+
+    samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
+                                                     latent.get("downscale_ratio_spacial", None),
+                                                     latent.get("downscale_ratio_temporal", None))
+    x0_output: dict = {}
+    callback = comfy_preview_callback(g.model_patcher, sigmas.shape[-1] - 1, x0_output)
+    try:
+        out_samples = g.sample(noise.generate_noise(latent), samples, sampler, sigmas,
+                               denoise_mask=latent.get("noise_mask"), callback=callback,
+                               disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
+    except LongMediaOOM:
+        raise
+    except torch.OutOfMemoryError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer)
+        raise LongMediaOOM(report_for(_oom_phase(run.phase), error, context=run.oom_context(),
+                                      reader=comfy_memory_reader())) from error
+    out_samples = out_samples.to(comfy.model_management.intermediate_device())
+    output, denoised = _outputs(g, latent, out_samples, x0_output)
+    report = RunReport(plan=plan.to_dict(), attention_backend=plan.attention.backend, streamed_blocks=streamed,
+                       boundaries=tuple(run.boundaries), steps=tuple(run.steps),
+                       block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
+                       guard_events=run.guards.report().lines, preview=callback.failure.summary
+                       if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes))
+    return SamplerResult(output, denoised, report, plan)
+
+
+def _oom_phase(current: str) -> str:
+    return current if current in ("before_block_0", "qkv", "attention", "mlp", "final_output") else "before_block_0"
+
+
+def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:
+    import comfy.nested_tensor
+    import comfy.utils
+
+    out = {k: v for k, v in latent.items() if k not in ("downscale_ratio_spacial", "downscale_ratio_temporal")}
+    out["samples"] = samples
+    if "x0" not in x0_output:
+        return out, out
+    x0 = x0_output["x0"]
+    if samples.is_nested and not x0.is_nested:
+        x0 = comfy.nested_tensor.NestedTensor(comfy.utils.unpack_latents(x0, [x.shape for x in samples.unbind()]))
+    denoised = dict(out)
+    denoised["samples"] = g.model_patcher.model.process_latent_out(x0.cpu())
+    return out, denoised
+
+
+__all__ = ["SamplerResult", "run_sampler", "plan_for", "ChunkSizes"]

@@ -1,0 +1,336 @@
+"""Long jobs as fixed segments through the Sampler core, assembled into one continuous AV latent.
+
+Every pass is a normal `run_sampler` call (so the residency boundary runs before each one) on its
+slice of the job latent. A later pass gets the previous passes' final latents of its context frames
+as an H3 guide — a `minimax_keyframes` entry at frame 0 with the video latents and the audio latents
+of the same stretch, exactly what MiniMaxH3AddGuide stores for encoded pixels and audio — set on a
+copy of the guider's conditioning. Each pass has its own seed (the noise's seed + index unless
+pinned). The new content of every pass (context dropped) goes into one video + audio latent of the
+job's exact length, so a single VAE decode gives the clip. ComfyUI is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from . import inputs as comfy_job
+
+from . import sampler as comfy_sampler
+
+from ..segments import seams
+from ..errors import LongMediaInputError
+from ..planning.types import PlanRequest
+from ..h3.profiles import DeviceProfile
+from .residency import MemorySnapshot, read_memory
+from ..report.run_report import RunReport
+from ..segments.timeline import SegmentPlan
+
+__all__ = ["SegmentRecord", "SegmentedReport", "SegmentedResult", "run_segmented", "WRAPPER_KEY"]
+
+WRAPPER_KEY = "longmedia_segments"
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """One pass: where it sits, its seed, time per sampler step, memory after loading, and its run report."""
+
+    index: int
+    seed: int
+    pass_frames: int
+    context_frames: int
+    video_latent_range: tuple[int, int]
+    audio_range: tuple[int, int]
+    steps: int
+    sample_seconds: float                 # the sampler loop of this pass (model load excluded)
+    baseline: MemorySnapshot              # device memory right after prepare_sampling (boundary + model load)
+    run: RunReport
+
+    @property
+    def seconds_per_step(self) -> float:
+        return self.sample_seconds / self.steps if self.steps else 0.0
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.run.measured_peak_bytes
+
+    @property
+    def boundary(self) -> tuple[str, ...]:
+        """The residency boundary that ran before this pass (before/after snapshots and every step)."""
+        return self.run.boundaries[-1] if self.run.boundaries else ()
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("run", "baseline")}
+        out.update(baseline=asdict(self.baseline), seconds_per_step=self.seconds_per_step,
+                   peak_bytes=self.peak_bytes, boundary=list(self.boundary), run=self.run.to_dict())
+        return out
+
+
+@dataclass(frozen=True)
+class SegmentedReport:
+    """The segment plan and one record per pass, with drift figures over passes of equal geometry."""
+
+    plan: dict
+    segments: tuple[SegmentRecord, ...]
+    context_on: tuple[str, ...]           # conditioning lists that carried the context guide
+    notes: tuple[str, ...] = ()
+
+    @property
+    def measured_peak_bytes(self) -> int:
+        return max((s.peak_bytes for s in self.segments), default=0)
+
+    @property
+    def comparable(self) -> tuple[SegmentRecord, ...]:
+        """Passes with the geometry of the second one (later passes; a trimmed last pass differs)."""
+        if len(self.segments) < 2:
+            return self.segments
+        key = (self.segments[1].pass_frames, self.segments[1].context_frames)
+        return tuple(s for s in self.segments if (s.pass_frames, s.context_frames) == key)
+
+    @property
+    def step_time_ratio(self) -> float | None:
+        """s/step of the last comparable pass over the first one (1.0 = no drift; None when not measured)."""
+        a, b = self.comparable[0], self.comparable[-1]
+        return b.seconds_per_step / a.seconds_per_step if a.seconds_per_step > 0 else None
+
+    @property
+    def peak_ratio(self) -> float | None:
+        """Peak of the last comparable pass over the first one (None on CPU, where no peak is measured)."""
+        a, b = self.comparable[0], self.comparable[-1]
+        return b.peak_bytes / a.peak_bytes if a.peak_bytes > 0 else None
+
+    @property
+    def baseline_spread_bytes(self) -> int:
+        """Largest difference of allocated memory after loading, over all passes (0 = no growth)."""
+        values = [s.baseline.allocated_bytes for s in self.segments]
+        return max(values) - min(values) if values else 0
+
+    def to_dict(self) -> dict:
+        return {"plan": self.plan, "segments": [s.to_dict() for s in self.segments],
+                "context_on": list(self.context_on), "notes": list(self.notes),
+                "measured_peak_bytes": self.measured_peak_bytes, "step_time_ratio": self.step_time_ratio,
+                "peak_ratio": self.peak_ratio, "baseline_spread_bytes": self.baseline_spread_bytes}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), default=str)
+
+    def summary_lines(self) -> tuple[str, ...]:
+        lines = list(self.plan.get("describe", ()))[:1]
+        for s in self.segments:
+            p = s.run.plan
+            lines.append(f"segment {s.index}: seed {s.seed}, {s.pass_frames} frames ({s.context_frames} context), "
+                         f"{s.seconds_per_step:.3f} s/step, baseline {s.baseline.allocated_bytes / GIB:.2f} GiB, "
+                         f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.get('memory_mode')}, "
+                         f"attention {s.run.attention_backend}")
+        c = self.comparable
+        lines.append(f"drift over segments {c[0].index}..{c[-1].index} (equal geometry): s/step "
+                     f"{_ratio_text(self.step_time_ratio)}, peak {_ratio_text(self.peak_ratio)}; baseline spread "
+                     f"{self.baseline_spread_bytes / 2 ** 20:.1f} MiB")
+        lines.append("context guide on: " + ", ".join(self.context_on))
+        lines.extend(self.notes)
+        return tuple(lines)
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"x{ratio:.3f}"
+
+
+@dataclass(frozen=True)
+class SegmentedResult:
+    output: dict
+    denoised: dict
+    report: SegmentedReport
+
+
+class _Probe:
+    """What the wrappers of one pass measured (per pass, never module level)."""
+
+    def __init__(self, device) -> None:
+        self.baseline = MemorySnapshot(str(device), 0, 0, None, None)
+        self.seconds = 0.0
+
+
+def _conditioning(guider) -> dict:
+    conds = getattr(guider, "original_conds", None)
+    if not isinstance(conds, dict) or not conds.get("positive"):
+        raise LongMediaInputError("guider", "no conditioning", "a guider with positive conditioning set",
+                                  "Connect positive conditioning to the guider.")
+    return conds
+
+
+def _routed(plan: SegmentPlan, conds: dict) -> dict:
+    """{cond key: [per entry: per segment keyframes]}: the user's guides, moved into their passes."""
+    return {key: [seams.route_keyframes(plan, c.get("minimax_keyframes")) for c in entries]
+            for key, entries in conds.items()}
+
+
+def _segment_guider(guider, conds: dict, routed: dict, index: int, context: dict | None, context_keys, probe,
+                    progress):
+    """A copy of `guider` whose conditioning carries this pass's guides, with our measuring wrappers."""
+    import comfy.model_patcher
+    import comfy.patcher_extension as ext
+
+    g = copy.copy(guider)
+    g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
+    new = {}
+    for key, entries in conds.items():
+        new[key] = []
+        for j, c in enumerate(entries):
+            frames = ([context] if context is not None and key in context_keys else []) + list(routed[key][j][index])
+            entry = {k: v for k, v in c.items() if k != "minimax_keyframes"}
+            if frames:
+                entry["minimax_keyframes"] = frames
+            new[key].append(entry)
+    g.original_conds = new
+
+    def prepare_sampling(executor, model, *args, **kwargs):
+        out = executor(model, *args, **kwargs)
+        probe.baseline = read_memory(model.load_device)   # after the boundary and the model load
+        return out
+
+    def sampler_sample(executor, model_wrap, sigmas, extra_args, callback, *args, **kwargs):
+        def step_callback(step, x0, x, total_steps):
+            out = callback(step, x0, x, total_steps) if callback is not None else None
+            progress(step + 1)
+            return out
+
+        device = torch.device(g.model_patcher.load_device)
+        start = time.perf_counter()
+        out = executor(model_wrap, sigmas, extra_args, step_callback, *args, **kwargs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        probe.seconds = time.perf_counter() - start
+        return out
+
+    ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, g.model_options,
+                             is_model_options=True)
+    ext.add_wrapper_with_key(ext.WrappersMP.SAMPLER_SAMPLE, WRAPPER_KEY, sampler_sample, g.model_options,
+                             is_model_options=True)
+    return g
+
+
+def _seeded(noise, seed: int):
+    n = copy.copy(noise)
+    n.seed = seed
+    return n
+
+
+def _check_inputs(guider, sigmas, latent, plan) -> tuple[torch.Tensor, torch.Tensor]:
+    if not all(hasattr(plan, name) for name in ("segments", "count", "video_latent_frames", "audio_latent_frames")):
+        raise LongMediaInputError("plan", type(plan).__name__, "a SegmentPlan (LongMedia Setup's job.segments)",
+                                  "Connect the job from LongMedia Setup.")
+    comfy_job.h3_diffusion_model(guider)
+    comfy_job.check_sigmas(sigmas)
+    video, audio = comfy_job.av_latents(latent)
+    seams.check_job_latent(plan, video, audio)
+    if latent.get("noise_mask") is not None:
+        raise LongMediaInputError("latent", "a latent with a noise_mask", "a latent without a noise mask "
+                                  "for a segmented job", "Remove the mask (SetLatentNoiseMask), or run the job as "
+                                  "one pass without segments.")
+    return video, audio
+
+
+@dataclass(frozen=True)
+class SegmentForecast:
+    """One pass as planned before anything runs: its packed rows, mode and predicted peak."""
+
+    index: int
+    pass_frames: int
+    context_frames: int
+    seq_len: int
+    memory_mode: str
+    predicted_peak_bytes: int
+    fits: bool
+
+    def line(self) -> str:
+        return (f"segment {self.index}: {self.pass_frames} frames ({self.context_frames} context), "
+                f"{self.seq_len} packed rows, {self.memory_mode}, predicted peak "
+                f"{self.predicted_peak_bytes / 2 ** 30:.2f} GiB{'' if self.fits else ' (does NOT fit)'}")
+
+
+def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: SegmentPlan,
+                      device_profile: DeviceProfile | None = None) -> tuple[SegmentForecast, ...]:
+    """Plan every pass before the run: its context guide counted, the user's own guides left out."""
+    import comfy.nested_tensor
+
+    video, audio = comfy_job.av_latents(latent)
+    out = []
+    for seg in plan.segments:
+        pass_v, pass_a = seams.pass_latents(seg, video, audio)
+        extra = (seams.context_keyframe(seg, video, audio),) if seg.index else ()
+        seg_latent = {"samples": comfy.nested_tensor.NestedTensor((pass_v, pass_a))}
+        p, rows = comfy_sampler.plan_for(guider, seg_latent, sigmas, request, device_profile, keyframes=extra)
+        out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
+                                   p.predicted_peak_bytes, p.fits))
+    return tuple(out)
+
+
+def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
+                  seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
+                  device_profile: DeviceProfile | None = None) -> SegmentedResult:
+    """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
+
+    `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
+    `seeds` pins the first passes' seeds; the rest are the noise's seed + index (mod 2**64).
+    `context_on_negative`: give the context guide to every conditioning list (positive, negative ...),
+    not only the positive one, so CFG guides the prompt and not the continuation.
+    """
+    import comfy.model_management
+    import comfy.nested_tensor
+    import comfy.utils
+
+    video, audio = _check_inputs(guider, sigmas, latent, plan)
+    forecast = forecast_segments(guider, sigmas, latent, request, plan, device_profile)
+    for row in forecast:  # listed before the first pass runs
+        logging.info("LongMedia plan: %s", row.line())
+    conds = _conditioning(guider)
+    routed = _routed(plan, conds)
+    seed_list = seams.segment_seeds(plan.count, int(getattr(noise, "seed", 0) or 0), seeds)
+    context_keys = tuple(conds) if context_on_negative else ("positive",)
+    steps = int(sigmas.shape[-1]) - 1
+    total = plan.count * steps
+    bar = comfy.utils.ProgressBar(total)
+    extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
+    result = denoised = None
+    records = []
+    for seg in plan.segments:
+        comfy.model_management.throw_exception_if_processing_interrupted()
+        offset = seg.index * steps
+        context = seams.context_keyframe(seg, *result) if seg.index else None
+        probe = _Probe(guider.model_patcher.load_device)
+        g = _segment_guider(guider, conds, routed, seg.index, context, context_keys, probe,
+                            lambda done, offset=offset: bar.update_absolute(min(offset + done, total), total))
+        pass_v, pass_a = seams.pass_latents(seg, video, audio)
+        seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
+        run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
+                                        request, device_profile)
+        out_v, out_a = run.output["samples"].unbind()
+        den_v, den_a = run.denoised["samples"].unbind()
+        if result is None:
+            result, denoised = seams.empty_result(plan, out_v, out_a), seams.empty_result(plan, den_v, den_a)
+        seams.place(seg, result, out_v, out_a)
+        seams.place(seg, denoised, den_v, den_a)
+        bar.update_absolute(offset + steps, total)
+        records.append(SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
+                                     seg.video_latent_range, seg.audio_range, steps, probe.seconds, probe.baseline,
+                                     run.report))
+        del run, out_v, out_a, den_v, den_a
+    moved = [sum(len(per_segment[i]) for entries in routed.values() for per_segment in entries)
+             for i in range(plan.count)]
+    notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(moved) if n)
+    report = SegmentedReport(plan={**plan.to_dict(), "describe": list(plan.describe()),
+                                   "forecast": [asdict(f) | {"line": f.line()} for f in forecast]},
+                             segments=tuple(records),
+                             context_on=context_keys, notes=notes)
+    output = dict(extra, samples=comfy.nested_tensor.NestedTensor(result))
+    den = dict(extra, samples=comfy.nested_tensor.NestedTensor(denoised))
+    for d in (output, den):
+        d.pop("downscale_ratio_spacial", None)
+        d.pop("downscale_ratio_temporal", None)
+    return SegmentedResult(output, den, report)

@@ -1,0 +1,157 @@
+"""Setup's ComfyUI side: read the node's tensors, apply the plan, and let the stock H3 node logic build the job.
+
+Conditioning and latents come from ComfyUI's own H3 code (`comfy_extras.nodes_minimax_h3`):
+`_empty_av_latent` for the latent of the whole job, MiniMaxH3ImageToVideo / MiniMaxH3AddGuide for
+first/last frames, MiniMaxH3ReferenceToVideo for references. Setup only shrinks or trims references
+first when the reference budget says so (`setup_job.ReferencePrep`). ComfyUI is imported lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .inputs import text_rows
+from ..errors import LongMediaInputError
+from ..job.job import LongMediaJob
+from ..job.setup_plan import SLOTS, SOUNDTRACK_PREFIX, MediaInput, SetupPlan, SetupRequest, check_soundtracks, plan_setup
+
+REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
+    tuple(f"{SOUNDTRACK_PREFIX}{i}" for i in range(1, SLOTS["video"][1] + 1))
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    positive: list
+    negative: list
+    latent: dict
+    job: LongMediaJob
+    plan: SetupPlan
+
+    @property
+    def summary(self) -> str:
+        return "\n".join(self.plan.summary_lines())
+
+
+def _image(name: str, value):
+    shape = tuple(getattr(value, "shape", ()))
+    if len(shape) != 4 or shape[0] < 1 or shape[-1] not in (3, 4):
+        raise LongMediaInputError(name, shape or type(value).__name__, "an IMAGE batch [frames, height, width, 3]",
+                                  "Connect a Load Image / Load Video output.")
+    return value
+
+
+def _audio(name: str, value) -> tuple[object, int]:
+    wave = value.get("waveform") if isinstance(value, dict) else None
+    rate = value.get("sample_rate") if isinstance(value, dict) else None
+    if getattr(wave, "ndim", 0) != 3 or not isinstance(rate, int) or rate < 1 or wave.shape[-1] < 1:
+        raise LongMediaInputError(name, type(value).__name__, "an AUDIO {'waveform': [batch, channels, samples], "
+                                  "'sample_rate': int}", "Connect a Load Audio output.")
+    return wave, rate
+
+
+def media_inputs(refs: dict) -> tuple[MediaInput, ...]:
+    """MediaInput descriptions of the connected reference inputs (None = not connected)."""
+    unknown = sorted(set(refs) - set(REFERENCE_INPUTS))
+    if unknown:
+        raise LongMediaInputError(unknown[0], "given", "one of " + ", ".join(REFERENCE_INPUTS), "Rename the input.")
+    out = []
+    for name in REFERENCE_INPUTS:
+        value = refs.get(name)
+        if value is None or name.startswith(SOUNDTRACK_PREFIX):
+            continue
+        if name.startswith("ref_audio_"):
+            wave, rate = _audio(name, value)
+            out.append(MediaInput(name, "audio", seconds=wave.shape[-1] / rate))
+            continue
+        frames, height, width = _image(name, value).shape[:3]
+        kind = "video" if name.startswith("ref_video_") else "picture"
+        sound = refs.get(f"{SOUNDTRACK_PREFIX}{name.rsplit('_', 1)[-1]}") if kind == "video" else None
+        seconds = 0.0
+        if sound is not None:
+            wave, rate = _audio(f"{SOUNDTRACK_PREFIX}{name.rsplit('_', 1)[-1]}", sound)
+            seconds = wave.shape[-1] / rate
+        out.append(MediaInput(name, kind, int(width), int(height), int(frames), soundtrack_seconds=seconds))
+    check_soundtracks(tuple(m.slot for m in out if m.kind == "video"),
+                      tuple(int(n.rsplit("_", 1)[-1]) for n in REFERENCE_INPUTS
+                            if n.startswith(SOUNDTRACK_PREFIX) and refs.get(n) is not None))
+    return tuple(out)
+
+
+def _trim_audio(audio: dict, seconds: float | None) -> dict:
+    if seconds is None:
+        return audio
+    keep = max(1, round(seconds * audio["sample_rate"]))
+    return {**audio, "waveform": audio["waveform"][..., :keep]}
+
+
+def prepared_references(refs: dict, plan: SetupPlan) -> dict[str, dict]:
+    """The stock node's ref_images / ref_videos / ref_video_audios / ref_audios dicts, with the plan applied."""
+    from comfy_extras.nodes_minimax_h3 import _resize
+
+    out: dict[str, dict] = {"ref_images": {}, "ref_videos": {}, "ref_video_audios": {}, "ref_audios": {}}
+    for prep in plan.preps:
+        value = refs[prep.name]
+        if prep.kind == "audio":
+            out["ref_audios"][prep.name] = _trim_audio(value, prep.keep_seconds)
+            continue
+        frames = value[:1] if prep.kind == "picture" else value[:prep.keep_frames]
+        if prep.resize_to is not None:
+            frames = _resize(frames, prep.resize_to[0], prep.resize_to[1], "disabled")
+        out["ref_images" if prep.kind == "picture" else "ref_videos"][prep.name] = frames
+        if prep.soundtrack:
+            out["ref_video_audios"][prep.soundtrack] = _trim_audio(refs[prep.soundtrack], prep.keep_soundtrack_seconds)
+    return out
+
+
+def _rows(name: str, conditioning) -> int:
+    """Prompt rows of a CONDITIONING input, or a LongMediaInputError naming that input."""
+    try:
+        return text_rows(conditioning)
+    except LongMediaInputError as error:  # named: text_rows names a generic 'conditioning'
+        raise LongMediaInputError(name, error.value, error.allowed, "Connect a text encoder's CONDITIONING.") from error
+
+
+def _prompt_tokens(clip, prompt: str) -> int:
+    tokens = clip.tokenize(prompt)
+    return len(next(iter(tokens.values()))[0])
+
+
+def run_setup(positive, negative, *, width: int, height: int, seconds: float, family: str = "t2va",
+              reference_budget: str = "low", segment_seconds: float = 0.0, continuation_frames: int = 22,
+              ref_image_size: str = "match", clip=None, prompt: str = "", vae=None, audio_vae=None,
+              first_frame=None, last_frame=None, references: dict | None = None) -> SetupResult:
+    """Validate everything, then build conditioning, the whole job's AV latent and the LongMediaJob."""
+    import comfy_extras.nodes_minimax_h3 as h3
+
+    _rows("negative", negative)
+    if (positive is None) == (clip is None):
+        raise LongMediaInputError("positive", "connected" if positive is not None else None,
+                                  "exactly one conditioning source: positive, or clip + prompt",
+                                  "Connect positive from CLIPTextEncode, or the CLIP (and type the prompt), not both.")
+    refs = dict(references or {})
+    for name, image in (("first_frame", first_frame), ("last_frame", last_frame)):
+        if image is not None:
+            _image(name, image)
+    request = SetupRequest(
+        width=width, height=height, seconds=seconds, family=family, reference_budget=reference_budget,
+        segment_seconds=segment_seconds, continuation_frames=continuation_frames, ref_image_size=ref_image_size,
+        prompt_tokens=_rows("positive", positive) if clip is None else _prompt_tokens(clip, prompt),
+        conditioning="positive" if clip is None else "clip", first_frame=first_frame is not None,
+        last_frame=last_frame is not None, references=media_inputs(refs), have_vae=vae is not None,
+        have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()))
+    plan = plan_setup(request)
+    latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
+    if family == "ref2va":
+        cond = h3.MiniMaxH3ReferenceToVideo.execute(clip, vae, audio_vae, prompt, width, height, plan.pass_frames,
+                                                    ref_image_size, **prepared_references(refs, plan)).result[0]
+    elif family == "fl2va" and clip is not None:
+        cond = h3.MiniMaxH3ImageToVideo.execute(clip, vae, prompt, width, height, plan.total_frames,
+                                                first_frame=first_frame, last_frame=last_frame).result[0]
+    elif clip is not None:
+        cond = clip.encode_from_tokens_scheduled(clip.tokenize(prompt))   # what CLIPTextEncode does
+    else:
+        cond = positive
+        for image, index in ((first_frame, 0), (last_frame, -1)):
+            if image is not None:
+                cond = h3.MiniMaxH3AddGuide.execute(cond, latent, index, vae=vae, image=image).result[0]
+    return SetupResult(cond, negative, latent, plan.job(), plan)

@@ -1,0 +1,291 @@
+"""`plan(model, device, geometry, request) -> ExecutionPlan`: the memory mode, chunk sizes, guards and why.
+
+The decision is made from the predicted peak of the real packed sequence, never from a model-size to
+VRAM ratio: `auto` takes the least constrained of normal / low_vram / ultra_low_vram whose peak
+(block executor bytes from `execution.memory`, the stock tensors around the blocks from
+`plan_memory`, the weights a block needs, a workspace) fits the budget minus the activation reserve.
+Weights beyond that are elastic: dynamic VRAM keeps as many resident as the rest of the budget holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import stage_memory as pm
+from .attention_path import resolve_attention_path
+from ..execution.chunks import ChunkSizes
+from ..execution.memory import block_memory
+from ..h3.geometry import Geometry
+from ..errors import LongMediaInputError, check_int
+from .policy import (auto_guards, auto_reserve, is_16gb_int8, manual_warnings, pinning, prefetch_decision,
+                          segment_suggestion)
+from .types import (MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, PlanRequest)
+from ..h3.profiles import DeviceProfile, ModelProfile, gib
+
+LADDER = (16384, 8192, 4096, 2048, 1024, 512)
+ULTRA_LADDER = (4096, 2048, 1024, 512)
+
+__all__ = ["plan", "PlanRequest", "ExecutionPlan", "LongMediaInputError", "LADDER", "Candidate", "evaluate_mode"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One memory mode's chunk sizes and what the pass needs with them."""
+
+    mode: str
+    chunks: ChunkSizes
+    memory: MemoryBreakdown
+    usable_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.activation_need_bytes <= self.usable_bytes
+
+
+def _group_ladder(heads: int) -> tuple[int, ...]:
+    """Heads per K/V group for ultra_low_vram: divisors of `heads` below it, even ones first, largest first."""
+    divisors = [g for g in range(heads - 1, 0, -1) if heads % g == 0]
+    return tuple([g for g in divisors if g % 2 == 0] + [g for g in divisors if g % 2 == 1]) or (1,)
+
+
+class _Pass:
+    """The fixed facts of one pass the candidates are measured against."""
+
+    def __init__(self, model: ModelProfile, device: DeviceProfile, g: Geometry, request: PlanRequest,
+                 reserve: int, prefetch: bool) -> None:
+        d, dt = model.dims, model.compute_dtype_bytes
+        self.model, self.g, self.request, self.d, self.dt = model, g, request, d, dt
+        self.int8 = model.is_int8
+        self.usable = device.usable_vram_bytes - reserve
+        self.held = pm.held_outside_bytes(g, d, dt)
+        self.workspace = pm.workspace_bytes(g, model)
+        self.pre = pm.pre_block_bytes(g, d, dt) + pm.WORKSPACE_FIXED
+        self.final = pm.final_bytes(g, d, dt) + self.workspace
+        self.final_chunked = pm.chunked_final_bytes(g, d, dt) + self.workspace  # streamed modes chunk it too
+        self.min_weights = model.block_weight_bytes * (2 if prefetch else 1)
+        self.fixed = self.held + self.workspace + self.min_weights
+
+    def manual(self, chunks: ChunkSizes) -> ChunkSizes:
+        r = self.request
+        overlay = {"mlp_chunk_tokens": r.mlp_chunk_tokens, "qkv_chunk_tokens": r.sol_qkv_chunk_tokens,
+                   "out_proj_chunk_tokens": r.sol_out_proj_chunk_tokens}
+        return replace(chunks, **{k: v for k, v in overlay.items() if v is not None})
+
+    def attention_fits(self, c: ChunkSizes) -> bool:
+        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).attention_bytes <= self.usable
+
+    def mlp_fits(self, c: ChunkSizes) -> bool:
+        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).mlp_bytes <= self.usable
+
+    def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0) -> Candidate:
+        """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace)."""
+        bm = block_memory(self.g.seq_len, self.d, chunks, self.dt, int8_linears=self.int8)
+        act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes)
+        mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
+                              workspace_bytes=self.workspace, pre_block_bytes=self.pre,
+                              final_bytes=self.final if chunks.is_stock else self.final_chunked,
+                              min_weight_bytes=self.min_weights, resident_weight_bytes=self.min_weights,
+                              model_weight_bytes=self.model.weight_bytes)
+        spare = self.usable - mem.activation_need_bytes
+        extra = max(0, min(spare, self.model.weight_bytes - self.min_weights))
+        return Candidate(mode, chunks, replace(mem, resident_weight_bytes=self.min_weights + extra), self.usable)
+
+
+def _largest(ladder: tuple[int, ...], fits, make) -> int:
+    """The largest ladder value whose chunks fit (the smallest when none does)."""
+    for value in ladder:
+        if fits(make(value)):
+            return value
+    return ladder[-1]
+
+
+def _search_streamed(p: _Pass, base: ChunkSizes, ladder: tuple[int, ...]) -> ChunkSizes:
+    r = p.request
+    c = p.manual(base)
+    if r.sol_qkv_chunk_tokens is None:
+        q = _largest(ladder, p.attention_fits, lambda v: p.manual(replace(c, qkv_chunk_tokens=v, out_proj_chunk_tokens=0)))
+        c = replace(c, qkv_chunk_tokens=q)
+    if r.sol_out_proj_chunk_tokens is None and c.qkv_chunk_tokens and not p.attention_fits(c):
+        sub = tuple(v for v in ladder if v < c.qkv_chunk_tokens) or (c.qkv_chunk_tokens,)
+        c = replace(c, out_proj_chunk_tokens=_largest(sub, p.attention_fits,
+                                                      lambda v: replace(c, out_proj_chunk_tokens=v)))
+    if r.mlp_chunk_tokens is None:
+        c = replace(c, mlp_chunk_tokens=_largest(ladder, p.mlp_fits, lambda v: replace(c, mlp_chunk_tokens=v)))
+    return c
+
+
+def evaluate_mode(p: _Pass, mode: str) -> Candidate:
+    """The least constrained chunk sizes of `mode` that fit (its most constrained ones when none do)."""
+    if mode == "normal":
+        return p.candidate(mode, p.manual(ChunkSizes()))
+    if mode == "low_vram":
+        return p.candidate(mode, _search_streamed(p, ChunkSizes(), LADDER))
+    best = None
+    for group in _group_ladder(p.d.heads):
+        best = p.candidate(mode, _search_streamed(p, ChunkSizes(heads_per_group=group), ULTRA_LADDER))
+        if best.fits:
+            return best
+    return best
+
+
+def _choose(p: _Pass, requested: str) -> tuple[Candidate, list[str]]:
+    if requested != "auto":
+        cand = evaluate_mode(p, requested)
+        notes = [f"memory_mode={requested} (manual)"]
+        if not cand.fits:
+            better = next((m for m in MODE_ORDER if evaluate_mode(p, m).fits), None)
+            notes.append(f"{requested} does not fit: needs {gib(cand.memory.activation_need_bytes)} of "
+                         f"{gib(p.usable)} usable" + (f"; auto would pick {better}" if better else ""))
+        return cand, notes
+    tried = []
+    for mode in MODE_ORDER:
+        cand = evaluate_mode(p, mode)
+        if cand.fits:
+            head = f"auto picked {mode}: the least constrained mode whose predicted peak fits"
+            if mode == "ultra_low_vram":
+                head = "auto fell back to ultra_low_vram, the last resort: " + "; ".join(tried)
+            return cand, [head] + (tried if mode != "ultra_low_vram" else [])
+        tried.append(f"{mode} needs {gib(cand.memory.activation_need_bytes)} > {gib(p.usable)} usable")
+    return cand, ["auto: no mode fits one pass, not even ultra_low_vram (" + "; ".join(tried) + ")"]
+
+
+def _validate(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request: PlanRequest) -> None:
+    for name, value, kind in (("model", model, ModelProfile), ("device", device, DeviceProfile),
+                              ("geometry", geometry, Geometry), ("request", request, PlanRequest)):
+        if not isinstance(value, kind):
+            raise LongMediaInputError(name, type(value).__name__, f"a {kind.__name__}",
+                                      f"Build it with longmedia.{kind.__module__.rsplit('.', 1)[-1]}.{kind.__name__}.")
+    last = model.dims.num_blocks - 1
+    if request.late_block_guard_start is not None:
+        check_int("late_block_guard_start", request.late_block_guard_start, 0, last,
+                  f"Give a block index of this {model.dims.num_blocks}-block model.")
+    if request.inter_block_guard_cooldown_blocks is not None:
+        check_int("inter_block_guard_cooldown_blocks", request.inter_block_guard_cooldown_blocks, 0,
+                  model.dims.num_blocks, "Give at most the model's block count.")
+    if device.usable_vram_bytes <= 0:
+        raise LongMediaInputError("device", device.name, "a device with free VRAM",
+                                  "Run on a CUDA GPU, or plan for one with DeviceProfile.card(vram_gb=...).")
+
+
+def _describe_chunks(c: ChunkSizes, heads: int) -> str:
+    if c.is_stock:
+        return "stock block math (one fused QKV, one attention call, whole-sequence MLP)"
+    parts = []
+    if c.streams_attention:
+        n = c.group_heads(heads)
+        groups = f", K/V held for {n} of {heads} heads at a time" if n < heads else ""
+        out = c.out_proj_chunk_tokens or c.qkv_chunk_tokens
+        parts.append(f"attention streamed in {c.qkv_chunk_tokens}-row query chunks (out-proj {out} rows){groups}")
+    else:
+        parts.append("stock attention")
+    parts.append(f"MLP in {c.mlp_chunk_tokens}-row chunks" if c.streams_mlp else "stock MLP")
+    return "; ".join(parts)
+
+
+def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request: PlanRequest | None = None, *,
+         attention_resolver=resolve_attention_path) -> ExecutionPlan:
+    """The execution plan of one H3 pass; raises LongMediaInputError before any GPU work on bad input.
+
+    attention_resolver(request, geometry, model, device, chunks, budget_bytes) -> AttentionPath: the
+    dispatcher by default; the CLI passes `attention_path.default_attention_path` to stay torch-free.
+    """
+    request = PlanRequest() if request is None else request
+    _validate(model, device, geometry, request)
+    reserve_mb = request.vram_activation_reserve_mb
+    reserve = reserve_mb * 2 ** 20 if reserve_mb is not None else auto_reserve(device)
+    # The mode is chosen with one block of weights in VRAM; prefetch (a second block) is added only where
+    # it fits beside that mode's activations, so it never makes the plan more constrained.
+    p = _Pass(model, device, geometry, request, reserve, False)
+    cand, reasons = _choose(p, request.memory_mode)
+    pref, pref_reason = prefetch_decision(model, device, geometry)
+    if pref and cand.memory.resident_weight_bytes >= model.weight_bytes:
+        pref, pref_reason = False, "block prefetch off: every weight stays resident, nothing streams"
+    if pref:
+        p2 = _Pass(model, device, geometry, request, reserve, True)
+        cand2 = p2.candidate(cand.mode, cand.chunks)
+        if cand2.fits or not cand.fits:
+            p, cand = p2, cand2
+        else:
+            pref, pref_reason = False, (f"block prefetch off: a second block ({gib(model.block_weight_bytes)}) "
+                                        f"does not fit beside {cand.mode}'s activations")
+
+    attn_budget = p.usable - p.fixed - geometry.seq_len * model.dims.hidden * model.compute_dtype_bytes
+    attention: AttentionPath = attention_resolver(request, geometry, model, device, cand.chunks, max(0, attn_budget))
+    chunks = cand.chunks
+    if (chunks.streams_attention and attention.query_chunk_tokens
+            and attention.query_chunk_tokens < chunks.qkv_chunk_tokens and request.sol_qkv_chunk_tokens is None):
+        chunks = replace(chunks, qkv_chunk_tokens=attention.query_chunk_tokens,
+                         out_proj_chunk_tokens=min(chunks.out_proj_chunk_tokens or attention.query_chunk_tokens,
+                                                   attention.query_chunk_tokens))
+        reasons.append(f"query chunks lowered to {chunks.qkv_chunk_tokens} rows: the attention backend's "
+                       "working set needs it")
+        cand = p.candidate(cand.mode, chunks)
+    workspace_warning = None
+    if attention.extra_bytes:
+        fitted = cand.fits
+        cand = p.candidate(cand.mode, chunks, attention.extra_bytes)
+        reasons.append(f"{attention.backend} allocates {gib(attention.extra_bytes)} per attention call beyond "
+                       "q/k/v (scores or Sol's key summaries, block lists, routing mask): counted in the block's "
+                       "attention stage")
+        if fitted and not cand.fits:
+            workspace_warning = (f"{attention.backend}'s {gib(attention.extra_bytes)} of per-call workspace takes "
+                                 "the plan over the budget: lower sol_qkv_chunk_tokens or free VRAM")
+
+    g = geometry
+    reasons = [f"packed sequence: {g.seq_len} rows ({g.text_rows} text, {g.cond_rows} guide, {g.reference_rows} "
+               f"reference, {g.audio_rows} audio, {g.video_rows} video = {g.latent_frames} latent frames x "
+               f"{g.rows_per_latent_frame})"] + reasons
+    reasons.append(_describe_chunks(chunks, model.dims.heads))
+    mem = cand.memory
+    reasons.append(f"needs {gib(mem.activation_need_bytes)} of {gib(p.usable)} usable ({gib(device.usable_vram_bytes)} "
+                   f"budget - {gib(reserve)} reserve): block activations {gib(mem.block_activation_bytes)}, held "
+                   f"around the blocks {gib(mem.held_outside_bytes)}, workspace {gib(mem.workspace_bytes)}, "
+                   f"{gib(mem.min_weight_bytes)} of block weights")
+    reasons.append(f"resident weights {gib(mem.resident_weight_bytes)} of {gib(model.weight_bytes)}: predicted peak "
+                   f"{gib(mem.predicted_peak_bytes)}")
+    if mem.final_bytes > mem.blocks_stage_bytes:
+        reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block stage "
+                       f"({gib(mem.blocks_stage_bytes)}): the late-block guard makes room before it")
+    reasons.append(pref_reason)
+    if is_16gb_int8(model, device):
+        reasons.append("16 GB-class card with native INT8 weights: blocks are faulted in on demand, and nothing "
+                       "reserves room for the next block while the current block's activations are alive")
+    if not device.dynamic_vram and model.weight_bytes > p.usable - mem.activation_need_bytes + mem.min_weight_bytes:
+        reasons.append(f"dynamic VRAM is off and the {gib(model.weight_bytes)} of weights do not fit beside the "
+                       f"activations: ComfyUI's estimate-based loader decides residency, which this plan cannot "
+                       "steer; re-enable dynamic VRAM (the default: drop --disable-dynamic-vram / --highvram / "
+                       "--gpu-only / --novram)")
+    pin = pinning(model, device, mem.streamed_weight_bytes)
+    reasons.append(pin.reason)
+    if mem.streamed_weight_bytes:
+        reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from RAM on every model call")
+    reasons.extend(f"attention: {r}" for r in attention.reasons)
+    guards = auto_guards(request, model, device, mem, geometry)
+    warnings = manual_warnings(request, cand, p.usable, guards, auto_guards(PlanRequest(), model, device, mem, geometry),
+                               auto_reserve(device))
+    if attention.query_chunk_tokens and not chunks.streams_attention:
+        warnings.append(f"the attention backend ({attention.backend}) needs query chunks of "
+                        f"{attention.query_chunk_tokens} rows to fit, but this plan runs stock attention: use "
+                        "memory_mode=low_vram or set sol_qkv_chunk_tokens")
+    if workspace_warning:
+        warnings.append(workspace_warning)
+    if attention.working_bytes > max(0, attn_budget) and attention.source == "dispatcher":
+        warnings.append(f"the attention backend's working set ({gib(attention.working_bytes)}) is over the "
+                        f"{gib(max(0, attn_budget))} the plan leaves for attention")
+    suggestion = segment_suggestion(model, device, geometry, cand,
+                                    lambda g2: _fits_any(model, device, g2, request, reserve))
+    if suggestion is not None:
+        reasons.append(suggestion.why)
+    reasons.extend(f"reference budget: {note}" for r in g.references for note in r.capped)
+    return ExecutionPlan(memory_mode=cand.mode, requested_memory_mode=request.memory_mode, attention=attention,
+                         chunks=chunks, activation_reserve_bytes=reserve, guards=guards, prefetch=pref, pinning=pin,
+                         memory=mem, budget_bytes=device.usable_vram_bytes, geometry=geometry, model=model,
+                         device=device, manual_fields=request.manual_fields, warnings=tuple(warnings),
+                         reasons=tuple(reasons), segment_suggestion=suggestion)
+
+
+def _fits_any(model: ModelProfile, device: DeviceProfile, g: Geometry, request: PlanRequest,
+              reserve: int) -> str | None:
+    """The least constrained mode in which geometry `g` fits (None = none), one block of weights resident."""
+    p = _Pass(model, device, g, replace(request, memory_mode="auto"), reserve, False)
+    return next((m for m in MODE_ORDER if evaluate_mode(p, m).fits), None)

@@ -1,0 +1,187 @@
+"""The planner's rules with numbers: reserve, prefetch, RAM pinning, guard thresholds, risky manual values,
+and segment-length suggestions. Each rule states itself in the reason it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+import math
+from typing import Callable
+
+from ..h3 import lattice as L
+from ..h3.geometry import Geometry, SegmentRows
+from .types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
+from ..h3.profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
+from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, suggest_segment_seconds
+
+INT8_16GB_CARD_MAX = 18.5 * GIB
+PIN_HEADROOM_MIN = 12 * GIB          # RAM left free after pinning: at least this ...
+PIN_HEADROOM_FRACTION = 0.20         # ... and at least this share of RAM (text encoder, VAE, OS, browser)
+def auto_reserve(device: DeviceProfile) -> int:
+    """VRAM kept free for fragmentation and other apps: 512 MiB (768 on Windows) plus 2% of the card."""
+    base = 768 * MIB if device.os_name == "windows" else 512 * MIB
+    return base + int(0.02 * device.vram_total_bytes)
+
+
+def is_16gb_int8(model: ModelProfile, device: DeviceProfile) -> bool:
+    return model.is_int8 and device.vram_total_bytes <= INT8_16GB_CARD_MAX
+
+
+def prefetch_decision(model: ModelProfile, device: DeviceProfile, g: Geometry) -> tuple[bool, str]:
+    if is_16gb_int8(model, device):
+        return False, (f"block prefetch off: INT8 weights on a {gib(device.vram_total_bytes)} card "
+                       f"(<= {INT8_16GB_CARD_MAX / GIB:g} GiB): a speculative second block "
+                       f"({gib(model.block_weight_bytes)}) would compete with live activations")
+    if not device.dynamic_vram:
+        return False, "block prefetch off: it needs dynamic VRAM"
+    return True, (f"block prefetch on: the next block ({gib(model.block_weight_bytes)}) is fetched while "
+                  "the current one runs")
+
+
+def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
+    """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing."""
+    floor = max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
+    rule = (f"RAM pinning keeps >= {gib(floor)} RAM free (max of {PIN_HEADROOM_MIN / GIB:g} GiB and "
+            f"{PIN_HEADROOM_FRACTION:.0%} of {gib(device.ram_total_bytes)}) and stays within ComfyUI's "
+            f"{gib(device.pinned_budget_bytes)} pinned budget")
+    if streamed <= 0:
+        return PinningDecision("none", 0, device.ram_available_bytes, "RAM pinning not needed: every weight stays "
+                               "in VRAM")
+    room = min(device.pinned_budget_bytes, device.ram_available_bytes - floor)
+    if streamed <= room:
+        return PinningDecision("full", streamed, device.ram_available_bytes - streamed,
+                               f"{rule}: pinning all {gib(streamed)} of streamed weights leaves "
+                               f"{gib(device.ram_available_bytes - streamed)}")
+    if room >= model.block_weight_bytes:
+        pinned = room - room % max(1, model.block_weight_bytes)
+        return PinningDecision("partial", pinned, device.ram_available_bytes - pinned,
+                               f"{rule}: full pinning of {gib(streamed)} rejected (it would leave "
+                               f"{gib(device.ram_available_bytes - streamed)}); pinning {gib(pinned)} "
+                               "(whole blocks), the rest streams from pageable RAM")
+    return PinningDecision("none", 0, device.ram_available_bytes,
+                           f"{rule}: full pinning of {gib(streamed)} rejected (it would leave "
+                           f"{gib(device.ram_available_bytes - streamed)}), and not even one block fits; "
+                           "weights stream from pageable RAM")
+
+
+GUARD_MARGIN_MB = 256   # cuBLAS workspaces and small allocations made outside torch's cache
+
+
+def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile, mem: MemoryBreakdown,
+                g: Geometry) -> GuardThresholds:
+    """Guard thresholds from the plan's own numbers; each manual value replaces its one field.
+
+    The guards read the driver's free VRAM, outside torch's cache (execution/guards.py): activations
+    reuse that cache from block to block, so the thresholds cover what is allocated beside it: the next
+    block's weights when weights stream, and a small margin; the late-block target adds what the stock
+    final layer needs beyond a block stage.
+    """
+    streams = mem.streamed_weight_bytes > 0
+    inter = (mib(model.block_weight_bytes) if streams else 0) + GUARD_MARGIN_MB
+    final_extra = max(0, mem.final_bytes - mem.blocks_stage_bytes)
+    last = model.dims.num_blocks - 1
+    vram = device.vram_total_bytes
+    cleanup = 256 if vram <= 8.5 * GIB else 512 if vram <= 18.5 * GIB else 1024
+    auto = GuardThresholds(inter_block_vram_guard_mb=inter, inter_block_guard_cooldown_blocks=2,
+                           inter_block_guard_emergency_mb=max(GUARD_MARGIN_MB // 2, inter // 2),
+                           late_block_guard_start=max(0, last - 1) if final_extra else last,
+                           late_block_guard_target_mb=mib(final_extra) + GUARD_MARGIN_MB,
+                           step_boundary_cleanup_mb=cleanup)
+    return replace(auto, **{k: getattr(request, k) for k in auto.__dataclass_fields__ if getattr(request, k) is not None})
+
+
+def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresholds, auto: GuardThresholds,
+                    auto_reserve_bytes: int) -> list[str]:
+    """Plain-language flags for manual values that put the job at risk; the values themselves are kept."""
+    out = []
+    chunk_fields = [f for f in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens")
+                    if getattr(request, f) is not None]
+    if chunk_fields and not cand.fits:
+        out.append(f"risky: manual {', '.join(f'{f}={getattr(request, f)}' for f in chunk_fields)} leave the "
+                   f"predicted peak at {gib(cand.memory.activation_need_bytes)}, over the {gib(usable)} usable")
+    if request.sol_out_proj_chunk_tokens and cand.chunks.qkv_chunk_tokens == 0:
+        out.append("sol_out_proj_chunk_tokens has no effect while sol_qkv_chunk_tokens is 0 (stock attention)")
+    r = request.vram_activation_reserve_mb
+    if r is not None and r * MIB < auto_reserve_bytes // 2:
+        out.append(f"risky: vram_activation_reserve_mb={r} is under half the auto {mib(auto_reserve_bytes)} MB: "
+                   "fragmentation or another app can push the job into an OOM")
+    if request.inter_block_vram_guard_mb == 0:
+        out.append("inter_block_vram_guard_mb=0 turns the inter-block guard off")
+    elif request.inter_block_vram_guard_mb is not None and \
+            guards.inter_block_vram_guard_mb < auto.inter_block_vram_guard_mb // 2:
+        out.append(f"risky: inter_block_vram_guard_mb={guards.inter_block_vram_guard_mb} is under half the auto "
+                   f"{auto.inter_block_vram_guard_mb} MB (the next block's weights and a margin): the guard may "
+                   "not act before an OOM")
+    if request.inter_block_guard_cooldown_blocks == 0:
+        out.append("risky: inter_block_guard_cooldown_blocks=0 lets the guard clean up after every block (slow)")
+    if request.inter_block_guard_emergency_mb is not None and \
+            guards.inter_block_guard_emergency_mb > guards.inter_block_vram_guard_mb:
+        out.append("inter_block_guard_emergency_mb is above inter_block_vram_guard_mb: every guard event is an "
+                   "emergency")
+    if request.late_block_guard_target_mb is not None and \
+            guards.late_block_guard_target_mb < auto.late_block_guard_target_mb // 2:
+        out.append(f"risky: late_block_guard_target_mb={guards.late_block_guard_target_mb} is under half the auto "
+                   f"{auto.late_block_guard_target_mb} MB the stock final layer needs beyond a block")
+    return out
+
+
+def with_pass_frames(g: Geometry, frames: int) -> Geometry:
+    """`g` with its target audio and video resized to a `frames`-long pass (guides and references kept)."""
+    audio_t = L.target_audio_frames(frames)
+    lt = L.latent_frames(frames)
+    segs = tuple(s for s in g.segments if s.kind not in ("audio", "video")) + (
+        SegmentRows("audio", audio_t * L.AUDIO_ROWS_PER_FRAME, f"target audio ({audio_t} latent frames x stereo)"),
+        SegmentRows("video", lt * g.rows_per_latent_frame, f"target video ({lt} latent frames x "
+                                                           f"{g.rows_per_latent_frame} rows)"))
+    return replace(g, frames=frames, audio_latent_frames=audio_t, segments=segs)
+
+
+def _card_gb(device: DeviceProfile) -> float:
+    """The card's marketed size: 16376 MiB reads as 16 GB."""
+    return float(max(1, math.floor(device.vram_total_bytes / GIB + 0.5)))
+
+
+def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, cand,
+                       fits: Callable[[Geometry], str | None]) -> SegmentSuggestion | None:
+    """A `segment_seconds` when the pass does not fit, only fits in ultra_low_vram, or one pass is longer than
+    the field's range for this card (`segments.suggest_segment_seconds`); None otherwise.
+
+    Later segments re-read `context` frames, so a segment of 17j+5 new frames is a 17(j+k)+5-frame pass:
+    each candidate is checked at that length.
+    """
+    tip = suggest_segment_seconds(_card_gb(device), g.reference_budget.name)
+    too_long = g.segment_count == 1 and g.frames > L.frames_for_seconds(tip.max_seconds)
+    if cand.fits and cand.mode != "ultra_low_vram" and not too_long:
+        return None
+    context = g.context_frames or DEFAULT_CONTEXT_FRAMES
+    extra = (context - L.MIN_FRAMES) // L.CLIP_FRAMES * L.CLIP_FRAMES
+    first = g.frames if g.segment_count == 1 else g.frames - extra
+    cap = L.snap_frames_down(max(L.MIN_FRAMES, int(tip.max_seconds * L.FPS)))
+    found, fallback = None, None
+    for f in range(min(first, cap), L.MIN_FRAMES + L.CLIP_FRAMES - 1, -L.CLIP_FRAMES):
+        mode = fits(with_pass_frames(g, f + extra))
+        if mode is not None and mode != "ultra_low_vram":
+            found = (f, mode)
+            break
+        if mode is not None and fallback is None:
+            fallback = (f, mode)
+    found = found or fallback
+    field = (tip.min_seconds, tip.max_seconds)
+    if found is None:
+        return SegmentSuggestion(0.0, 0, field, None,
+                                 "no segment length fits this card: even the shortest segment needs more than the "
+                                 "budget (fewer or smaller references, a lower resolution, or more VRAM)")
+    f, mode = found
+    sec = round(f / L.FPS, 2)
+    why = (f"suggested segment_seconds={sec:g} ({f} new frames; later passes {f + extra} frames with {context} of "
+           f"context) fits in {mode}; field range for this card {field[0]:g}-{field[1]:g} s")
+    if not cand.fits:
+        why += "; one pass does not fit"
+    elif cand.mode == "ultra_low_vram":
+        why += "; one pass only fits in ultra_low_vram (slow)"
+    elif too_long:
+        why += (f"; a {g.seconds:.1f} s pass is longer than the field range, and attention cost grows with the "
+                "square of its length")
+    if sec < field[0]:
+        why += f" (below the field's {field[0]:g} s: this job's geometry is heavier than usual)"
+    return SegmentSuggestion(sec, f + extra, field, sec, why)

@@ -1,0 +1,213 @@
+"""What the planner takes (`PlanRequest`) and gives (`ExecutionPlan` and its parts), as frozen values."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..execution.chunks import ChunkSizes
+from ..h3.geometry import Geometry
+from ..errors import check_choice, check_int
+from ..h3.profiles import DeviceProfile, ModelProfile
+
+MEMORY_MODES = ("auto", "normal", "low_vram", "ultra_low_vram")
+ATTENTION_MODES = ("auto", "existing", "sol", "scheduled_sol")
+MODE_ORDER = ("normal", "low_vram", "ultra_low_vram")   # least to most constrained
+MAX_CHUNK_TOKENS = 1 << 20
+MIN_CHUNK_TOKENS = 64
+MAX_MB = 1 << 20
+
+# (name, low, high, zero allowed, what to change) for each of the ten manual controls; None = auto.
+_TOKENS_FIX = "Use 0 for the stock path of that stage or a row count such as 4096; leave unset for auto."
+_MB_FIX = "Give megabytes; leave unset for auto."
+MANUAL_CONTROLS: tuple[tuple[str, int, int, bool, str], ...] = (
+    ("mlp_chunk_tokens", MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS, True, _TOKENS_FIX),
+    ("sol_qkv_chunk_tokens", MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS, True, _TOKENS_FIX),
+    ("sol_out_proj_chunk_tokens", MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS, True, _TOKENS_FIX),
+    ("vram_activation_reserve_mb", 0, MAX_MB, False, _MB_FIX),
+    ("inter_block_vram_guard_mb", 0, MAX_MB, False, _MB_FIX),
+    ("inter_block_guard_cooldown_blocks", 0, 1024, False, "Give a block count; leave unset for auto."),
+    ("inter_block_guard_emergency_mb", 0, MAX_MB, False, _MB_FIX),
+    ("late_block_guard_start", 0, 1024, False, "Give a block index; leave unset for auto."),
+    ("late_block_guard_target_mb", 0, MAX_MB, False, _MB_FIX),
+    ("step_boundary_cleanup_mb", 0, MAX_MB, False, _MB_FIX),
+)
+MANUAL_FIELDS = tuple(c[0] for c in MANUAL_CONTROLS)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """The user's choices: memory and attention modes, and ten manual controls (None = auto)."""
+
+    memory_mode: str = "auto"
+    attention_mode: str = "auto"
+    mlp_chunk_tokens: int | None = None
+    sol_qkv_chunk_tokens: int | None = None
+    sol_out_proj_chunk_tokens: int | None = None
+    vram_activation_reserve_mb: int | None = None
+    inter_block_vram_guard_mb: int | None = None
+    inter_block_guard_cooldown_blocks: int | None = None
+    inter_block_guard_emergency_mb: int | None = None
+    late_block_guard_start: int | None = None
+    late_block_guard_target_mb: int | None = None
+    step_boundary_cleanup_mb: int | None = None
+    sol: Any = None  # longmedia.attention.schedule.SolSettings for sol / scheduled_sol; None = its defaults
+
+    def __post_init__(self) -> None:
+        check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
+        check_choice("attention_mode", self.attention_mode, ATTENTION_MODES, "Use auto for exact attention that fits.")
+        for name, low, high, zero_ok, fix in MANUAL_CONTROLS:
+            value = getattr(self, name)
+            if value is not None:
+                check_int(name, value, low, high, fix, zero_ok=zero_ok)
+
+    @property
+    def manual_fields(self) -> tuple[str, ...]:
+        return tuple(name for name in MANUAL_FIELDS if getattr(self, name) is not None)
+
+
+@dataclass(frozen=True)
+class GuardThresholds:
+    """When the executor's VRAM guards act (field names match the manual controls)."""
+
+    inter_block_vram_guard_mb: int             # clean up before a block when less VRAM than this is free
+    inter_block_guard_cooldown_blocks: int     # blocks between two guard clean-ups
+    inter_block_guard_emergency_mb: int        # below this, clean up regardless of the cooldown
+    late_block_guard_start: int                # from this block index on, aim for the late target
+    late_block_guard_target_mb: int            # free VRAM wanted before the final layer
+    step_boundary_cleanup_mb: int              # at a step boundary, clean up when less than this many MB are free
+
+
+@dataclass(frozen=True)
+class PinningDecision:
+    """Whether the weights that stream from RAM are page-locked, and how much."""
+
+    mode: str                  # full / partial / none
+    pinned_bytes: int
+    ram_headroom_bytes: int    # RAM left free after pinning (the rule's floor is in the reason)
+    reason: str
+
+
+@dataclass(frozen=True)
+class AttentionPath:
+    """The attention decision as the plan records it; `choice` is the dispatcher's AttentionChoice, if any."""
+
+    mode: str
+    backend: str
+    exact: bool
+    query_chunk_tokens: int
+    source: str                # dispatcher / default
+    reasons: tuple[str, ...]
+    working_bytes: int = 0
+    extra_bytes: int = 0       # a call's allocations beyond q/k/v/out (scores, Sol's workspace), per query chunk
+    choice: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class SegmentSuggestion:
+    """A segment length to try when one pass cannot fit or is needlessly slow."""
+
+    seconds: float
+    frames: int
+    field_range_seconds: tuple[float, float] | None
+    largest_fitting_seconds: float | None
+    why: str
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Predicted VRAM of one pass, by what holds it."""
+
+    block_activation_bytes: int       # the block executor's peak (hidden state included), memory.py
+    held_outside_bytes: int           # stock tensors live across the blocks: embeddings, rope table, latents
+    workspace_bytes: int              # cuBLAS workspaces, allocator slack, per-stage dequantised weights
+    pre_block_bytes: int              # stock embedding stage before block 0
+    final_bytes: int                  # stock final layer
+    min_weight_bytes: int             # weights that must sit in VRAM while a block runs
+    resident_weight_bytes: int        # weights the plan lets stay in VRAM (min + what else fits)
+    model_weight_bytes: int
+
+    @property
+    def blocks_stage_bytes(self) -> int:
+        return self.block_activation_bytes + self.held_outside_bytes + self.workspace_bytes + self.min_weight_bytes
+
+    @property
+    def activation_need_bytes(self) -> int:
+        """Peak with only the must-have weights resident: what has to fit."""
+        return max(self.blocks_stage_bytes, self.pre_block_bytes, self.final_bytes)
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return self.activation_need_bytes + (self.resident_weight_bytes - self.min_weight_bytes)
+
+    @property
+    def streamed_weight_bytes(self) -> int:
+        """Weights that travel from RAM on every model call."""
+        return max(0, self.model_weight_bytes - self.resident_weight_bytes)
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Everything the executor, guards and adapters need for one job, and why."""
+
+    memory_mode: str
+    requested_memory_mode: str
+    attention: AttentionPath
+    chunks: ChunkSizes
+    activation_reserve_bytes: int
+    guards: GuardThresholds
+    prefetch: bool
+    pinning: PinningDecision
+    memory: MemoryBreakdown
+    budget_bytes: int
+    geometry: Geometry
+    model: ModelProfile
+    device: DeviceProfile
+    manual_fields: tuple[str, ...]
+    warnings: tuple[str, ...]
+    reasons: tuple[str, ...]
+    segment_suggestion: SegmentSuggestion | None = None
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return self.memory.predicted_peak_bytes
+
+    @property
+    def resident_weight_budget_bytes(self) -> int:
+        return self.memory.resident_weight_bytes
+
+    @property
+    def usable_bytes(self) -> int:
+        """The budget minus the activation reserve: what the predicted peak must stay under."""
+        return self.budget_bytes - self.activation_reserve_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.activation_need_bytes <= self.usable_bytes
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in out.items()}
+        for name in ("chunks", "guards", "pinning", "segment_suggestion"):
+            value = getattr(self, name)
+            out[name] = asdict(value) if value is not None else None
+        att = self.attention
+        out["attention"] = {f.name: getattr(att, f.name) for f in fields(att) if f.name != "choice"}
+        out["memory"] = asdict(self.memory) | {
+            "blocks_stage_bytes": self.memory.blocks_stage_bytes,
+            "activation_need_bytes": self.memory.activation_need_bytes,
+            "predicted_peak_bytes": self.memory.predicted_peak_bytes,
+            "streamed_weight_bytes": self.memory.streamed_weight_bytes}
+        out.update(predicted_peak_bytes=self.predicted_peak_bytes, usable_bytes=self.usable_bytes, fits=self.fits,
+                   resident_weight_budget_bytes=self.resident_weight_budget_bytes)
+        return out
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    return str(value)

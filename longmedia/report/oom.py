@@ -1,0 +1,208 @@
+"""The OOM fact report: what memory looked like when a stage ran out, and the one thing to change next.
+
+`phase(name, ...)` wraps an executor stage; a torch out-of-memory error inside it becomes a
+`LongMediaOOM` (still a `torch.OutOfMemoryError`, so ComfyUI's own OOM handling applies) carrying an
+`OOMReport`. Memory is read through an injectable reader, so tests need no GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..execution.chunks import ChunkSizes
+
+PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport")
+_GIB = 1024 ** 3
+_MIB = 1024 ** 2
+_MIN_CHUNK = 512
+
+
+class UnknownPhaseError(ValueError):
+    """`phase()` was given a name outside PHASES."""
+
+
+@dataclass(frozen=True)
+class MemoryReadings:
+    """Memory facts at the moment of failure; None = not available here."""
+
+    gpu_total_bytes: int | None = None
+    gpu_free_bytes: int | None = None
+    torch_allocated_bytes: int | None = None
+    torch_reserved_bytes: int | None = None
+    aimdo_vram_bytes: int | None = None         # comfy-aimdo's VRAM usage (dynamic VRAM)
+    vbar_resident_bytes: int | None = None      # model weights resident through aimdo's VBAR
+    pinned_ram_bytes: int | None = None         # page-locked RAM ComfyUI holds
+
+    @property
+    def idle_reserved_bytes(self) -> int | None:
+        """Cached by torch's allocator but not handed out: fragmentation when large."""
+        if self.torch_reserved_bytes is None or self.torch_allocated_bytes is None:
+            return None
+        return self.torch_reserved_bytes - self.torch_allocated_bytes
+
+
+MemoryReader = Callable[[], MemoryReadings]
+
+
+def torch_memory_reader(device: Any = None, vbar_resident: Callable[[], int] | None = None, *,
+                        aimdo_usage: Callable[[], int | None] | None = None,
+                        pinned_ram: Callable[[], int | None] | None = None) -> MemoryReader:
+    """Reads CUDA through torch; the host's readers (comfy-aimdo's VRAM, VBAR residency, pinned RAM) when given.
+
+    `longmedia.comfy.memory_facts.comfy_memory_reader` passes ComfyUI's; without them those facts read n/a.
+    """
+    def read() -> MemoryReadings:
+        total = free = alloc = reserved = None
+        if torch.cuda.is_available():
+            dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+            free, total = torch.cuda.mem_get_info(dev)
+            alloc, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
+        return MemoryReadings(total, free, alloc, reserved, aimdo_usage() if aimdo_usage is not None else None,
+                              vbar_resident() if vbar_resident is not None else None,
+                              pinned_ram() if pinned_ram is not None else None)
+    return read
+
+
+@dataclass(frozen=True)
+class OOMContext:
+    """What the executor knows about the job when a stage runs."""
+
+    attention_backend: str = "unknown"
+    memory_mode: str = "unknown"
+    chunks: ChunkSizes | None = None
+    heads: int = 0
+    seq_len: int = 0
+    segments: tuple[tuple[str, int], ...] = ()     # (kind, rows) of the packed sequence
+    prefetch: bool = False
+    late_block_guard_target_mb: int | None = None
+
+    @classmethod
+    def from_plan(cls, plan: Any) -> "OOMContext":
+        """From an ExecutionPlan (duck-typed so this module does not import the planner)."""
+        g = plan.geometry
+        return cls(attention_backend=plan.attention.backend, memory_mode=plan.memory_mode, chunks=plan.chunks,
+                   heads=plan.model.dims.heads, seq_len=g.seq_len,
+                   segments=tuple((s.kind, s.rows) for s in g.segments), prefetch=plan.prefetch,
+                   late_block_guard_target_mb=plan.guards.late_block_guard_target_mb)
+
+
+@dataclass(frozen=True)
+class OOMReport:
+    """The facts of one out-of-memory failure and the single pressure point to change next."""
+
+    phase: str
+    block_index: int | None
+    readings: MemoryReadings
+    context: OOMContext
+    pressure_point: str
+    next_step: str
+    error: str = field(default="", repr=False)
+
+    def summary(self) -> str:
+        r = self.readings
+
+        def gb(v: int | None) -> str:
+            return "n/a" if v is None else f"{v / _GIB:.2f} GiB"
+
+        where = f"phase {self.phase}" + (f", block {self.block_index}" if self.block_index is not None else "")
+        c = self.context
+        rows = " | ".join(f"{k} {n}" for k, n in c.segments) or "unknown"
+        return (f"LongMedia ran out of GPU memory in {where}.\n"
+                f"  GPU: {gb(r.gpu_free_bytes)} free of {gb(r.gpu_total_bytes)}; torch allocated "
+                f"{gb(r.torch_allocated_bytes)}, reserved {gb(r.torch_reserved_bytes)}; dynamic VRAM usage "
+                f"{gb(r.aimdo_vram_bytes)}, resident weights {gb(r.vbar_resident_bytes)}; pinned RAM "
+                f"{gb(r.pinned_ram_bytes)}\n"
+                f"  job: {c.seq_len} packed rows ({rows}); memory mode {c.memory_mode}; attention "
+                f"{c.attention_backend}; chunks {c.chunks}\n"
+                f"  change next: {self.pressure_point}: {self.next_step}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LongMediaOOM(torch.OutOfMemoryError):
+    """A torch OOM with LongMedia's fact report attached (`.report`)."""
+
+    def __init__(self, report: OOMReport) -> None:
+        super().__init__(report.summary())
+        self.report = report
+
+
+def _halve(value: int) -> int:
+    return max(_MIN_CHUNK, value // 2)
+
+
+def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -> tuple[str, str]:
+    """(control, what to do with it): the single change most likely to get past this failure."""
+    c = ctx.chunks or ChunkSizes()
+    if phase_name == "prefetch_transport":
+        return ("block prefetch (weight residency / transport, not attention)",
+                "staging the next block's weights ran out of room: turn block prefetch off or let fewer weights "
+                "stay resident; the attention settings are not the cause")
+    idle = readings.idle_reserved_bytes
+    total = readings.gpu_total_bytes or 0
+    if idle is not None and idle > max(_GIB, total // 4):
+        return ("step_boundary_cleanup_mb",
+                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): lower step_boundary_cleanup_mb "
+                "(e.g. 256) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    if phase_name == "before_block_0":
+        refs = sum(n for k, n in ctx.segments if k in ("ref_img", "ref_audio"))
+        if ctx.seq_len and refs * 4 > ctx.seq_len:
+            return ("reference_budget", f"references are {refs} of {ctx.seq_len} rows: lower reference_budget")
+        return ("segment length", "the stock embedding stage before block 0 holds several copies of the sequence: "
+                                  "use shorter segments")
+    if phase_name == "final_output":
+        target = ctx.late_block_guard_target_mb
+        more = f" above {target} MB" if target is not None else ""
+        return ("late_block_guard_target_mb", f"raise it{more} so weights are released before the stock final "
+                                              "layer, or use shorter segments")
+    if phase_name in ("qkv", "attention"):
+        if not c.streams_attention:
+            return ("memory_mode", "stock attention holds Q, K and V for the whole sequence: use low_vram")
+        if c.qkv_chunk_tokens > _MIN_CHUNK:
+            return ("sol_qkv_chunk_tokens", f"lower it from {c.qkv_chunk_tokens} to {_halve(c.qkv_chunk_tokens)}")
+        if ctx.heads and c.group_heads(ctx.heads) >= ctx.heads:
+            return ("memory_mode", "K/V for all heads do not fit even with small query chunks: use ultra_low_vram")
+        return ("segment length", "K/V of one head group already has the smallest chunks: use shorter segments")
+    if phase_name == "mlp":
+        if not c.streams_mlp:
+            return ("mlp_chunk_tokens", "the stock MLP holds 3x ffn per row for the whole sequence: set 4096")
+        if c.mlp_chunk_tokens > _MIN_CHUNK:
+            return ("mlp_chunk_tokens", f"lower it from {c.mlp_chunk_tokens} to {_halve(c.mlp_chunk_tokens)}")
+        return ("segment length", "the MLP already runs in the smallest chunks: use shorter segments")
+    raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {phase_name!r}")
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    # cuBLAS / Triton / driver allocation failures surface as plain RuntimeErrors
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "cublas_status_alloc_failed" in text)
+
+
+def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOMContext(),
+               reader: MemoryReader | None = None, block_index: int | None = None) -> OOMReport:
+    readings = (reader or torch_memory_reader())()
+    point, step = pressure_point(phase_name, readings, context)
+    return OOMReport(phase_name, block_index, readings, context, point, step, str(exc))
+
+
+@contextlib.contextmanager
+def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader | None = None,
+          block_index: int | None = None) -> Iterator[None]:
+    """Run a stage; an out-of-memory error inside becomes a LongMediaOOM with the report."""
+    if name not in PHASES:
+        raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {name!r}")
+    try:
+        yield
+    except LongMediaOOM:
+        raise
+    except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError; other errors pass unchanged
+        if not _is_oom(exc):
+            raise
+        raise LongMediaOOM(report_for(name, exc, context=context, reader=reader, block_index=block_index)) from exc

@@ -1,0 +1,405 @@
+"""Fixed segments for long H3 jobs: each pass re-reads a context tail of the previous one, then adds new time.
+
+Timeline (on the assembled result; pixel frames at 24 fps, video latents, audio latents at 40 Hz):
+
+* The job is `total` = 17M+5 frames, exactly what EmptyMiniMaxH3LatentAV gives for it (5M+2 video
+  latents, round(total * 5/3) audio latents).
+* Segment 0 is a plain pass of 17j+5 frames (the stock snap of `segment_seconds`). Every later
+  segment adds 17j new frames (the last one 17r, 1 <= r <= j: the trim), i.e. segment_seconds within
+  one clip, behind the previous pass's last `context` = 17k+5 frames (k < j): a 17(j+k)+5-frame pass.
+* A later pass starts on a 17-frame VAE clip (result frame 17n = latent 5n): pass frame p is result
+  frame pass_start + p and pass latent t is result latent 5n + t, with the (1, 4, 4, 4, 4) frames per
+  latent lined up, so a pass is one contiguous slice of the assembled latent. Its first 5k+2 latents
+  (the context) are the previous pass's last 5k+2, covering exactly its last 17k+5 frames. H3's VAE
+  encodes independent 17-frame clips causally, so they equal what encoding those pixels gives
+  (bit-identical with a random-weight VAE). New content starts 2 latents into the pass's clip k.
+* Audio: frame boundary f sits at audio latent b(f) = round(5f/3) (stock rounding: b(total) is the
+  stock length). A pass's audio is the slice [b(start), b(end)), its context [b(start), b(new_start));
+  the slice may differ by one frame from the stock round(5 * pass_frames / 3) (`stock_audio_frames`).
+* The result drops every context prefix: segment i contributes `video_latent_range` and
+  `audio_range`, which tile the job's latents.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from ..h3 import lattice as L
+from ..errors import LongMediaInputError, check_choice, check_float, check_int
+from ..h3.references import REFERENCE_BUDGETS
+
+__all__ = ["Segment", "SegmentPlan", "SegmentSuggestion", "SegmentDecision", "plan_segments",
+           "suggest_segment_seconds", "should_segment", "latent_boundary", "audio_boundary",
+           "DEFAULT_CONTEXT_FRAMES", "MAX_TOTAL_FRAMES", "MAX_TOTAL_SECONDS", "MAX_SEGMENT_SECONDS",
+           "MAX_SEED", "LongMediaInputError"]
+
+DEFAULT_CONTEXT_FRAMES = 22
+MAX_TOTAL_SECONDS = 3600.0                          # one hour of assembled video ...
+MAX_TOTAL_FRAMES = int(MAX_TOTAL_SECONDS) * L.FPS   # ... = 86400 requested frames (snapped up to <= 86416)
+MAX_SEGMENT_SECONDS = L.MAX_STOCK_FRAMES / L.FPS    # a pass is at most one stock-sized latent (3609 frames)
+MAX_SEED = 2 ** 64 - 1                              # ComfyUI's seed range; derived seeds wrap around
+_CLIP_LATENT_BOUNDARY = {0: 0, 1: 1, 5: 2, 9: 3, 13: 4}   # frame offset in a 17-frame clip -> latents before it
+
+
+def latent_boundary(frame: int) -> int:
+    """Video latents covering pixel frames [0, frame); `frame` must be a latent boundary (e.g. 17n or 17n+5)."""
+    clips, rest = divmod(frame, L.CLIP_FRAMES)
+    if frame < 0 or rest not in _CLIP_LATENT_BOUNDARY:
+        raise ValueError(f"pixel frame {frame} does not start a video latent frame (17n + 0/1/5/9/13)")
+    return clips * L.LATENTS_PER_CLIP + _CLIP_LATENT_BOUNDARY[rest]
+
+
+def audio_boundary(frame: int) -> int:
+    """Audio latent at pixel frame boundary `frame`: round(frame * 40 / 24), in exact integers."""
+    return (5 * frame + 1) // 3
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One pass. Frame fields are pixel frames of the assembled result; ranges are half-open."""
+
+    index: int
+    pass_start: int          # result pixel frame where the pass (context included) starts
+    pass_frames: int         # pixel frames of the pass, on the 17k+5 lattice
+    context_frames: int      # frames re-read from the previous pass (0 for the first segment)
+    seed: int
+
+    @property
+    def new_frames(self) -> int:
+        return self.pass_frames - self.context_frames
+
+    @property
+    def new_start(self) -> int:
+        """Result pixel frame of the first new frame."""
+        return self.pass_start + self.context_frames
+
+    @property
+    def pass_end(self) -> int:
+        return self.pass_start + self.pass_frames
+
+    @property
+    def pixel_range(self) -> tuple[int, int]:
+        """Result pixel frames this segment contributes (context dropped)."""
+        return self.new_start, self.pass_end
+
+    @property
+    def latent_frames(self) -> int:
+        """Video latent frames of the pass (its empty latent's T)."""
+        return L.latent_frames(self.pass_frames)
+
+    @property
+    def context_latent_frames(self) -> int:
+        return L.latent_frames(self.context_frames) if self.context_frames else 0
+
+    @property
+    def new_latent_frames(self) -> int:
+        return self.latent_frames - self.context_latent_frames
+
+    @property
+    def pass_latent_range(self) -> tuple[int, int]:
+        """The pass as a slice of the assembled video latent (context included)."""
+        start = latent_boundary(self.pass_start)
+        return start, start + self.latent_frames
+
+    @property
+    def context_latent_range(self) -> tuple[int, int]:
+        """Result latents the context re-reads: the previous pass's last `context_latent_frames` latents."""
+        start = self.pass_latent_range[0]
+        return start, start + self.context_latent_frames
+
+    @property
+    def video_latent_range(self) -> tuple[int, int]:
+        """Where the new content lands in the assembled video latent."""
+        start, end = self.pass_latent_range
+        return start + self.context_latent_frames, end
+
+    @property
+    def new_latent_slice(self) -> tuple[int, int]:
+        """The new content inside the pass's own latent: keep pass_latent[:, :, a:b]."""
+        return self.context_latent_frames, self.latent_frames
+
+    @property
+    def audio_start(self) -> int:
+        """Offset of the pass's audio on the shared audio timeline (40 latent frames per second)."""
+        return audio_boundary(self.pass_start)
+
+    @property
+    def audio_new_start(self) -> int:
+        return audio_boundary(self.new_start)
+
+    @property
+    def audio_end(self) -> int:
+        return audio_boundary(self.pass_end)
+
+    @property
+    def audio_frames(self) -> int:
+        """Audio latent frames of the pass (its empty latent's last dim)."""
+        return self.audio_end - self.audio_start
+
+    @property
+    def stock_audio_frames(self) -> int:
+        """What EmptyMiniMaxH3LatentAV would give for `pass_frames` alone (may differ by 1 from `audio_frames`)."""
+        return L.target_audio_frames(self.pass_frames)
+
+    @property
+    def context_audio_frames(self) -> int:
+        return self.audio_new_start - self.audio_start
+
+    @property
+    def pass_audio_range(self) -> tuple[int, int]:
+        """The pass's audio on the shared timeline (context included)."""
+        return self.audio_start, self.audio_end
+
+    @property
+    def audio_range(self) -> tuple[int, int]:
+        """Where the new audio lands in the assembled audio latent."""
+        return self.audio_new_start, self.audio_end
+
+    @property
+    def new_audio_slice(self) -> tuple[int, int]:
+        """The new audio inside the pass's own audio latent."""
+        return self.context_audio_frames, self.audio_frames
+
+    @property
+    def seconds(self) -> float:
+        return L.seconds_for_frames(self.pass_frames)
+
+    @property
+    def new_seconds(self) -> float:
+        return L.seconds_for_frames(self.new_frames)
+
+    def to_dict(self) -> dict:
+        props = [n for n, v in vars(Segment).items() if isinstance(v, property)]
+        return {**asdict(self), **{n: getattr(self, n) for n in props}}
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """A long job as fixed passes; the assembled result is exactly the stock latent of the whole job."""
+
+    segments: tuple[Segment, ...]
+    requested_frames: int        # frames asked for (seconds * 24 rounded up), before lattice snapping
+    segment_seconds: float
+    context_frames: int          # context of every later pass (0 when the job fits one segment)
+    audio: bool = True           # H3 always generates audio; False only marks it as discarded
+
+    @property
+    def count(self) -> int:
+        return len(self.segments)
+
+    @property
+    def pixel_frames(self) -> int:
+        """Pixel frames of the assembled result (on the 17k+5 lattice)."""
+        return self.segments[-1].pass_end
+
+    @property
+    def video_latent_frames(self) -> int:
+        return L.latent_frames(self.pixel_frames)
+
+    @property
+    def audio_latent_frames(self) -> int:
+        return audio_boundary(self.pixel_frames)
+
+    @property
+    def seconds(self) -> float:
+        return L.seconds_for_frames(self.pixel_frames)
+
+    @property
+    def max_pass_frames(self) -> int:
+        """The longest pass: size the memory plan (geometry) for this one."""
+        return max(s.pass_frames for s in self.segments)
+
+    @property
+    def max_pass_audio_frames(self) -> int:
+        return max(s.audio_frames for s in self.segments)
+
+    @property
+    def generated_frames(self) -> int:
+        """Pixel frames all passes denoise together, contexts included."""
+        return sum(s.pass_frames for s in self.segments)
+
+    @property
+    def context_overhead(self) -> float:
+        """Extra frames passed through the model for contexts, as a fraction of the result."""
+        return self.generated_frames / self.pixel_frames - 1.0
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(s.seed for s in self.segments)
+
+    def describe(self) -> tuple[str, ...]:
+        """Plain-text report lines: a summary, then one row per segment."""
+        head = (f"{self.count} segment{'s' if self.count != 1 else ''}: {self.pixel_frames} frames "
+                f"({self.seconds:.2f} s, {self.video_latent_frames} video / {self.audio_latent_frames} audio "
+                f"latent frames{'' if self.audio else ', audio discarded'}), context {self.context_frames} frames, "
+                f"{self.context_overhead:.1%} re-generated")
+        rows = [head, "seg | pass frames | context | new frames -> result frames | video latents -> result "
+                      "| audio -> result | seed"]
+        for s in self.segments:
+            rows.append(f"{s.index} | {s.pass_frames} ({s.seconds:.2f} s) | {s.context_frames} | "
+                        f"{s.new_frames} -> [{s.new_start}, {s.pass_end}) | {s.latent_frames} "
+                        f"-> [{s.video_latent_range[0]}, {s.video_latent_range[1]}) | {s.audio_frames} "
+                        f"-> [{s.audio_range[0]}, {s.audio_range[1]}) | {s.seed}")
+        return tuple(rows)
+
+    def to_dict(self) -> dict:
+        props = [n for n, v in vars(SegmentPlan).items() if isinstance(v, property)]
+        return {**asdict(self), "segments": [s.to_dict() for s in self.segments],
+                **{n: getattr(self, n) for n in props}}
+
+
+def _requested_frames(total_seconds: float | None, total_frames: int | None) -> int:
+    if (total_seconds is None) == (total_frames is None):
+        raise LongMediaInputError("duration", {"total_seconds": total_seconds, "total_frames": total_frames},
+                                  "exactly one of total_seconds or total_frames",
+                                  "Give the job's length once, in seconds or in frames at 24 fps.")
+    if total_frames is not None:
+        return check_int("total_frames", total_frames, 1, MAX_TOTAL_FRAMES,
+                         "Give the whole job's frame count at 24 fps (at most one hour).")
+    seconds = _positive_seconds("total_seconds", total_seconds, MAX_TOTAL_SECONDS,
+                                "Give the whole job's length in seconds (at most one hour).")
+    return max(1, math.ceil(seconds * L.FPS - 1e-9))
+
+
+def _positive_seconds(name: str, value: object, high: float, fix: str) -> float:
+    value = check_float(name, value, 0.0, high, fix)
+    if value <= 0.0:
+        raise LongMediaInputError(name, value, f"a number above 0 up to {high:g}", fix)
+    return value
+
+
+def _check_context(context_frames: object) -> int:
+    fix = "Use 5, 22, 39 ... (17k+5) frames of context, fewer than a segment's new frames."
+    check_int("context_frames", context_frames, L.MIN_FRAMES, L.MAX_STOCK_FRAMES, fix)
+    if not L.is_lattice_frames(context_frames):
+        raise LongMediaInputError("context_frames", context_frames,
+                                  "a count on H3's 17k+5 frame lattice (5, 22, 39, 56 ...)",
+                                  f"Use {L.snap_frames_down(context_frames)} or {L.snap_frames(context_frames)}.")
+    return context_frames
+
+
+def _check_context_fits(context_frames: int, segment_new_frames: int) -> int:
+    if context_frames >= segment_new_frames:
+        raise LongMediaInputError("context_frames", context_frames,
+                                  f"a 17k+5 count below the {segment_new_frames} new frames of a segment",
+                                  "Lower context_frames or raise segment_seconds.")
+    return context_frames
+
+
+def _check_seeds(seed: object, seeds: tuple[int, ...] | None, count: int) -> tuple[int, ...]:
+    seed = check_int("seed", seed, 0, MAX_SEED, "Use a ComfyUI seed (0 to 2**64-1).")
+    pinned = tuple(seeds or ())
+    if len(pinned) > count:
+        raise LongMediaInputError("seeds", pinned, f"at most {count} pinned seeds (one per segment)",
+                                  "Drop the extra seeds, or shorten segment_seconds to get more segments.")
+    for i, s in enumerate(pinned):
+        check_int(f"seeds[{i}]", s, 0, MAX_SEED, "Use ComfyUI seeds (0 to 2**64-1).")
+    return pinned + tuple((seed + i) % (MAX_SEED + 1) for i in range(len(pinned), count))
+
+
+def plan_segments(total_seconds: float | None = None, total_frames: int | None = None, *,
+                  segment_seconds: float, context_frames: int = DEFAULT_CONTEXT_FRAMES, fps: int = L.FPS,
+                  audio: bool = True, seed: int = 0, seeds: tuple[int, ...] | None = None) -> SegmentPlan:
+    """Split a job into fixed passes of `segment_seconds` new time each plus `context_frames` of context.
+
+    Seeds: `seeds` pins the first len(seeds) segments; the rest get seed + index (mod 2**64).
+    A job whose lattice length equals one segment is a single pass without context.
+    """
+    if fps != L.FPS:
+        raise LongMediaInputError("fps", fps, "24 (H3's native frame rate)",
+                                  "H3 generates at 24 fps; resample the finished video if you need another rate.")
+    requested = _requested_frames(total_seconds, total_frames)
+    total = L.snap_frames(requested)
+    context = _check_context(context_frames)
+    segment_seconds = _positive_seconds("segment_seconds", segment_seconds, MAX_SEGMENT_SECONDS,
+                                        "Pick the new time per segment, at most one stock pass.")
+    first = L.frames_for_seconds(segment_seconds)            # 17j + 5
+    clips = (first - L.MIN_FRAMES) // L.CLIP_FRAMES            # j: new 17-frame clips per later segment
+    if first > total:
+        raise LongMediaInputError("segment_seconds", segment_seconds,
+                                  f"at most the job's {total / L.FPS:.3f} s ({total} frames on the 17k+5 lattice)",
+                                  "Shorten segment_seconds, or run the job as one pass without segments.")
+    if first == total:   # the whole job is one segment: no context to re-read
+        return SegmentPlan((Segment(0, 0, total, 0, _check_seeds(seed, seeds, 1)[0]),), requested,
+                           segment_seconds, 0, bool(audio))
+    if clips < 1:
+        raise LongMediaInputError("segment_seconds", segment_seconds,
+                                  f"above {L.MIN_FRAMES / L.FPS:.3f} s (at least one 17-frame clip of new time)",
+                                  "Raise segment_seconds; 4-10 s are the usual starting points.")
+    _check_context_fits(context, clips * L.CLIP_FRAMES)
+    context_clips = (context - L.MIN_FRAMES) // L.CLIP_FRAMES
+    if L.CLIP_FRAMES * (clips + context_clips) + L.MIN_FRAMES > L.MAX_STOCK_FRAMES:
+        raise LongMediaInputError("segment_seconds", segment_seconds,
+                                  f"new time plus {context} context frames within one stock pass "
+                                  f"({L.MAX_STOCK_FRAMES} frames)", "Shorten segment_seconds or context_frames.")
+    remaining = (total - first) // L.CLIP_FRAMES               # clips after the first segment
+    later = [clips] * (remaining // clips) + ([remaining % clips] if remaining % clips else [])
+    seed_list = _check_seeds(seed, seeds, 1 + len(later))
+    segments = [Segment(0, 0, first, 0, seed_list[0])]
+    new_start = first
+    for i, n in enumerate(later, start=1):
+        segments.append(Segment(i, new_start - context, n * L.CLIP_FRAMES + context, context, seed_list[i]))
+        new_start += n * L.CLIP_FRAMES
+    return SegmentPlan(tuple(segments), requested, segment_seconds, context, bool(audio))
+
+
+@dataclass(frozen=True)
+class SegmentSuggestion:
+    """Starting-point segment length for a card size and reference budget (not a measurement)."""
+
+    vram_gb: float
+    reference_budget: str
+    min_seconds: float
+    max_seconds: float
+    seconds: float            # the suggested value: middle of the range, on half seconds
+    transfer_bound: bool      # weights stream over PCIe every step: expect transfer-bound passes
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SegmentDecision:
+    """Whether a job should run as segments, and at what length."""
+
+    segment: bool
+    segment_seconds: float | None
+    suggestion: SegmentSuggestion
+    reasons: tuple[str, ...]
+
+
+_TIERS = ((24.0, 5.0, 15.0, "24 GB and up: 5-15 s (the top of H3's ~124-362-frame trained range)"),
+          (16.0, 5.0, 10.0, "16 GB: 5-10 s per segment"),
+          (12.0, 5.0, 8.0, "12 GB: 5-8 s per segment with a low reference budget"),
+          (0.0, 4.0, 6.0, "8 GB: 4-6 s per segment, transfer-bound"))
+
+
+def suggest_segment_seconds(vram_gb: float, reference_budget: str = "low") -> SegmentSuggestion:
+    """Starting-point segment length: 16 GB 5-10 s, 12 GB 5-8 s (low references), 8 GB 4-6 s."""
+    vram_gb = check_float("vram_gb", vram_gb, 1.0, 4096.0, "Give the card's memory in GB.")
+    check_choice("reference_budget", reference_budget, tuple(REFERENCE_BUDGETS))
+    tier = next(t for t in _TIERS if vram_gb >= t[0])
+    low, high, reasons = tier[1], tier[2], [tier[3]]
+    if vram_gb < 8.0:
+        reasons.append(f"{vram_gb:g} GB is below the pack's 8 GB target: the 8 GB range is optimistic here")
+    if 8.0 <= vram_gb < 16.0 and reference_budget in ("medium", "high", "max"):
+        low, high = _TIERS[-1][1], _TIERS[-1][2]
+        reasons.append(f"reference_budget={reference_budget!r} takes rows a {vram_gb:g} GB card needs for "
+                       "video: starting from the 8 GB range")
+    elif reference_budget == "max":
+        reasons.append("reference_budget='max' leaves references uncapped: shorten segments if the plan does not fit")
+    seconds = round((low + high) / 2 * 2) / 2
+    return SegmentSuggestion(vram_gb, reference_budget, low, high, seconds, vram_gb < 12.0, tuple(reasons))
+
+
+def should_segment(total_seconds: float, vram_gb: float, reference_budget: str = "low") -> SegmentDecision:
+    """Segment when the job is longer than the card's suggested segment range or than one stock pass."""
+    total_seconds = _positive_seconds("total_seconds", total_seconds, MAX_TOTAL_SECONDS,
+                                      "Give the whole job's length in seconds (at most one hour).")
+    tip = suggest_segment_seconds(vram_gb, reference_budget)
+    frames = L.frames_for_seconds(total_seconds)
+    if frames > L.MAX_STOCK_FRAMES:
+        why = f"{frames} frames are more than one stock pass holds ({L.MAX_STOCK_FRAMES})"
+    elif total_seconds > tip.max_seconds:
+        why = f"{total_seconds:g} s is longer than the {tip.max_seconds:g} s top of the range for this card"
+    else:
+        return SegmentDecision(False, None, tip, (f"{total_seconds:g} s fits one pass on this card",) + tip.reasons)
+    return SegmentDecision(True, tip.seconds, tip, (why, f"segments of {tip.seconds:g} s") + tip.reasons)
