@@ -25,7 +25,7 @@ from bench._common import device_name, emit, median, timed  # noqa: E402
 from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
-from longmedia.h3.geometry import build_geometry  # noqa: E402
+from longmedia.job.geometry import build_geometry  # noqa: E402
 from longmedia.planning.types import PlanRequest  # noqa: E402
 from longmedia.planning.planner import plan  # noqa: E402
 from longmedia.h3.profiles import DeviceProfile, ModelProfile  # noqa: E402

@@ -11,7 +11,8 @@ import sys
 from typing import Sequence
 
 from .planning.attention_path import default_attention_path, resolve_attention_path
-from .h3.geometry import KeyframeSpec, ReferenceSpec, build_geometry
+from .h3.geometry import KeyframeSpec, ReferenceSpec
+from .job.geometry import build_geometry
 from .errors import LongMediaInputError
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
 from .planning.planner import plan

@@ -39,9 +39,7 @@ class LongMediaSampler(io.ComfyNode):
     @classmethod
     def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
         if getattr(job, "segmented", False):  # a LongMediaJob with segments: one pass per segment, assembled
-            plan = job.segments
-            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), plan,
-                                   seeds=plan.seeds if job.seed is not None else None)
+            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments)
         else:
             result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
         report = result.report

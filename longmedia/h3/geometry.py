@@ -12,17 +12,14 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from . import lattice as L
-from ..errors import LongMediaInputError, check_choice, check_float, check_int
+from ..errors import LongMediaInputError, check_choice, check_int
+from ..limits import MAX_EDGE_PX, MAX_TEXT_TOKENS
 from .references import (REFERENCE_BUDGETS, KeyframeSpec, ReferenceBudget, ReferenceSpec,
                          ResolvedReference, resolve_keyframes, resolve_references)
-from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, plan_segments
 
 __all__ = ["Geometry", "SegmentRows", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
-           "REFERENCE_BUDGETS", "build_geometry", "LongMediaInputError"]
+           "REFERENCE_BUDGETS", "pass_geometry", "LongMediaInputError"]
 
-MAX_PIXELS_EDGE = 16384
-MAX_TEXT_TOKENS = 32768
-MAX_TOTAL_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -135,80 +132,44 @@ class Geometry:
         return out
 
 
-def _requested_frames(seconds: float | None, frames: int | None, fps: int) -> int:
-    """Frames asked for (before lattice snapping)."""
-    if (seconds is None) == (frames is None):
-        raise LongMediaInputError("duration", {"seconds": seconds, "frames": frames},
-                                  "exactly one of seconds or frames", "Give the duration once.")
-    if frames is not None:
-        return check_int("frames", frames, 1, int(MAX_TOTAL_SECONDS * L.FPS), "Give the frame count at 24 fps.")
-    check_float("seconds", seconds, 0.04, MAX_TOTAL_SECONDS, "Give the video length in seconds.")
-    return max(1, math.ceil(seconds * fps - 1e-9))
+def pass_geometry(width: int, height: int, *, pass_frames: int, audio_latent_frames: int, total_frames: int,
+                  segment_count: int = 1, context_frames: int = 0, audio: bool = True, text_tokens: int = 256,
+                  references: tuple[ReferenceSpec, ...] = (), keyframes: tuple[KeyframeSpec, ...] = (),
+                  reference_budget: str = "low", ref_image_size: str = "match") -> Geometry:
+    """The packed sequence of one `pass_frames`-long pass of a width x height job, sized as ComfyUI does.
 
-
-def _segmenting(requested: int, segment_seconds: float | None, context_frames: int | None
-                ) -> tuple[int, int, int, int, int]:
-    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames)."""
-    total = L.snap_frames(requested)
-    if segment_seconds is None:
-        if context_frames is not None:
-            raise LongMediaInputError("context_frames", context_frames, "unset without segment_seconds",
-                                      "Set segment_seconds, or drop context_frames.")
-        if total > L.MAX_STOCK_FRAMES:
-            raise LongMediaInputError("seconds", round(total / L.FPS, 2),
-                                      f"at most {L.MAX_STOCK_FRAMES / L.FPS:.1f} s in one pass",
-                                      "Set segment_seconds to generate the video in segments.")
-        return total, total, L.target_audio_frames(total), 1, 0
-    sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds,
-                       context_frames=DEFAULT_CONTEXT_FRAMES if context_frames is None else context_frames)
-    return sp.pixel_frames, sp.max_pass_frames, sp.max_pass_audio_frames, sp.count, sp.context_frames
-
-
-def build_geometry(width: int, height: int, *, seconds: float | None = None, frames: int | None = None,
-                   fps: int = L.FPS, audio: bool = True, text_tokens: int = 256,
-                   references: tuple[ReferenceSpec, ...] = (), keyframes: tuple[KeyframeSpec, ...] = (),
-                   reference_budget: str = "low", ref_image_size: str = "match",
-                   segment_seconds: float | None = None, context_frames: int | None = None) -> Geometry:
-    """The packed sequence of a width x height, `seconds` (or `frames`) long H3 job, sized as ComfyUI does.
-
-    With `segment_seconds` the job runs as `segments.plan_segments` passes (each later one re-reading
-    `context_frames` of the previous, default 22) and the geometry is that of the longest pass.
+    The pass lengths come from the caller (`job.geometry.build_geometry` plans the segments of a long job).
     """
-    check_int("width", width, L.CANVAS_MULTIPLE, MAX_PIXELS_EDGE, "Use the video width in pixels (step 32).")
-    check_int("height", height, L.CANVAS_MULTIPLE, MAX_PIXELS_EDGE, "Use the video height in pixels (step 32).")
-    if fps != L.FPS:
-        raise LongMediaInputError("fps", fps, "24 (H3's native frame rate)",
-                                  "H3 generates at 24 fps; resample the finished video if you need another rate.")
+    check_int("width", width, L.CANVAS_MULTIPLE, MAX_EDGE_PX, "Use the video width in pixels (step 32).")
+    check_int("height", height, L.CANVAS_MULTIPLE, MAX_EDGE_PX, "Use the video height in pixels (step 32).")
     check_int("text_tokens", text_tokens, 0, MAX_TEXT_TOKENS, "Give the prompt length in Qwen tokens.")
     check_choice("reference_budget", reference_budget, tuple(REFERENCE_BUDGETS))
     check_choice("ref_image_size", ref_image_size, ("match", "max"))
     budget = REFERENCE_BUDGETS[reference_budget]
-
-    requested = _requested_frames(seconds, frames, fps)
-    total, pass_frames, audio_t, passes, context = _segmenting(requested, segment_seconds, context_frames)
     per_frame = L.frame_rows(width, height)
+    audio_t = audio_latent_frames
 
     kf_rows, kf_prompt = resolve_keyframes(tuple(keyframes), pass_frames, audio_t, per_frame, width, height,
-                                               has_references=bool(references))
-    kf_segments = tuple(SegmentRows(*s) for s in kf_rows)
+                                           has_references=bool(references))
+    kf_spans = tuple(SegmentRows(*s) for s in kf_rows)
     refs = resolve_references(tuple(references), budget, pass_frames, width, height, ref_image_size)
     ref_rows = sum(r.rows + r.prompt_tokens for r in refs)
     if budget.total_rows is not None and ref_rows > budget.total_rows:
-        raise LongMediaInputError("references", f"{len(refs)} references, {ref_rows} rows", 
+        raise LongMediaInputError("references", f"{len(refs)} references, {ref_rows} rows",
                                   f"at most {budget.total_rows} reference rows under reference_budget="
                                   f"{reference_budget!r}",
                                   "Raise reference_budget, or use fewer, smaller or shorter references.")
 
     text_rows = max(1, text_tokens + kf_prompt + sum(r.prompt_tokens for r in refs))
-    segments = [SegmentRows("text", text_rows, "prompt and reference presentation")]
-    segments += kf_segments
+    spans = [SegmentRows("text", text_rows, "prompt and reference presentation")]
+    spans += kf_spans
     for r in refs:
-        segments += [SegmentRows(kind, rows, r.label) for kind, rows in r.segments]
-    segments.append(SegmentRows("audio", audio_t * L.AUDIO_ROWS_PER_FRAME,
-                                f"target audio ({audio_t} latent frames x stereo)"))
-    segments.append(SegmentRows("video", L.latent_frames(pass_frames) * per_frame,
-                                f"target video ({L.latent_frames(pass_frames)} latent frames x {per_frame} rows)"))
+        spans += [SegmentRows(kind, rows, r.label) for kind, rows in r.segments]
+    spans.append(SegmentRows("audio", audio_t * L.AUDIO_ROWS_PER_FRAME,
+                             f"target audio ({audio_t} latent frames x stereo)"))
+    spans.append(SegmentRows("video", L.latent_frames(pass_frames) * per_frame,
+                             f"target video ({L.latent_frames(pass_frames)} latent frames x {per_frame} rows)"))
     return Geometry(width=width, height=height, frames=pass_frames, audio_latent_frames=audio_t,
-                    segments=tuple(segments), prompt_tokens=text_tokens, references=refs,
+                    segments=tuple(spans), prompt_tokens=text_tokens, references=refs,
                     keyframes=tuple(keyframes), reference_budget=budget, audio=bool(audio),
-                    total_frames=total, segment_count=passes, context_frames=context)
+                    total_frames=total_frames, segment_count=segment_count, context_frames=context_frames)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from ..errors import LongMediaInputError, check_int
+
 FPS = 24                    # H3 generates and conditions at 24 fps
 AUDIO_LATENT_FPS = 40       # audio VAE: 32 kHz / 800 samples per latent frame
 AUDIO_SAMPLE_RATE = 32000
@@ -45,6 +47,15 @@ def snap_frames_down(frames: int) -> int:
 
 def is_lattice_frames(frames: int) -> bool:
     return frames >= MIN_FRAMES and frames % CLIP_FRAMES == MIN_FRAMES
+
+
+def check_lattice_frames(name: str, frames: object, fix: str) -> int:
+    """`frames` as a 17k+5 count within one stock pass, or a LongMediaInputError naming `name`."""
+    frames = check_int(name, frames, MIN_FRAMES, MAX_STOCK_FRAMES, fix)
+    if not is_lattice_frames(frames):
+        raise LongMediaInputError(name, frames, "a count on H3's 17k+5 frame grid (5, 22, 39, 56 ...)",
+                                  f"Use {snap_frames_down(frames)} or {snap_frames(frames)}.")
+    return frames
 
 
 def latent_frames(pixel_frames: int) -> int:

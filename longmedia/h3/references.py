@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import lattice as L
+from ..limits import MAX_EDGE_PX
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
 
 REFERENCE_KINDS = ("picture", "video", "audio")
-_MAX_EDGE = 16384
 _MAX_REF_SECONDS = 600.0
 
 
@@ -48,8 +48,8 @@ class ReferenceSpec:
         check_choice("reference kind", self.kind, REFERENCE_KINDS)
         fix = f"Describe the {self.kind} reference by its source size and length."
         if self.kind in ("picture", "video"):
-            check_int(f"{self.kind} reference width", self.width, 1, _MAX_EDGE, fix)
-            check_int(f"{self.kind} reference height", self.height, 1, _MAX_EDGE, fix)
+            check_int(f"{self.kind} reference width", self.width, 1, MAX_EDGE_PX, fix)
+            check_int(f"{self.kind} reference height", self.height, 1, MAX_EDGE_PX, fix)
         if self.kind == "video" and not self.frames:
             check_float("video reference seconds", self.seconds, 5 / L.FPS, _MAX_REF_SECONDS, fix)
         if self.kind == "video" and self.frames:

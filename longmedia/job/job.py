@@ -19,7 +19,6 @@ class LongMediaJob:
     segments: the fixed-segment plan when the job is longer than one pass, else None.
     family: t2va / fl2va / ref2va.
     reference_budget: low / medium / high / max (the caps are in geometry.reference_budget).
-    seed: the user's seed for segment seeds (None = the noise node's seed).
     notes: what Setup changed or capped, in plain words (snapped sizes, trimmed references).
     """
 
@@ -27,7 +26,6 @@ class LongMediaJob:
     family: str = "t2va"
     reference_budget: str = "low"
     segments: SegmentPlan | None = None
-    seed: int | None = None
     notes: tuple[str, ...] = ()
 
     @property
@@ -36,5 +34,5 @@ class LongMediaJob:
 
     def to_dict(self) -> dict:
         return {"geometry": self.geometry.to_dict(), "family": self.family, "reference_budget": self.reference_budget,
-                "segments": self.segments.to_dict() if self.segments is not None else None, "seed": self.seed,
+                "segments": self.segments.to_dict() if self.segments is not None else None,
                 "notes": list(self.notes)}

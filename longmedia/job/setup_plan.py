@@ -10,17 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..h3 import lattice as L
-from ..h3.geometry import KeyframeSpec, ReferenceSpec, build_geometry
+from ..h3.geometry import Geometry, KeyframeSpec, ReferenceSpec
+from .geometry import build_geometry
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
+from ..limits import MAX_EDGE_PX, MAX_SECONDS, MAX_TEXT_TOKENS, MIN_SECONDS
 from .job import LongMediaJob
 from ..h3.references import REFERENCE_BUDGETS
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 
 FAMILIES = ("t2va", "fl2va", "ref2va")
 SOURCES = ("positive", "clip")
-MIN_SECONDS = 0.04
-MAX_SECONDS = 3600.0
-MAX_EDGE = 16384
 TRAINED_FRAMES = (124, 362)          # H3's trained range per pass (~5-15 s)
 SLOTS = {"picture": ("ref_image_", 9), "video": ("ref_video_", 3), "audio": ("ref_audio_", 3)}
 SOUNDTRACK_PREFIX = "ref_video_audio_"
@@ -81,7 +80,7 @@ class ReferencePrep:
 @dataclass(frozen=True)
 class SetupPlan:
     request: SetupRequest
-    geometry: object                 # longmedia.geometry.Geometry (one pass, caps applied)
+    geometry: Geometry               # one pass (the longest), caps applied
     segments: SegmentPlan | None
     preps: tuple[ReferencePrep, ...]
     notes: tuple[str, ...]
@@ -115,25 +114,20 @@ class SetupPlan:
     def job(self) -> LongMediaJob:
         return LongMediaJob(geometry=self.geometry, family=self.request.family,
                             reference_budget=self.request.reference_budget,
-                            segments=self.segments if self.segmented else None, seed=None, notes=self.notes)
+                            segments=self.segments if self.segmented else None, notes=self.notes)
 
 
 def _check_edge(name: str, value: object) -> int:
-    value = check_int(name, value, L.CANVAS_MULTIPLE, MAX_EDGE, "Use the video size in pixels, a multiple of 32.")
+    value = check_int(name, value, L.CANVAS_MULTIPLE, MAX_EDGE_PX, "Use the video size in pixels, a multiple of 32.")
     if value % L.CANVAS_MULTIPLE:
         low = value - value % L.CANVAS_MULTIPLE
-        raise LongMediaInputError(name, value, f"a multiple of 32 from 32 to {MAX_EDGE}",
+        raise LongMediaInputError(name, value, f"a multiple of 32 from 32 to {MAX_EDGE_PX}",
                                   f"Use {low} or {low + L.CANVAS_MULTIPLE}.")
     return value
 
 
 def _check_continuation(frames: object) -> int:
-    frames = check_int("continuation_frames", frames, L.MIN_FRAMES, L.MAX_STOCK_FRAMES,
-                       "Use 5, 22, 39 ... (17k+5) frames; 22 is the default.")
-    if not L.is_lattice_frames(frames):
-        raise LongMediaInputError("continuation_frames", frames, "a 17k+5 count (5, 22, 39, 56 ...)",
-                                  f"Use {L.snap_frames_down(frames)} or {L.snap_frames(frames)}.")
-    return frames
+    return L.check_lattice_frames("continuation_frames", frames, "Use 5, 22, 39 ... (17k+5) frames; 22 is the default.")
 
 
 def _check_sources(r: SetupRequest) -> None:
@@ -169,8 +163,8 @@ def _spec(m: MediaInput) -> ReferenceSpec:
     if m.kind == "audio":
         check_float(m.name + " seconds", m.seconds, 1 / L.AUDIO_LATENT_FPS, 600.0, "Use 0.025 s to 10 min of audio.")
         return ReferenceSpec("audio", seconds=m.seconds)
-    check_int(m.name + " width", m.width, 1, MAX_EDGE, "Use an image of at most 16384 px per edge.")
-    check_int(m.name + " height", m.height, 1, MAX_EDGE, "Use an image of at most 16384 px per edge.")
+    check_int(m.name + " width", m.width, 1, MAX_EDGE_PX, f"Use an image of at most {MAX_EDGE_PX} px per edge.")
+    check_int(m.name + " height", m.height, 1, MAX_EDGE_PX, f"Use an image of at most {MAX_EDGE_PX} px per edge.")
     if m.kind == "picture":
         return ReferenceSpec("picture", m.width, m.height)
     check_int(m.name + " frames", m.frames, L.MIN_FRAMES, 600 * L.FPS, "Use a clip of at least 5 frames (24 fps).")
@@ -233,7 +227,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     seconds = check_float("seconds", r.seconds, MIN_SECONDS, MAX_SECONDS, "Give the video length in seconds.")
     check_choice("reference_budget", r.reference_budget, tuple(REFERENCE_BUDGETS))
     check_choice("ref_image_size", r.ref_image_size, ("match", "max"))
-    check_int("prompt tokens", r.prompt_tokens, 0, 32768, "Shorten the prompt.")
+    check_int("prompt tokens", r.prompt_tokens, 0, MAX_TEXT_TOKENS, "Shorten the prompt.")
     _check_continuation(r.continuation_frames)
     _check_sources(r)
     refs = _ordered(r.references)
@@ -243,12 +237,11 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     in_prompt = r.conditioning == "clip"
     keyframes = tuple(KeyframeSpec(frame_index=i, frames=1, in_prompt=in_prompt)
                       for i, on in ((0, r.first_frame), (-1, r.last_frame)) if on)
-    geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
-                              keyframes=keyframes, reference_budget=r.reference_budget,
-                              ref_image_size=r.ref_image_size, segment_seconds=seg,
-                              context_frames=r.continuation_frames if seg else None)
     segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
                              context_frames=r.continuation_frames) if seg else None
+    geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
+                              keyframes=keyframes, reference_budget=r.reference_budget,
+                              ref_image_size=r.ref_image_size, passes=segments)
     budget = geometry.reference_budget
     preps = tuple(_prep(m, res, r, budget) for m, res in zip(refs, geometry.references))
     lines = [f"duration {seconds:g} s -> {geometry.total_frames or geometry.frames} frames = "
@@ -257,7 +250,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     if segments is not None:
         lines.append(f"segments: {segments.count} passes, {seg:g} s of new time each after the first, "
                      f"{segments.context_frames} continuation frames, longest pass {geometry.frames} frames; "
-                     "pass seeds are the noise seed + the pass index (the table's seed column counts from 0)")
+                     "pass seeds are the noise seed + the pass index (the Sampler's report lists them)")
     if geometry.frames > TRAINED_FRAMES[1]:
         lines.append(f"one pass of {geometry.frames} frames is past H3's trained ~{TRAINED_FRAMES[0]}-"
                      f"{TRAINED_FRAMES[1]} frames: consider segment_seconds 5-15")

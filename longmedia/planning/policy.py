@@ -12,7 +12,8 @@ from ..h3 import lattice as L
 from ..h3.geometry import Geometry, SegmentRows
 from .types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 from ..h3.profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
-from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, suggest_segment_seconds
+from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
+from .segment_range import suggest_segment_seconds
 
 INT8_16GB_CARD_MAX = 18.5 * GIB
 PIN_HEADROOM_MIN = 12 * GIB          # RAM left free after pinning: at least this ...
@@ -144,7 +145,7 @@ def _card_gb(device: DeviceProfile) -> float:
 def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, cand,
                        fits: Callable[[Geometry], str | None]) -> SegmentSuggestion | None:
     """A `segment_seconds` when the pass does not fit, only fits in ultra_low_vram, or one pass is longer than
-    the field's range for this card (`segments.suggest_segment_seconds`); None otherwise.
+    the field's range for this card (`segment_range.suggest_segment_seconds`); None otherwise.
 
     Later segments re-read `context` frames, so a segment of 17j+5 new frames is a 17(j+k)+5-frame pass:
     each candidate is checked at that length.

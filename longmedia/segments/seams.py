@@ -20,7 +20,8 @@ import torch
 
 from ..h3 import lattice as L
 from ..errors import LongMediaInputError
-from .timeline import MAX_SEED, Segment, SegmentPlan
+from ..limits import MAX_SEED
+from .timeline import Segment, SegmentPlan
 
 __all__ = ["SeamError", "job_latent_shapes", "check_job_latent", "pass_latents", "new_content",
            "context_latents", "context_keyframe", "route_keyframes", "check_pass_output", "empty_result",

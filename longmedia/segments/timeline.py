@@ -25,19 +25,14 @@ import math
 from dataclasses import asdict, dataclass
 
 from ..h3 import lattice as L
-from ..errors import LongMediaInputError, check_choice, check_float, check_int
-from ..h3.references import REFERENCE_BUDGETS
+from ..errors import LongMediaInputError, check_float, check_int
+from ..limits import MAX_FRAMES, MAX_SECONDS
 
-__all__ = ["Segment", "SegmentPlan", "SegmentSuggestion", "SegmentDecision", "plan_segments",
-           "suggest_segment_seconds", "should_segment", "latent_boundary", "audio_boundary",
-           "DEFAULT_CONTEXT_FRAMES", "MAX_TOTAL_FRAMES", "MAX_TOTAL_SECONDS", "MAX_SEGMENT_SECONDS",
-           "MAX_SEED", "LongMediaInputError"]
+__all__ = ["Segment", "SegmentPlan", "plan_segments", "latent_boundary", "audio_boundary",
+           "DEFAULT_CONTEXT_FRAMES", "MAX_SEGMENT_SECONDS", "LongMediaInputError"]
 
 DEFAULT_CONTEXT_FRAMES = 22
-MAX_TOTAL_SECONDS = 3600.0                          # one hour of assembled video ...
-MAX_TOTAL_FRAMES = int(MAX_TOTAL_SECONDS) * L.FPS   # ... = 86400 requested frames (snapped up to <= 86416)
 MAX_SEGMENT_SECONDS = L.MAX_STOCK_FRAMES / L.FPS    # a pass is at most one stock-sized latent (3609 frames)
-MAX_SEED = 2 ** 64 - 1                              # ComfyUI's seed range; derived seeds wrap around
 _CLIP_LATENT_BOUNDARY = {0: 0, 1: 1, 5: 2, 9: 3, 13: 4}   # frame offset in a 17-frame clip -> latents before it
 
 
@@ -62,7 +57,6 @@ class Segment:
     pass_start: int          # result pixel frame where the pass (context included) starts
     pass_frames: int         # pixel frames of the pass, on the 17k+5 lattice
     context_frames: int      # frames re-read from the previous pass (0 for the first segment)
-    seed: int
 
     @property
     def new_frames(self) -> int:
@@ -223,10 +217,6 @@ class SegmentPlan:
         """Extra frames passed through the model for contexts, as a fraction of the result."""
         return self.generated_frames / self.pixel_frames - 1.0
 
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return tuple(s.seed for s in self.segments)
-
     def describe(self) -> tuple[str, ...]:
         """Plain-text report lines: a summary, then one row per segment."""
         head = (f"{self.count} segment{'s' if self.count != 1 else ''}: {self.pixel_frames} frames "
@@ -234,12 +224,12 @@ class SegmentPlan:
                 f"latent frames{'' if self.audio else ', audio discarded'}), context {self.context_frames} frames, "
                 f"{self.context_overhead:.1%} re-generated")
         rows = [head, "seg | pass frames | context | new frames -> result frames | video latents -> result "
-                      "| audio -> result | seed"]
+                      "| audio -> result"]
         for s in self.segments:
             rows.append(f"{s.index} | {s.pass_frames} ({s.seconds:.2f} s) | {s.context_frames} | "
                         f"{s.new_frames} -> [{s.new_start}, {s.pass_end}) | {s.latent_frames} "
                         f"-> [{s.video_latent_range[0]}, {s.video_latent_range[1]}) | {s.audio_frames} "
-                        f"-> [{s.audio_range[0]}, {s.audio_range[1]}) | {s.seed}")
+                        f"-> [{s.audio_range[0]}, {s.audio_range[1]})")
         return tuple(rows)
 
     def to_dict(self) -> dict:
@@ -254,9 +244,9 @@ def _requested_frames(total_seconds: float | None, total_frames: int | None) -> 
                                   "exactly one of total_seconds or total_frames",
                                   "Give the job's length once, in seconds or in frames at 24 fps.")
     if total_frames is not None:
-        return check_int("total_frames", total_frames, 1, MAX_TOTAL_FRAMES,
+        return check_int("total_frames", total_frames, 1, MAX_FRAMES,
                          "Give the whole job's frame count at 24 fps (at most one hour).")
-    seconds = _positive_seconds("total_seconds", total_seconds, MAX_TOTAL_SECONDS,
+    seconds = _positive_seconds("total_seconds", total_seconds, MAX_SECONDS,
                                 "Give the whole job's length in seconds (at most one hour).")
     return max(1, math.ceil(seconds * L.FPS - 1e-9))
 
@@ -269,13 +259,8 @@ def _positive_seconds(name: str, value: object, high: float, fix: str) -> float:
 
 
 def _check_context(context_frames: object) -> int:
-    fix = "Use 5, 22, 39 ... (17k+5) frames of context, fewer than a segment's new frames."
-    check_int("context_frames", context_frames, L.MIN_FRAMES, L.MAX_STOCK_FRAMES, fix)
-    if not L.is_lattice_frames(context_frames):
-        raise LongMediaInputError("context_frames", context_frames,
-                                  "a count on H3's 17k+5 frame lattice (5, 22, 39, 56 ...)",
-                                  f"Use {L.snap_frames_down(context_frames)} or {L.snap_frames(context_frames)}.")
-    return context_frames
+    return L.check_lattice_frames("context_frames", context_frames,
+                                  "Use 5, 22, 39 ... (17k+5) frames of context, fewer than a segment's new frames.")
 
 
 def _check_context_fits(context_frames: int, segment_new_frames: int) -> int:
@@ -286,23 +271,13 @@ def _check_context_fits(context_frames: int, segment_new_frames: int) -> int:
     return context_frames
 
 
-def _check_seeds(seed: object, seeds: tuple[int, ...] | None, count: int) -> tuple[int, ...]:
-    seed = check_int("seed", seed, 0, MAX_SEED, "Use a ComfyUI seed (0 to 2**64-1).")
-    pinned = tuple(seeds or ())
-    if len(pinned) > count:
-        raise LongMediaInputError("seeds", pinned, f"at most {count} pinned seeds (one per segment)",
-                                  "Drop the extra seeds, or shorten segment_seconds to get more segments.")
-    for i, s in enumerate(pinned):
-        check_int(f"seeds[{i}]", s, 0, MAX_SEED, "Use ComfyUI seeds (0 to 2**64-1).")
-    return pinned + tuple((seed + i) % (MAX_SEED + 1) for i in range(len(pinned), count))
-
-
 def plan_segments(total_seconds: float | None = None, total_frames: int | None = None, *,
                   segment_seconds: float, context_frames: int = DEFAULT_CONTEXT_FRAMES, fps: int = L.FPS,
-                  audio: bool = True, seed: int = 0, seeds: tuple[int, ...] | None = None) -> SegmentPlan:
+                  audio: bool = True) -> SegmentPlan:
     """Split a job into fixed passes of `segment_seconds` new time each plus `context_frames` of context.
 
-    Seeds: `seeds` pins the first len(seeds) segments; the rest get seed + index (mod 2**64).
+    Pass seeds are not part of the plan: they come from the noise node when the job runs
+    (`segments.seams.segment_seeds`), and the run report lists them.
     A job whose lattice length equals one segment is a single pass without context.
     """
     if fps != L.FPS:
@@ -320,7 +295,7 @@ def plan_segments(total_seconds: float | None = None, total_frames: int | None =
                                   f"at most the job's {total / L.FPS:.3f} s ({total} frames on the 17k+5 lattice)",
                                   "Shorten segment_seconds, or run the job as one pass without segments.")
     if first == total:   # the whole job is one segment: no context to re-read
-        return SegmentPlan((Segment(0, 0, total, 0, _check_seeds(seed, seeds, 1)[0]),), requested,
+        return SegmentPlan((Segment(0, 0, total, 0),), requested,
                            segment_seconds, 0, bool(audio))
     if clips < 1:
         raise LongMediaInputError("segment_seconds", segment_seconds,
@@ -334,72 +309,9 @@ def plan_segments(total_seconds: float | None = None, total_frames: int | None =
                                   f"({L.MAX_STOCK_FRAMES} frames)", "Shorten segment_seconds or context_frames.")
     remaining = (total - first) // L.CLIP_FRAMES               # clips after the first segment
     later = [clips] * (remaining // clips) + ([remaining % clips] if remaining % clips else [])
-    seed_list = _check_seeds(seed, seeds, 1 + len(later))
-    segments = [Segment(0, 0, first, 0, seed_list[0])]
+    segments = [Segment(0, 0, first, 0)]
     new_start = first
     for i, n in enumerate(later, start=1):
-        segments.append(Segment(i, new_start - context, n * L.CLIP_FRAMES + context, context, seed_list[i]))
+        segments.append(Segment(i, new_start - context, n * L.CLIP_FRAMES + context, context))
         new_start += n * L.CLIP_FRAMES
     return SegmentPlan(tuple(segments), requested, segment_seconds, context, bool(audio))
-
-
-@dataclass(frozen=True)
-class SegmentSuggestion:
-    """Starting-point segment length for a card size and reference budget (not a measurement)."""
-
-    vram_gb: float
-    reference_budget: str
-    min_seconds: float
-    max_seconds: float
-    seconds: float            # the suggested value: middle of the range, on half seconds
-    transfer_bound: bool      # weights stream over PCIe every step: expect transfer-bound passes
-    reasons: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SegmentDecision:
-    """Whether a job should run as segments, and at what length."""
-
-    segment: bool
-    segment_seconds: float | None
-    suggestion: SegmentSuggestion
-    reasons: tuple[str, ...]
-
-
-_TIERS = ((24.0, 5.0, 15.0, "24 GB and up: 5-15 s (the top of H3's ~124-362-frame trained range)"),
-          (16.0, 5.0, 10.0, "16 GB: 5-10 s per segment"),
-          (12.0, 5.0, 8.0, "12 GB: 5-8 s per segment with a low reference budget"),
-          (0.0, 4.0, 6.0, "8 GB: 4-6 s per segment, transfer-bound"))
-
-
-def suggest_segment_seconds(vram_gb: float, reference_budget: str = "low") -> SegmentSuggestion:
-    """Starting-point segment length: 16 GB 5-10 s, 12 GB 5-8 s (low references), 8 GB 4-6 s."""
-    vram_gb = check_float("vram_gb", vram_gb, 1.0, 4096.0, "Give the card's memory in GB.")
-    check_choice("reference_budget", reference_budget, tuple(REFERENCE_BUDGETS))
-    tier = next(t for t in _TIERS if vram_gb >= t[0])
-    low, high, reasons = tier[1], tier[2], [tier[3]]
-    if vram_gb < 8.0:
-        reasons.append(f"{vram_gb:g} GB is below the pack's 8 GB target: the 8 GB range is optimistic here")
-    if 8.0 <= vram_gb < 16.0 and reference_budget in ("medium", "high", "max"):
-        low, high = _TIERS[-1][1], _TIERS[-1][2]
-        reasons.append(f"reference_budget={reference_budget!r} takes rows a {vram_gb:g} GB card needs for "
-                       "video: starting from the 8 GB range")
-    elif reference_budget == "max":
-        reasons.append("reference_budget='max' leaves references uncapped: shorten segments if the plan does not fit")
-    seconds = round((low + high) / 2 * 2) / 2
-    return SegmentSuggestion(vram_gb, reference_budget, low, high, seconds, vram_gb < 12.0, tuple(reasons))
-
-
-def should_segment(total_seconds: float, vram_gb: float, reference_budget: str = "low") -> SegmentDecision:
-    """Segment when the job is longer than the card's suggested segment range or than one stock pass."""
-    total_seconds = _positive_seconds("total_seconds", total_seconds, MAX_TOTAL_SECONDS,
-                                      "Give the whole job's length in seconds (at most one hour).")
-    tip = suggest_segment_seconds(vram_gb, reference_budget)
-    frames = L.frames_for_seconds(total_seconds)
-    if frames > L.MAX_STOCK_FRAMES:
-        why = f"{frames} frames are more than one stock pass holds ({L.MAX_STOCK_FRAMES})"
-    elif total_seconds > tip.max_seconds:
-        why = f"{total_seconds:g} s is longer than the {tip.max_seconds:g} s top of the range for this card"
-    else:
-        return SegmentDecision(False, None, tip, (f"{total_seconds:g} s fits one pass on this card",) + tip.reasons)
-    return SegmentDecision(True, tip.seconds, tip, (why, f"segments of {tip.seconds:g} s") + tip.reasons)

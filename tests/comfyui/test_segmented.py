@@ -260,7 +260,7 @@ def _longmedia():
         import longmedia.job.job  # noqa: F401
     except ModuleNotFoundError:
         sys.path.append(REPO_ROOT)
-    from longmedia.h3.geometry import build_geometry
+    from longmedia.job.geometry import build_geometry
     from longmedia.job.job import LongMediaJob
     from longmedia.segments.timeline import plan_segments
     return build_geometry, LongMediaJob, plan_segments

@@ -7,7 +7,7 @@ from longmedia.planning.attention_path import default_attention_path
 from longmedia.report.oom import (PHASES, LongMediaOOM, MemoryReadings, OOMContext, UnknownPhaseError, phase,
                                    pressure_point, torch_memory_reader)
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.h3.geometry import build_geometry
+from longmedia.job.geometry import build_geometry
 from longmedia.planning.planner import plan
 from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
 

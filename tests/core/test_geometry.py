@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longmedia.h3 import lattice as L
-from longmedia.h3.geometry import (REFERENCE_BUDGETS, Geometry, KeyframeSpec, LongMediaInputError, ReferenceSpec,
-                                build_geometry)
+from longmedia.h3.geometry import REFERENCE_BUDGETS, Geometry, KeyframeSpec, LongMediaInputError, ReferenceSpec
+from longmedia.job.geometry import build_geometry
 
 
 def test_reference_job_rows():

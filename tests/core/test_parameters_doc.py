@@ -65,7 +65,7 @@ def _guide_rows(first_cell: str) -> list[str]:
 
 @pytest.mark.parametrize("vram_gb", CARDS)
 def test_guide_segment_ranges_are_the_planner_tiers(vram_gb):
-    from longmedia.segments.timeline import suggest_segment_seconds
+    from longmedia.planning.segment_range import suggest_segment_seconds
 
     tip = suggest_segment_seconds(vram_gb, "low")
     tiers = [r for r in _guide_rows(f"{vram_gb} GB") if r[1].endswith(" s") and "-" in r[1]]

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from longmedia.planning import attention_path
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.execution.memory import predicted_peak_bytes
-from longmedia.h3.geometry import ReferenceSpec, build_geometry
+from longmedia.h3.geometry import ReferenceSpec
+from longmedia.job.geometry import build_geometry
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import MANUAL_CONTROLS, PlanRequest
 from longmedia.planning.planner import plan

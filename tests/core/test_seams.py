@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from longmedia.h3 import lattice as L
 from longmedia.segments import seams
 from longmedia.errors import LongMediaInputError
-from longmedia.segments.timeline import MAX_SEED, plan_segments
+from longmedia.limits import MAX_SEED
+from longmedia.segments.timeline import plan_segments
 
 H, W = 2, 3   # latent cells: the helpers only cut along time
 
@@ -180,6 +181,12 @@ def test_segment_seeds_derive_pin_and_wrap():
     assert seams.segment_seeds(3, 10) == (10, 11, 12)
     assert seams.segment_seeds(3, 10, (7,)) == (7, 11, 12)
     assert seams.segment_seeds(3, MAX_SEED) == (MAX_SEED, 0, 1)
+    with pytest.raises(LongMediaInputError) as info:
+        seams.segment_seeds(2, 0, (1, 2, 3))
+    assert info.value.input_name == "seeds"
+    with pytest.raises(LongMediaInputError) as info:
+        seams.segment_seeds(2, 0, (1, 2 ** 64))
+    assert info.value.input_name == "seeds[1]"
     assert len(set(seams.segment_seeds(5, 123))) == 5
     with pytest.raises(LongMediaInputError, match="seeds"):
         seams.segment_seeds(2, 0, (1, 2, 3))

@@ -7,8 +7,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from longmedia.h3 import lattice as L
-from longmedia.segments.timeline import (MAX_SEED, MAX_TOTAL_FRAMES, LongMediaInputError, audio_boundary, latent_boundary,
-                                plan_segments, should_segment, suggest_segment_seconds)
+from longmedia.limits import MAX_FRAMES as MAX_TOTAL_FRAMES
+from longmedia.limits import MAX_SEED
+from longmedia.planning.segment_range import suggest_segment_seconds
+from longmedia.segments.seams import segment_seeds
+from longmedia.segments.timeline import LongMediaInputError, audio_boundary, latent_boundary, plan_segments
 
 TOKEN_FRAMES = (1, 4, 4, 4, 4)   # pixel frames per video latent, repeating every 17 frames
 
@@ -96,13 +99,13 @@ def test_snaps_like_the_stock_node():
 
 
 def test_sixty_seconds_in_ten_second_segments():
-    plan = plan_segments(60.0, segment_seconds=10.0, seed=7)
+    plan = plan_segments(60.0, segment_seconds=10.0)
     check_plan(plan, 1440)
     assert plan.pixel_frames == 1450 and plan.count == 7
     assert [s.pass_frames for s in plan.segments] == [243] + [260] * 5 + [39]
     assert [s.new_frames for s in plan.segments] == [243] + [238] * 5 + [17]   # trimmed last segment
     assert plan.max_pass_frames == 260
-    assert plan.seeds == tuple(range(7, 14))
+    assert segment_seeds(plan.count, 7) == tuple(range(7, 14))
     s1 = plan.segments[1]
     assert s1.pass_start == 221 and s1.pixel_range == (243, 481)
     assert s1.pass_latent_range == (65, 142) and s1.context_latent_range == (65, 72)
@@ -161,9 +164,15 @@ def test_audio_slices_can_differ_from_stock_by_one():
 
 
 def test_seeds_pinned_and_wrapping():
-    plan = plan_segments(30.0, segment_seconds=10.0, seed=MAX_SEED, seeds=(11, 12))
-    assert plan.count == 4 and plan.seeds == (11, 12, 1, 2)     # seed + index, mod 2**64
-    assert plan_segments(30.0, segment_seconds=10.0, seed=5).seeds == (5, 6, 7, 8)
+    plan = plan_segments(30.0, segment_seconds=10.0)
+    assert plan.count == 4 and segment_seeds(plan.count, MAX_SEED, (11, 12)) == (11, 12, 1, 2)  # seed + index, mod 2**64
+    assert segment_seeds(plan.count, 5) == (5, 6, 7, 8)
+
+
+def test_the_plan_table_shows_no_seed_the_run_does_not_use():
+    """Seeds come from the noise node at run time; the segment plan's table must not invent them."""
+    plan = plan_segments(30.0, segment_seconds=10.0)
+    assert "seed" not in "\n".join(plan.describe()) and "seed" not in json.dumps(plan.to_dict())
 
 
 def _err(**kw):
@@ -192,9 +201,6 @@ def _err(**kw):
     (dict(total_seconds=60.0, total_frames=1440, segment_seconds=10.0), "duration"),
     (dict(segment_seconds=10.0), "duration"),
     (dict(total_seconds=60.0, segment_seconds=10.0, fps=30), "fps"),
-    (dict(total_seconds=20.0, segment_seconds=10.0, seeds=(1, 2, 3, 4)), "seeds"),
-    (dict(total_seconds=20.0, segment_seconds=10.0, seed=-1), "seed"),
-    (dict(total_seconds=20.0, segment_seconds=10.0, seeds=(1, 2 ** 64)), "seeds[1]"),
 ])
 def test_bad_input_names_the_input(kw, name):
     err = _err(**kw)
@@ -229,18 +235,6 @@ def test_suggestions_follow_the_starting_points():
         suggest_segment_seconds(0)
 
 
-def test_should_segment_decisions_plan_cleanly():
-    assert not should_segment(6.0, 16).segment
-    d = should_segment(30.0, 16)
-    assert d.segment and d.segment_seconds == 7.5 and "longer than" in d.reasons[0]
-    assert should_segment(200.0, 80).segment                    # past one stock pass on any card
-    for total in (10.5, 30.0, 600.0):
-        for gb in (8, 12, 16, 24):
-            d = should_segment(total, gb)
-            if d.segment:
-                check_plan(plan_segments(total, segment_seconds=d.segment_seconds), round(total * 24))
-
-
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(total=st.integers(1, 20000), seg=st.floats(0.5, 40.0), k=st.integers(0, 4), seed=st.integers(0, MAX_SEED))
 def test_plans_tile_the_timeline(total, seg, k, seed):
@@ -249,9 +243,9 @@ def test_plans_tile_the_timeline(total, seg, k, seed):
     assume(first <= stock_frames(total))
     assume(first == stock_frames(total) or context < first - 5)
     assume(first - 5 + context <= L.MAX_STOCK_FRAMES)
-    plan = plan_segments(total_frames=total, segment_seconds=seg, context_frames=context, seed=seed)
+    plan = plan_segments(total_frames=total, segment_seconds=seg, context_frames=context)
     check_plan(plan, total)
-    assert plan.seeds == tuple((seed + i) % 2 ** 64 for i in range(plan.count))
+    assert segment_seeds(plan.count, seed) == tuple((seed + i) % 2 ** 64 for i in range(plan.count))
     assert len({s.pass_frames for s in plan.segments[1:-1]}) <= 1          # fixed segments, only the last trimmed
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longmedia.h3 import lattice as L
-from longmedia.h3.geometry import build_geometry
+from longmedia.job.geometry import build_geometry
 from longmedia.errors import LongMediaInputError
 from longmedia.job.setup_plan import MediaInput, SetupRequest, check_soundtracks, plan_setup
 

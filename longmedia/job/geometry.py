@@ -1,0 +1,71 @@
+"""A job's geometry: its duration on H3's frame grid, its passes when segmented, and the packed sequence of the
+longest pass (`h3.geometry.pass_geometry`)."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import LongMediaInputError, check_float, check_int
+from ..h3 import lattice as L
+from ..h3.geometry import Geometry, KeyframeSpec, ReferenceSpec, pass_geometry
+from ..limits import MAX_EDGE_PX, MAX_FRAMES, MAX_SECONDS, MIN_SECONDS
+from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, SegmentPlan, plan_segments
+
+__all__ = ["build_geometry", "requested_frames"]
+
+
+def requested_frames(seconds: float | None, frames: int | None, fps: int = L.FPS) -> int:
+    """Frames asked for (before lattice snapping)."""
+    if (seconds is None) == (frames is None):
+        raise LongMediaInputError("duration", {"seconds": seconds, "frames": frames},
+                                  "exactly one of seconds or frames", "Give the duration once.")
+    if frames is not None:
+        return check_int("frames", frames, 1, MAX_FRAMES, "Give the frame count at 24 fps.")
+    check_float("seconds", seconds, MIN_SECONDS, MAX_SECONDS, "Give the video length in seconds.")
+    return max(1, math.ceil(seconds * fps - 1e-9))
+
+
+def _passes(requested: int, segment_seconds: float | None, context_frames: int | None,
+            planned: SegmentPlan | None) -> tuple[int, int, int, int, int]:
+    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames)."""
+    total = L.snap_frames(requested)
+    if planned is not None:
+        return planned.pixel_frames, planned.max_pass_frames, planned.max_pass_audio_frames, planned.count, \
+            planned.context_frames
+    if segment_seconds is None:
+        if context_frames is not None:
+            raise LongMediaInputError("context_frames", context_frames, "unset without segment_seconds",
+                                      "Set segment_seconds, or drop context_frames.")
+        if total > L.MAX_STOCK_FRAMES:
+            raise LongMediaInputError("seconds", round(total / L.FPS, 2),
+                                      f"at most {L.MAX_STOCK_FRAMES / L.FPS:.1f} s in one pass",
+                                      "Set segment_seconds to generate the video in segments.")
+        return total, total, L.target_audio_frames(total), 1, 0
+    sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds,
+                       context_frames=DEFAULT_CONTEXT_FRAMES if context_frames is None else context_frames)
+    return sp.pixel_frames, sp.max_pass_frames, sp.max_pass_audio_frames, sp.count, sp.context_frames
+
+
+def build_geometry(width: int, height: int, *, seconds: float | None = None, frames: int | None = None,
+                   fps: int = L.FPS, audio: bool = True, text_tokens: int = 256,
+                   references: tuple[ReferenceSpec, ...] = (), keyframes: tuple[KeyframeSpec, ...] = (),
+                   reference_budget: str = "low", ref_image_size: str = "match",
+                   segment_seconds: float | None = None, context_frames: int | None = None,
+                   passes: SegmentPlan | None = None) -> Geometry:
+    """The packed sequence of a width x height, `seconds` (or `frames`) long H3 job, sized as ComfyUI does.
+
+    With `segment_seconds` the job runs as `segments.timeline.plan_segments` passes (each later one re-reading
+    `context_frames` of the previous, default 22) and the geometry is that of the longest pass. A caller that
+    already planned the segments hands them in as `passes` (they are not planned again).
+    """
+    check_int("width", width, L.CANVAS_MULTIPLE, MAX_EDGE_PX, "Use the video width in pixels (step 32).")
+    check_int("height", height, L.CANVAS_MULTIPLE, MAX_EDGE_PX, "Use the video height in pixels (step 32).")
+    if fps != L.FPS:
+        raise LongMediaInputError("fps", fps, "24 (H3's native frame rate)",
+                                  "H3 generates at 24 fps; resample the finished video if you need another rate.")
+    total, pass_frames, audio_t, passes, context = _passes(requested_frames(seconds, frames, fps),
+                                                           segment_seconds, context_frames, passes)
+    return pass_geometry(width, height, pass_frames=pass_frames, audio_latent_frames=audio_t, total_frames=total,
+                         segment_count=passes, context_frames=context, audio=audio, text_tokens=text_tokens,
+                         references=references, keyframes=keyframes, reference_budget=reference_budget,
+                         ref_image_size=ref_image_size)

@@ -1,0 +1,14 @@
+"""Every input limit of a LongMedia job, in one place (the nodes' schemas, the CLI and the core read these).
+
+Numbers only: the checks live beside the facts they need (`h3.lattice.check_lattice_frames` for the
+17k+5 frame grid, `errors.check_int` / `check_float` for ranges).
+"""
+
+MIN_SECONDS = 0.04                  # one frame at 24 fps
+MAX_SECONDS = 3600.0                # one hour of assembled video
+FPS = 24                            # H3's native frame rate (also h3.lattice.FPS)
+MAX_FRAMES = int(MAX_SECONDS) * FPS  # 86400 requested frames (snapped up to <= 86416)
+MAX_EDGE_PX = 16384                 # video canvas and reference pictures, per edge
+CANVAS_MULTIPLE_PX = 32             # the video canvas is a multiple of this (VAE /16 x patch 2)
+MAX_TEXT_TOKENS = 32768             # Qwen tokens of the prompt
+MAX_SEED = 2 ** 64 - 1              # ComfyUI's seed range (RandomNoise); pass seeds wrap around inside it

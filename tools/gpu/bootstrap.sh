@@ -1,0 +1,81 @@
+# LongMedia: set up ComfyUI + comfy-aimdo/comfy-kitchen on the lent GPU machine (no network there).
+#
+# Source it first in a device command, from the repo root (where `run` starts):
+#
+#     . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py
+#
+# with carry [".whl", ".comfy_src"]. What it does:
+#   1. pip-installs every carried wheel in .whl/ into /tmp/site (--no-index --no-deps);
+#   2. restores comfy-kitchen's CUDA extension (.whl/comfy_kitchen-*.cuda_C.abi3.so.xz,
+#      checked against its .sha256) into /tmp/site/comfy_kitchen/backends/cuda/_C.abi3.so.
+#      The carried comfy-kitchen wheel is repacked without its HIP and CUDA shared
+#      libraries (installable as is: comfy-kitchen then falls back to its eager/triton
+#      backends); xz brings the 176 MB CUDA library to 21 MB where the wheel's deflate
+#      gave 47 MB, which is what lets everything fit the 64 MiB a call carries;
+#   3. exports PYTHONPATH=/tmp/site:<repo>/tools/gpu/stubs (the stubs folder holds an
+#      import-only `av` stand-in, last on the path so a real PyAV would win),
+#      LONGMEDIA_COMFYUI_ROOT=<repo>/.comfy_src and LONGMEDIA_GPU_SITE=/tmp/site;
+#   4. prints the versions that matter.
+# ComfyUI's own folder is NOT put on PYTHONPATH (its top-level `nodes`, `utils`, `app`
+# would shadow other packages); scripts insert $LONGMEDIA_COMFYUI_ROOT into sys.path.
+# Rebuild .whl/.comfy_src as tools/gpu/README.md says.
+
+_lm_gpu_bootstrap() {
+    local root site so_xz so_sha dest
+    root="$(pwd)"
+    site=/tmp/site
+    if [ ! -d "$root/.whl" ] || [ ! -d "$root/.comfy_src" ]; then
+        echo "bootstrap: run from the repo root with carry [\".whl\", \".comfy_src\"] (missing .whl or .comfy_src in $root)" >&2
+        return 1
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" "$root"/.whl/*.whl || { echo "bootstrap: pip install of .whl/*.whl failed" >&2; return 1; }
+
+    so_xz="$(ls "$root"/.whl/comfy_kitchen-*.cuda_C.abi3.so.xz 2>/dev/null | head -n 1)"
+    if [ -n "$so_xz" ]; then
+        so_sha="${so_xz%.xz}.sha256"
+        dest="$site/comfy_kitchen/backends/cuda/_C.abi3.so"
+        python3 - "$so_xz" "$dest" "$so_sha" <<'PY' || { echo "bootstrap: restoring comfy-kitchen's CUDA extension failed" >&2; return 1; }
+import hashlib, lzma, os, sys
+src, dest, sha_file = sys.argv[1:4]
+data = lzma.open(src).read()
+digest = hashlib.sha256(data).hexdigest()
+if os.path.exists(sha_file):
+    want = open(sha_file).read().split()[0]
+    if digest != want:
+        sys.exit(f"sha256 mismatch for {src}: {digest} != {want}")
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+with open(dest + ".tmp", "wb") as f:
+    f.write(data)
+os.replace(dest + ".tmp", dest)
+print(f"bootstrap: comfy-kitchen CUDA extension restored ({len(data) / 2**20:.0f} MiB, sha256 ok)")
+PY
+    fi
+
+    export LONGMEDIA_GPU_SITE="$site"
+    export LONGMEDIA_COMFYUI_ROOT="$root/.comfy_src"
+    export PYTHONPATH="$site:$root/tools/gpu/stubs${PYTHONPATH:+:$PYTHONPATH}"
+    export PYTHONUNBUFFERED=1
+    python3 - <<'PY'
+import importlib, platform, sys
+def ver(name):
+    try:
+        m = importlib.import_module(name)
+        v = getattr(m, "__version__", None)
+        if v is None:
+            from importlib.metadata import version
+            v = version(name.replace("_", "-"))
+        return str(v) + (" (stub)" if getattr(m, "LONGMEDIA_STUB", False) else "")
+    except Exception as e:
+        return f"MISSING ({type(e).__name__}: {e})"
+import torch
+print(f"bootstrap: python {platform.python_version()} at {sys.executable}")
+print(f"bootstrap: torch {torch.__version__} cuda {torch.version.cuda} available={torch.cuda.is_available()}"
+      + (f" device={torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""))
+print("bootstrap: " + ", ".join(f"{n} {ver(n)}" for n in (
+    "triton", "torchvision", "torchaudio", "comfy_aimdo", "comfy_kitchen", "torchsde",
+    "sqlalchemy", "pydantic", "av")))
+PY
+    echo "bootstrap: LONGMEDIA_COMFYUI_ROOT=$LONGMEDIA_COMFYUI_ROOT PYTHONPATH=$PYTHONPATH"
+}
+_lm_gpu_bootstrap
