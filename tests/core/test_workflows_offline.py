@@ -1,6 +1,7 @@
 """The example workflows validate offline: every UI graph and API prompt in workflows/ against the node schemas.
 
-Schemas: the stock nodes' /object_info from a real ComfyUI (`../shared/comfyui/object_info_h3.json`) and
+Schemas: the stock nodes' /object_info from a real ComfyUI (`tests/data/stock_object_info_h3.json`, copied from the
+snapshot's `GET /object_info` for the nodes an H3 workflow uses) and
 ours (`tests/data/longmedia_object_info.json`, checked against a live server by
 tests/comfyui/test_workflows_api.py). Checked: class names, input names, required inputs, link targets
 and types, INT/FLOAT ranges, combo values (file lists are free), widget counts of UI nodes, that each UI
@@ -19,7 +20,7 @@ from longmedia.job.setup_plan import SetupRequest, plan_setup
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
-STOCK_SCHEMAS = REPO.parent / "shared" / "comfyui" / "object_info_h3.json"
+STOCK_SCHEMAS = REPO / "tests" / "data" / "stock_object_info_h3.json"
 OUR_SCHEMAS = REPO / "tests" / "data" / "longmedia_object_info.json"
 EXAMPLES = ("t2va_10s", "ref2va_hires_refiner", "t2va_30s_segmented")
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "COMFY_DYNAMICCOMBO_V3"}
@@ -31,8 +32,6 @@ MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".gguf", ".sft")
 
 @pytest.fixture(scope="module")
 def schemas() -> dict:
-    if not STOCK_SCHEMAS.is_file():
-        pytest.skip(f"{STOCK_SCHEMAS} is missing: the stock node schemas come with ../shared")
     return {**json.loads(STOCK_SCHEMAS.read_text()), **json.loads(OUR_SCHEMAS.read_text())}
 
 
