@@ -248,7 +248,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                                       reader=comfy_memory_reader())) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     output, denoised = _outputs(g, latent, out_samples, x0_output)
-    report = RunReport(plan=plan.to_dict(), attention_backend=plan.attention.backend, streamed_blocks=streamed,
+    report = RunReport(plan=plan, attention_backend=plan.attention.backend, streamed_blocks=streamed,
                        boundaries=tuple(run.boundaries), steps=tuple(run.steps),
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary

@@ -74,9 +74,11 @@ class SegmentRecord:
 
 @dataclass(frozen=True)
 class SegmentedReport:
-    """The segment plan and one record per pass, with drift figures over passes of equal geometry."""
+    """The segment plan, every pass as forecast before the run, and one record per pass, with drift figures
+    over passes of equal geometry."""
 
-    plan: dict
+    plan: SegmentPlan
+    forecast: tuple[SegmentForecast, ...]
     segments: tuple[SegmentRecord, ...]
     context_on: tuple[str, ...]           # conditioning lists that carried the context guide
     notes: tuple[str, ...] = ()
@@ -112,7 +114,9 @@ class SegmentedReport:
         return max(values) - min(values) if values else 0
 
     def to_dict(self) -> dict:
-        return {"plan": self.plan, "segments": [s.to_dict() for s in self.segments],
+        plan = {**self.plan.to_dict(), "describe": list(self.plan.describe()),
+                "forecast": [asdict(f) | {"line": f.line()} for f in self.forecast]}
+        return {"plan": plan, "segments": [s.to_dict() for s in self.segments],
                 "context_on": list(self.context_on), "notes": list(self.notes),
                 "measured_peak_bytes": self.measured_peak_bytes, "step_time_ratio": self.step_time_ratio,
                 "peak_ratio": self.peak_ratio, "baseline_spread_bytes": self.baseline_spread_bytes}
@@ -121,12 +125,12 @@ class SegmentedReport:
         return json.dumps(self.to_dict(), default=str)
 
     def summary_lines(self) -> tuple[str, ...]:
-        lines = list(self.plan.get("describe", ()))[:1]
+        lines = list(self.plan.describe())[:1]
         for s in self.segments:
             p = s.run.plan
             lines.append(f"segment {s.index}: seed {s.seed}, {s.pass_frames} frames ({s.context_frames} context), "
                          f"{s.seconds_per_step:.3f} s/step, baseline {s.baseline.allocated_bytes / GIB:.2f} GiB, "
-                         f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.get('memory_mode')}, "
+                         f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.memory_mode}, "
                          f"attention {s.run.attention_backend}")
         c = self.comparable
         lines.append(f"drift over segments {c[0].index}..{c[-1].index} (equal geometry): s/step "
@@ -324,9 +328,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     moved = [sum(len(per_segment[i]) for entries in routed.values() for per_segment in entries)
              for i in range(plan.count)]
     notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(moved) if n)
-    report = SegmentedReport(plan={**plan.to_dict(), "describe": list(plan.describe()),
-                                   "forecast": [asdict(f) | {"line": f.line()} for f in forecast]},
-                             segments=tuple(records),
+    report = SegmentedReport(plan=plan, forecast=forecast, segments=tuple(records),
                              context_on=context_keys, notes=notes)
     output = dict(extra, samples=comfy.nested_tensor.NestedTensor(result))
     den = dict(extra, samples=comfy.nested_tensor.NestedTensor(denoised))

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..execution.chunks import ChunkSizes
 from ..h3.geometry import Geometry
 from ..errors import check_choice, check_int
 from ..h3.profiles import DeviceProfile, ModelProfile
+from ..attention.schedule import SolSettings
+
+if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
+    from ..attention.dispatcher import AttentionChoice
 
 MEMORY_MODES = ("auto", "normal", "low_vram", "ultra_low_vram")
 ATTENTION_MODES = ("auto", "existing", "sol", "scheduled_sol")
@@ -52,7 +56,7 @@ class PlanRequest:
     late_block_guard_start: int | None = None
     late_block_guard_target_mb: int | None = None
     step_boundary_cleanup_mb: int | None = None
-    sol: Any = None  # longmedia.attention.schedule.SolSettings for sol / scheduled_sol; None = its defaults
+    sol: SolSettings | None = None  # for sol / scheduled_sol; None = SolSettings' defaults
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
@@ -101,7 +105,7 @@ class AttentionPath:
     reasons: tuple[str, ...]
     working_bytes: int = 0
     extra_bytes: int = 0       # a call's allocations beyond q/k/v/out (scores, Sol's workspace), per query chunk
-    choice: Any = field(default=None, compare=False, repr=False)
+    choice: AttentionChoice | None = field(default=None, compare=False, repr=False)  # the dispatcher's, when asked
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..planning.types import ExecutionPlan
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -21,7 +23,7 @@ class StepRecord:
 class RunReport:
     """The plan, the attention actually used, and what was measured (boundary snapshots, peaks, guards)."""
 
-    plan: dict
+    plan: ExecutionPlan
     attention_backend: str
     streamed_blocks: tuple[int, ...]
     boundaries: tuple[tuple[str, ...], ...]
@@ -37,7 +39,9 @@ class RunReport:
         return max((s.peak_bytes for s in self.steps), default=0)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "plan"}
+        out = {k: [asdict(v) for v in value] if k == "steps" else value for k, value in out.items()}
+        out["plan"] = self.plan.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
         return out
 
@@ -47,10 +51,10 @@ class RunReport:
     def summary_lines(self) -> tuple[str, ...]:
         p = self.plan
         gib = 2 ** 30
-        lines = [f"memory mode {p.get('memory_mode')} (requested {p.get('requested_memory_mode')}), "
+        lines = [f"memory mode {p.memory_mode} (requested {p.requested_memory_mode}), "
                  f"attention {self.attention_backend}",
                  f"streamed blocks: {len(self.streamed_blocks)}",
-                 f"predicted peak {p.get('predicted_peak_bytes', 0) / gib:.2f} GiB, "
+                 f"predicted peak {p.predicted_peak_bytes / gib:.2f} GiB, "
                  f"measured {self.measured_peak_bytes / gib:.2f} GiB"]
         if self.manual_fields:
             lines.append("manual values (they win over auto): " + ", ".join(self.manual_fields))

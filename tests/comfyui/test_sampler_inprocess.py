@@ -89,7 +89,7 @@ def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
     card = DeviceProfile.card(vram_gb=16, ram_gb=64)
     request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
     runs = [ours(env, request, *job(env, seed=s), device_profile=card)[2] for s in (1, 2, 3)]
-    plans = [json.dumps(r.report.plan, sort_keys=True, default=str) for r in runs]
+    plans = [json.dumps(r.report.plan.to_dict(), sort_keys=True, default=str) for r in runs]
     assert plans[0] == plans[1] == plans[2]
     assert runs[0].report.boundaries == runs[1].report.boundaries == runs[2].report.boundaries
     outs = [r.output["samples"].unbind()[0] for r in runs]

@@ -172,7 +172,7 @@ def test_seeds_differ_per_pass_and_the_report_lists_every_pass(captured):
     assert [s.video_latent_range for s in report.segments] == [(0, 12), (12, 22), (22, 32)]
     for s in report.segments:
         assert s.steps == STEPS and s.sample_seconds > 0 and s.seconds_per_step > 0
-        assert len(s.run.steps) >= STEPS and s.run.plan["memory_mode"] == "normal"
+        assert len(s.run.steps) >= STEPS and s.run.plan.memory_mode == "normal"
     assert report.context_on == ("positive", "negative")
     data = json.loads(report.to_json())
     assert len(data["segments"]) == 3 and data["plan"]["count"] == 3
@@ -340,9 +340,10 @@ def test_three_segment_job_through_the_api(job_server):
 
 def test_every_pass_is_planned_before_the_run(captured):
     report = captured["result"].report
-    forecast = report.plan["forecast"]
+    forecast = report.to_dict()["plan"]["forecast"]
+    assert [f.index for f in report.forecast] == [0, 1, 2]
     assert [f["index"] for f in forecast] == [0, 1, 2]
-    actual = [s.run.plan["geometry"]["seq_len"] for s in report.segments]
+    actual = [s.run.plan.geometry.seq_len for s in report.segments]
     # passes 0 and 1 carry no user guide: the forecast is their exact packed length (context guide included)
     assert [f["seq_len"] for f in forecast[:2]] == actual[:2] and forecast[1]["context_frames"] > 0
     assert forecast[2]["seq_len"] < actual[2]  # the user's last-frame guide lands in pass 2 and is not forecast
