@@ -3,11 +3,13 @@ bench/attention.py's structured inputs, for Sol's routing (mean query . mean key
 an error-aware ORACLE that knows each block's true compensation error and picks the same number of blocks.
 
     python bench/sol_bound.py 106496 h3like      # CPU, fp32, ~4 min (2 heads x 12 sampled query blocks)
+    python bench/sol_bound.py --smoke            # 4096 tokens, 2 query blocks: proves the script runs
 
 Compensation: c64 = Sol's one mean key per 64-key block; c16 = four 16-key centroids; "diag" adds the
 log-normal second-moment correction 0.5 * sum_d q_d^2 var_d to each centroid's score. The oracle row is a
 lower bound on what any router can reach with that compensation at that density.
 """
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -17,9 +19,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.attention import Setup, structured_qkv  # noqa: E402
 
-S = int(sys.argv[1]) if len(sys.argv) > 1 else 106496
-prof = sys.argv[2] if len(sys.argv) > 2 else "h3like"
-HEADS = [0, 1]; NQB = 12; B = 64; TEXT = 512; d = 128; sc = 1 / math.sqrt(d)
+cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+cli.add_argument("seq", nargs="?", type=int, default=106496, help="sequence length (tokens)")
+cli.add_argument("profile", nargs="?", default="h3like", help="bench/attention.py input profile")
+cli.add_argument("--smoke", action="store_true", help="4096 tokens, 2 sampled query blocks")
+args = cli.parse_args()
+S = 4096 if args.smoke else args.seq
+prof = args.profile
+HEADS = [0, 1]; NQB = 2 if args.smoke else 12; B = 64; TEXT = 512; d = 128; sc = 1 / math.sqrt(d)
 setup = Setup(torch.device("cpu"), torch.float32, max(HEADS) + 1, 128, 8192, (1.0,), TEXT, prof, None, False)
 q, k, v = structured_qkv(setup, S)
 nk = S // B

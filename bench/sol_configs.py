@@ -1,7 +1,8 @@
 """Sol launch-config sweep on one size: every HOPPER_SOL config at tau = 1 and at tau = 100 (the routing
 floor: only the diagonal band and sinks stay exact), the autotuned pick, and the fastest SDPA of the run.
 
-    python bench/sol_configs.py --seq 104k          # GPU only
+    python bench/sol_configs.py --seq 104k          # GPU
+    python bench/sol_configs.py --smoke             # CPU: one config under the Triton interpreter, proves it runs
 
 Inputs are bench/attention.py's structured "h3like" q/k/v (56 heads x 128, bf16, 512 text rows as
 sinks). Times are CUDA-event medians and include the key summaries, like bench/attention.py.
@@ -10,6 +11,7 @@ sinks). Times are CUDA-event medians and include the key summaries, like bench/a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,9 +22,9 @@ from bench._common import median, timed  # noqa: E402
 from bench.attention import PROFILES, Setup, exact_rows, parse_seq, sdpa_backends, sdpa_whole, structured_qkv  # noqa: E402
 
 
-def median_ms(fn, repeats: int) -> float:
+def median_ms(fn, repeats: int, device: torch.device) -> float:
     fn()  # warm-up (and autotune)
-    return median(timed(fn, torch.device("cuda:0"), repeats)) * 1e3
+    return median(timed(fn, device, repeats)) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,16 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--taus", default="1,100", help="comma-separated taus (100 = the routing floor)")
     p.add_argument("--breakdown", action="store_true",
                    help="also time the key summaries and the torch routing mask on their own (tau = 1)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny CPU run (fp32, 2 heads, 384 tokens, one config) under the Triton interpreter")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("sol_configs.py needs a CUDA GPU")
+    if a.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before Triton compiles anything: the kernels run on CPU tensors
+        a.seq, a.heads, a.text, a.repeats, a.breakdown = "384", 2, 64, 1, False
+    elif not torch.cuda.is_available():
+        print("sol_configs.py needs a CUDA GPU (or --smoke)")
         return 2
-    from longmedia.kernels.launch import HOPPER_SOL, LaunchConfig
+    from longmedia.kernels.launch import HOPPER_SOL, INTERPRETER_SOL, LaunchConfig
     from longmedia.kernels.sol_attention import _sol_fwd_tuned, sol_attention, sol_key_summaries
 
-    dev = torch.device("cuda:0")
+    dev = torch.device("cpu" if a.smoke else "cuda:0")
     seq = parse_seq(a.seq)[0]
-    s = Setup(dev, torch.bfloat16, a.heads, 128, 8192, (1.0,), a.text, a.profile, a.repeats, False)
+    dtype = torch.float32 if a.smoke else torch.bfloat16
+    s = Setup(dev, dtype, a.heads, 128, 8192, (1.0,), a.text, a.profile, a.repeats, a.smoke)
     q, k, v = structured_qkv(s, seq)
     sinks = ((0, a.text),) if a.text else ()
     flops = 4.0 * seq * seq * a.heads * 128
@@ -59,14 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         return sol_attention(q, k, v, tau=tau, sink_ranges=sinks, exact_query_ranges=sinks, summaries=summ,
                              config=config, return_stats=True)
 
-    sdpa = {name: median_ms(lambda b=b: sdpa_whole(b, q, k, v), a.repeats) for name, b in sdpa_backends(dev)}
+    sdpa = {name: median_ms(lambda b=b: sdpa_whole(b, q, k, v), a.repeats, dev) for name, b in sdpa_backends(dev)}
     best_name = min(sdpa, key=sdpa.get)
     best = sdpa[best_name]
     g = torch.Generator().manual_seed(seq)
     rows = torch.randperm(seq, generator=g)[:512].sort().values.to(dev)
     heads = sorted({0, a.heads // 3, 2 * a.heads // 3, a.heads - 1})
     exact = exact_rows(q, k, v, heads, rows)
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, S={seq}, heads {a.heads}, "
+    device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (Triton interpreter)"
+    print(f"torch {torch.__version__}, {device_name}, S={seq}, heads {a.heads}, "
           f"profile {a.profile}; " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in sdpa.items()))
     print("\n| config (block_m/block_n/warps/stages/group) | tau | ms | x fastest SDPA | TFLOP/s equiv | density | rel-L2 |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -75,14 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     fields = ("block_m", "block_n", "num_warps", "num_stages", "group", "tma")
     chosen = ([LaunchConfig(**{f: (bool(x) if f == "tma" else x) for f, x in zip(fields, map(int, c.split("/")))})
                for c in a.configs.split(",")] if a.configs else grid if a.grid else HOPPER_SOL)
+    if a.smoke:
+        chosen = [INTERPRETER_SOL]
     configs = [(f"{c.block_m}/{c.block_n}/{c.num_warps}/{c.num_stages}/{c.group}{'' if c.tma else ' ptr'}", c)
                for c in chosen]
-    configs.append(("autotuned", None))
+    if not a.smoke:  # the autotuner times configs on the GPU
+        configs.append(("autotuned", None))
     for name, cfg in configs:
         for tau in map(float, a.taus.split(",")):
             out, stats = sol(tau, cfg)
             err = float((out[0][heads][:, rows].float() - exact).norm() / exact.norm())
-            ms = median_ms(lambda: sol(tau, cfg), a.repeats)
+            ms = median_ms(lambda: sol(tau, cfg), a.repeats, dev)
             print(f"| {name} | {tau:g} | {ms:.1f} | {best / ms:.2f}x | {flops / ms / 1e9:.0f} | "
                   f"{stats.density:.3f} | {err:.3f} |", flush=True)
             del out
@@ -92,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = {"key summaries": lambda: sol_key_summaries(k, v, block=64, dtype=q.dtype),
                  "routing mask (torch, tau=1)": lambda: routing_mask(q, summ, 0, 1.0, 128 ** -0.5, sinks, sinks)}
         for name, fn in parts.items():
-            print(f"breakdown: {name}: {median_ms(fn, a.repeats):.2f} ms")
+            print(f"breakdown: {name}: {median_ms(fn, a.repeats, dev):.2f} ms")
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")  # any host sync inside a call now raises
         try:
