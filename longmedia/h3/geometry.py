@@ -146,17 +146,24 @@ def _requested_frames(seconds: float | None, frames: int | None, fps: int) -> in
     return max(1, math.ceil(seconds * fps - 1e-9))
 
 
-def _segmenting(requested: int, segment_seconds: float | None, context_frames: int | None
-                ) -> tuple[int, int, int, int, int]:
-    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames)."""
+def _segmenting(requested: int, segment_seconds: float | None, context_frames: int | None,
+                asked: tuple[str, float | int] = ("frames", 0)) -> tuple[int, int, int, int, int]:
+    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames).
+
+    `asked`: the duration input as the user gave it (name, value), so a limit is stated against it.
+    """
     total = L.snap_frames(requested)
     if segment_seconds is None:
         if context_frames is not None:
             raise LongMediaInputError("context_frames", context_frames, "unset without segment_seconds",
                                       "Set segment_seconds, or drop context_frames.")
         if total > L.MAX_STOCK_FRAMES:
-            raise LongMediaInputError("seconds", round(total / L.FPS, 2),
-                                      f"at most {L.MAX_STOCK_FRAMES / L.FPS:.1f} s in one pass",
+            name, value = asked
+            limit = (f"at most {L.MAX_STOCK_FRAMES / L.FPS:g} s" if name == "seconds" else
+                     f"at most {L.MAX_STOCK_FRAMES} frames") + \
+                f" in one pass ({L.MAX_STOCK_FRAMES} frames: the stock latent node's 3600 on the 17k+5 grid)"
+            raise LongMediaInputError(name, value, limit,
+                                      f"It would be {total} frames = {total / L.FPS:g} s on H3's 17k+5 frame grid. "
                                       "Set segment_seconds to generate the video in segments.")
         return total, total, L.target_audio_frames(total), 1, 0
     sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds,
@@ -185,7 +192,8 @@ def build_geometry(width: int, height: int, *, seconds: float | None = None, fra
     budget = REFERENCE_BUDGETS[reference_budget]
 
     requested = _requested_frames(seconds, frames, fps)
-    total, pass_frames, audio_t, passes, context = _segmenting(requested, segment_seconds, context_frames)
+    asked = ("frames", frames) if frames is not None else ("seconds", seconds)
+    total, pass_frames, audio_t, passes, context = _segmenting(requested, segment_seconds, context_frames, asked)
     per_frame = L.frame_rows(width, height)
 
     kf_rows, kf_prompt = resolve_keyframes(tuple(keyframes), pass_frames, audio_t, per_frame, width, height,
