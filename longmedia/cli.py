@@ -1,25 +1,46 @@
 """`python -m longmedia plan` / `longmedia plan`: plan an H3 job for a card without a GPU or ComfyUI.
 
 With no arguments it plans the reference job: H3 INT8 on a 16 GB card with 64 GB RAM, 1344x768,
-10 s at 24 fps, low reference budget. Bad input exits with code 2 and names the input and its range.
+10 s at 24 fps, low reference budget. Exit codes: 0 the plan FITS, 3 it DOES NOT FIT, 2 bad input (one
+line on stderr naming the flag, its value and the allowed range).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Sequence
 
 from .planning.attention_path import default_attention_path, resolve_attention_path
+from .h3 import lattice as L
 from .h3.geometry import KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
 from .errors import LongMediaInputError
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
 from .planning.planner import plan
-from .h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib, mib
+from .h3.profiles import PRESETS, DeviceProfile, ModelProfile
 from .h3.references import REFERENCE_BUDGETS
+from .report.plan_text import render_plan
 
+EXIT_FITS = 0
 EXIT_BAD_INPUT = 2
+EXIT_DOES_NOT_FIT = 3
+UNITS = ("Units: --vram-gb and --ram-gb take the size as sold (a '16 GB' card has 16 GiB of memory); the plan "
+         "prints memory in GiB and thresholds in MiB, and every -mb flag is in MiB (1 GiB = 1024 MiB). Exit codes: "
+         "0 FITS, 3 DOES NOT FIT, 2 bad input.")
+# What the core's input names are called on this command line (the rest are `--` + the name with dashes).
+FLAG_ALIASES = {"continuation_frames": "--context-frames", "os_name": "--os", "duration": "--seconds/--frames",
+                "references": "--picture/--video/--audio", "device": "--vram-gb"}
+
+
+class _UsageError(Exception):
+    """argparse's complaint, answered by `main` with one line and exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse prints usage and exits; we keep one line and main's exit code
+        raise _UsageError(message)
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -63,48 +84,83 @@ def _spec(**kw) -> ReferenceSpec:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="longmedia", description="Plan a MiniMax H3 job for a GPU (no GPU needed).")
+    ap = _Parser(prog="longmedia", description="Plan a MiniMax H3 job for a GPU (no GPU needed).", epilog=UNITS)
     sub = ap.add_subparsers(dest="command")
-    p = sub.add_parser("plan", help="plan one job and print the plan (the default command)")
+    p = sub.add_parser("plan", help="plan one job and print the plan (the default command)", epilog=UNITS)
     _add_plan_arguments(p)
     return ap
 
 
+_CONTROL_HELP = {
+    "mlp_chunk_tokens": "MLP rows per chunk (0 = stock whole-sequence MLP)",
+    "sol_qkv_chunk_tokens": "attention query rows per chunk (0 = stock attention)",
+    "sol_out_proj_chunk_tokens": "out-projection rows per chunk (needs --sol-qkv-chunk-tokens)",
+    "vram_activation_reserve_mb": "VRAM kept free, MiB (auto: 512, 768 on Windows, + 2%% of the card)",
+    "inter_block_vram_guard_mb": "clean up before a block when less than this many MiB are free (0 = off)",
+    "inter_block_guard_cooldown_blocks": "blocks between two inter-block clean-ups",
+    "inter_block_guard_emergency_mb": "below this many free MiB, clean up regardless of the cooldown",
+    "late_block_guard_start": "block index from which the late target applies",
+    "late_block_guard_target_mb": "free MiB wanted before the final layer",
+    "step_boundary_cleanup_mb": "at a step boundary, clean up when less than this many MiB are free",
+}
+
+
 def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("machine")
-    g.add_argument("--vram-gb", type=float, default=16.0, help="GPU memory in GB (default 16)")
-    g.add_argument("--ram-gb", type=float, default=64.0, help="system RAM in GB (default 64)")
-    g.add_argument("--os", dest="os_name", choices=("linux", "windows", "darwin"), default="linux")
+    g.add_argument("--vram-gb", type=float, default=16.0, help="GPU memory as sold, in GB = GiB (default 16)")
+    g.add_argument("--ram-gb", type=float, default=64.0, help="system RAM as sold, in GB = GiB (default 64)")
+    g.add_argument("--os", dest="os_name", choices=("linux", "windows", "darwin"), default="linux",
+                   help="operating system: Windows keeps more VRAM for the desktop (default linux)")
     g.add_argument("--no-dynamic-vram", action="store_true", help="plan as if ComfyUI's dynamic VRAM were off")
     g.add_argument("--model", default="h3-int8",
-                   help=f"{', '.join(PRESETS)}, or a .safetensors path (only its header is read)")
+                   help=f"{', '.join(PRESETS)}, or a .safetensors path (only its header is read; default h3-int8)")
     j = p.add_argument_group("job")
-    j.add_argument("--width", type=int, default=1344)
-    j.add_argument("--height", type=int, default=768)
-    j.add_argument("--seconds", type=float, default=None, help="video length (default 10)")
+    j.add_argument("--width", type=int, default=1344,
+                   help="video width in pixels (default 1344); planned on H3's 32-px grid, the snap is shown")
+    j.add_argument("--height", type=int, default=768,
+                   help="video height in pixels (default 768); planned on H3's 32-px grid, the snap is shown")
+    j.add_argument("--seconds", type=float, default=None,
+                   help="video length (default 10); planned on H3's 17k+5 frame grid at 24 fps, the snap is shown")
     j.add_argument("--frames", type=int, default=None, help="video length in frames at 24 fps instead of --seconds")
-    j.add_argument("--fps", type=int, default=24, help="must be 24, H3's frame rate")
+    j.add_argument("--fps", type=int, default=24, help="frames per second: must be 24, H3's frame rate")
     j.add_argument("--text-tokens", type=int, default=256, help="prompt length in Qwen tokens (default 256)")
-    j.add_argument("--picture", type=_picture, action="append", default=[], metavar="WxH", help="picture reference")
+    j.add_argument("--picture", type=_picture, action="append", default=[], metavar="WxH",
+                   help="picture reference (repeatable)")
     j.add_argument("--video", type=_video, action="append", default=[], metavar="WxH:SECONDS[:audio]",
-                   help="video reference, optionally with its soundtrack")
-    j.add_argument("--audio", type=_audio, action="append", default=[], metavar="SECONDS", help="audio reference")
-    j.add_argument("--first-frame", action="store_true", help="a first-frame picture (Image to Video)")
-    j.add_argument("--last-frame", action="store_true", help="a last-frame picture (Image to Video)")
-    j.add_argument("--reference-budget", choices=tuple(REFERENCE_BUDGETS), default="low")
-    j.add_argument("--ref-image-size", choices=("match", "max"), default="match")
+                   help="video reference, optionally with its soundtrack (repeatable)")
+    j.add_argument("--audio", type=_audio, action="append", default=[], metavar="SECONDS",
+                   help="audio reference (repeatable)")
+    j.add_argument("--first-frame", action="store_true",
+                   help="a first-frame picture (Image to Video; with references it is anchored as a guide)")
+    j.add_argument("--last-frame", action="store_true",
+                   help="a last-frame picture (Image to Video; with references it is anchored as a guide)")
+    j.add_argument("--reference-budget", choices=tuple(REFERENCE_BUDGETS), default="low",
+                   help="how large references may be before they are shrunk (default low)")
+    j.add_argument("--ref-image-size", choices=("match", "max"), default="match",
+                   help="picture references: sized to the video (match) or to 2048 px short edge (max)")
     j.add_argument("--segment-seconds", type=float, default=None, help="generate in segments of this length")
     j.add_argument("--context-frames", type=int, default=None,
                    help="frames each later segment re-reads from the previous (17k+5, default 22)")
     m = p.add_argument_group("modes and manual controls (unset = auto)")
-    m.add_argument("--memory-mode", choices=MEMORY_MODES, default="auto")
-    m.add_argument("--attention-mode", choices=ATTENTION_MODES, default="auto")
+    m.add_argument("--memory-mode", choices=MEMORY_MODES, default="auto",
+                   help="auto takes the least constrained mode that fits (default auto)")
+    m.add_argument("--attention-mode", choices=ATTENTION_MODES, default="auto",
+                   help="auto: exact attention that fits; sol / scheduled_sol: approximate (default auto)")
     for name, *_ in MANUAL_CONTROLS:
-        m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None, metavar="N")
+        m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None, metavar="N",
+                       help=_CONTROL_HELP[name])
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
     o.add_argument("--probe-attention", action="store_true",
                    help="ask the attention dispatcher (imports torch, probes backends installed here)")
+
+
+def _keyframes(args: argparse.Namespace) -> tuple[KeyframeSpec, ...]:
+    """First/last frames: in the prompt as MiniMaxH3ImageToVideo does; anchored as guides beside references
+    (stock MiniMaxH3AddGuide: Qwen sees the references, not the frames)."""
+    in_prompt = not (args.picture or args.video or args.audio)
+    return tuple(KeyframeSpec(i, in_prompt=in_prompt) for i, on in ((0, args.first_frame), (-1, args.last_frame))
+                 if on)
 
 
 def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
@@ -120,11 +176,9 @@ def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
                                   "Name a preset or point at a checkpoint file.")
     device = DeviceProfile.card(args.vram_gb, args.ram_gb, os_name=args.os_name,
                                 dynamic_vram=not args.no_dynamic_vram)
-    keyframes = ((KeyframeSpec(0, in_prompt=True),) if args.first_frame else ()) + \
-        ((KeyframeSpec(-1, in_prompt=True),) if args.last_frame else ())
     geometry = build_geometry(args.width, args.height, seconds=seconds, frames=args.frames, fps=args.fps,
                               text_tokens=args.text_tokens, references=tuple(args.picture + args.video + args.audio),
-                              keyframes=keyframes, reference_budget=args.reference_budget,
+                              keyframes=_keyframes(args), reference_budget=args.reference_budget,
                               ref_image_size=args.ref_image_size, segment_seconds=args.segment_seconds,
                               context_frames=args.context_frames)
     request = PlanRequest(memory_mode=args.memory_mode, attention_mode=args.attention_mode,
@@ -133,56 +187,113 @@ def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
     return plan(model, device, geometry, request, attention_resolver=resolver)
 
 
-def render(p: ExecutionPlan) -> str:
-    """The plan as a readable table."""
-    g, m, d, c, gd, mem = p.geometry, p.model, p.device, p.chunks, p.guards, p.memory
-    seg = " | ".join(f"{s.kind} {s.rows}" for s in g.segments)
-    heads = c.group_heads(m.dims.heads)
-    passes = "one pass" if g.segment_count == 1 else \
-        f"{g.segment_count} segments (longest pass {g.seconds:.2f} s with {g.context_frames} context frames)"
-    rows = [
-        ("model", f"{m.name}: {m.param_count / 1e9:.1f} B params, {gib(m.weight_bytes)}, {m.quantization}"),
-        ("machine", f"{d.name}, {d.os_name}, dynamic VRAM {'on' if d.dynamic_vram else 'off'}"),
-        ("job", f"{g.width}x{g.height}, {g.total_seconds:.2f} s ({g.total_frames} frames), {passes}, "
-                f"reference budget {g.reference_budget.name}"),
-        ("sequence", f"{g.seq_len} rows: {seg}"),
-        ("memory mode", f"{p.memory_mode} (requested {p.requested_memory_mode})"),
-        ("attention", f"{p.attention.backend} ({'exact' if p.attention.exact else 'approximate'}, "
-                      f"mode {p.attention.mode}, {p.attention.source})"),
-        ("chunks", f"qkv {c.qkv_chunk_tokens} | out-proj {c.out_proj_chunk_tokens} | mlp {c.mlp_chunk_tokens} | "
-                   f"heads per K/V group {heads if heads < m.dims.heads else 'all'}   (0 = stock path)"),
-        ("reserve", f"{mib(p.activation_reserve_bytes)} MB"),
-        ("guards", f"inter-block {gd.inter_block_vram_guard_mb} MB, cooldown {gd.inter_block_guard_cooldown_blocks} "
-                   f"blocks, emergency {gd.inter_block_guard_emergency_mb} MB, late from block "
-                   f"{gd.late_block_guard_start} -> {gd.late_block_guard_target_mb} MB, step cleanup "
-                   f"{gd.step_boundary_cleanup_mb} MB"),
-        ("prefetch", "on" if p.prefetch else "off"),
-        ("pinning", f"{p.pinning.mode} ({gib(p.pinning.pinned_bytes)})"),
-        ("peak", f"needs {gib(mem.activation_need_bytes)}, predicted {gib(p.predicted_peak_bytes)} with "
-                 f"{gib(mem.resident_weight_bytes)} weights resident; usable {gib(p.usable_bytes)} of "
-                 f"{gib(p.budget_bytes)} budget -> {'FITS' if p.fits else 'DOES NOT FIT'}"),
-        ("segments", passes if p.segment_suggestion is None else
-         f"{passes}; suggest {p.segment_suggestion.seconds:g} s segments"),
-    ]
-    if p.manual_fields:
-        rows.append(("manual", ", ".join(p.manual_fields)))
-    width = max(len(k) for k, _ in rows)
-    out = ["LongMedia plan"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
-    out += ["", "reasons:"] + [f"  - {r}" for r in p.reasons]
-    if p.warnings:
-        out += ["", "warnings:"] + [f"  ! {w}" for w in p.warnings]
-    return "\n".join(out)
+def snap_notes(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
+    """What the plan changed from the typed values, and why."""
+    g = p.geometry
+    out = []
+    for flag, typed, planned in (("width", args.width, g.canvas_width), ("height", args.height, g.canvas_height)):
+        if typed != planned:
+            out.append(f"{flag} {typed} -> {planned} (H3 works on a 32-px grid: {flag} // 16 latent cells, "
+                       "padded to whole 2x2 patches)")
+    total = g.total_frames or g.frames
+    if args.frames is not None and args.frames != total:
+        out.append(f"{args.frames} frames -> {total} frames = {total / L.FPS:.3f} s (H3's 17k+5 frame grid)")
+    seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
+    if seconds is not None and abs(seconds * L.FPS - total) > 1e-6:
+        out.append(f"{seconds:g} s -> {total / L.FPS:.3f} s = {total} frames (H3's 17k+5 frame grid at 24 fps)")
+    if args.first_frame or args.last_frame:
+        out.append("first/last frame " + ("in the prompt as MiniMaxH3ImageToVideo presents it" if
+                                          not (args.picture or args.video or args.audio) else
+                                          "anchored as a guide (stock MiniMaxH3AddGuide): with references, Qwen "
+                                          "sees the references and not the frames"))
+    return out
+
+
+def no_effect_warnings(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
+    """Flags the user set that change nothing in this plan."""
+    out = []
+    refs = args.picture or args.video or args.audio
+    if args.reference_budget != "low" and not refs:
+        out.append(f"--reference-budget {args.reference_budget} has no effect: no --picture, --video or --audio")
+    if args.ref_image_size != "match" and not args.picture:
+        out.append(f"--ref-image-size {args.ref_image_size} has no effect: it sizes --picture references only")
+    rows = p.geometry.seq_len
+    for name in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens"):
+        value = getattr(args, name)
+        if value and value >= rows:
+            out.append(f"--{name.replace('_', '-')} {value} has no effect: a pass has {rows} rows, so it is one "
+                       "chunk (the stock path is 0)")
+    if args.inter_block_vram_guard_mb == 0:
+        out += [f"--{n.replace('_', '-')} has no effect: --inter-block-vram-guard-mb 0 turns that guard off"
+                for n in ("inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_mb")
+                if getattr(args, n) is not None]
+    if args.probe_attention and args.attention_mode == "existing":
+        out.append("--probe-attention has no effect with --attention-mode existing (ComfyUI's attention is kept)")
+    manual_chunks = [n for n in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens")
+                     if getattr(args, n)]
+    if manual_chunks and p.memory_mode == "normal":
+        out.append(f"{', '.join('--' + n.replace('_', '-') for n in manual_chunks)} in normal mode take the blocks "
+                   "off the stock path: within dtype tolerance of stock, not bit for bit")
+    return out
+
+
+def _flag(name: str) -> str:
+    if name.startswith("-"):
+        return name
+    head = name.split(".")[0].split("[")[0]
+    if head == "keyframes":
+        return "--first-frame/--last-frame"
+    return FLAG_ALIASES.get(head, "--" + head.replace("_", "-"))
+
+
+_FIELD = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+
+
+def as_flags(text: str, known: frozenset[str]) -> str:
+    """`text` with the core's snake_case input names that are flags here written as flags."""
+    return _FIELD.sub(lambda m: _flag(m.group(0)) if m.group(0) in known else m.group(0), text)
+
+
+def _known_names(parser: argparse.ArgumentParser) -> frozenset[str]:
+    names = {a.dest for a in _plan_parser(parser)._actions if a.option_strings}
+    return frozenset(names | set(FLAG_ALIASES))
+
+
+def _plan_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["plan"]
+
+
+def error_line(exc: LongMediaInputError, known: frozenset[str]) -> str:
+    """The core's input error, one line, naming the CLI flag instead of the node input."""
+    value = exc.value
+    shown = repr(value) if isinstance(value, str) and (not value or any(c.isspace() for c in value)) else value
+    text = f"{_flag(exc.input_name)}={shown} is not allowed: expected {exc.allowed}. {exc.fix}"
+    return " ".join(as_flags(text, known).split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["plan"] + argv  # `longmedia` alone behaves as `longmedia plan`
-    args = build_parser().parse_args(argv)  # argparse errors exit with code 2
+    parser = build_parser()
+    known = _known_names(parser)
     try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise _UsageError("choose a command: plan")
         result = plan_from_args(args)
-    except LongMediaInputError as exc:
-        print(f"longmedia plan: error: {exc}", file=sys.stderr)
+    except _UsageError as exc:
+        print(f"longmedia plan: error: {' '.join(str(exc).split())} (see --help)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(result.to_json(indent=2) if args.json else render(result))
-    return 0
+    except LongMediaInputError as exc:
+        print(f"longmedia plan: error: {error_line(exc, known)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(result.to_json(indent=2))
+    else:
+        notes = snap_notes(args, result)
+        extra = no_effect_warnings(args, result)
+        text = render_plan(result, notes, extra)
+        print(as_flags(text, known))
+    return EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT

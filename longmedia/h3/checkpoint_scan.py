@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .dims import H3Dims
 from ..errors import LongMediaInputError
+from .safetensors_header import DTYPE_BYTES, read_header  # noqa: F401  (DTYPE_BYTES: storage bytes per element)
 
-# Storage dtype names (safetensors spelling) and their bytes per element.
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
 _TORCH_DTYPE_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
                       "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
                       "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0"}
@@ -34,7 +31,6 @@ LAYOUT_FORMATS = {"TensorCoreFP8E4M3Layout": "fp8", "TensorCoreFP8E5M2Layout": "
 PACKED_4BIT = frozenset({"nvfp4", "w4a4", "w4a8"})  # two weights per stored byte along the input dim
 SCALE_SUFFIXES = ("weight_scale", "weight_scale_2", "input_scale", "pre_quant_scale", "weight_s_rel",
                   "weight_s_channel", "weight_codebook", "comfy_quant", "scaled_fp8")
-_MAX_HEADER = 256 * 1024 * 1024
 _MAX_QUANT_JSON = 4096
 
 
@@ -119,46 +115,50 @@ def entries_from_state_dict(sd: Mapping[str, Any]) -> tuple[list[TensorEntry], d
 
 
 def read_safetensors_header(path: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(tensor table, metadata) of a safetensors file; reads only the JSON header."""
+    """(tensor table, metadata) of a safetensors file; reads only the JSON header, checked (safetensors_header)."""
+    h = read_header(path)
+    table = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in h.tensors}
+    return table, h.metadata
+
+
+def _quant_format(path: str, where: str, conf: Any) -> str:
+    if not isinstance(conf, dict):
+        raise LongMediaInputError("model", path, "a complete safetensors checkpoint",
+                                  f"Its quantisation config {where} is a JSON {type(conf).__name__}, not an object.")
+    fmt = conf.get("format")
+    return COMFY_FORMATS.get(fmt, str(fmt))
+
+
+def _json(path: str, where: str, raw: str | bytes) -> Any:
     try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise LongMediaInputError("model", path, "a safetensors file", "The file is too short to hold a header.")
-            (size,) = struct.unpack("<Q", raw)
-            if size > _MAX_HEADER:
-                raise LongMediaInputError("model", path, f"a safetensors header under {_MAX_HEADER} bytes",
-                                          "This is not a safetensors file.")
-            header = json.loads(f.read(size))
-    except OSError as exc:
-        raise LongMediaInputError("model", path, "a readable safetensors file", f"Check the path ({exc.strerror}).") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LongMediaInputError("model", path, "a safetensors file", "Its header is not valid JSON.") from exc
-    meta = header.pop("__metadata__", None) or {}
-    return header, meta
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # a corrupt config string
+        raise LongMediaInputError("model", path, "a complete safetensors checkpoint",
+                                  f"Its {where} is not valid JSON.") from exc
 
 
 def entries_from_safetensors(path: str) -> tuple[list[TensorEntry], dict[str, str], dict[str, str]]:
     """(entries, formats, metadata) from the header alone; `comfy_quant` JSONs (a few bytes each) are read."""
-    header, meta = read_safetensors_header(path)
-    data_start = None
+    h = read_header(path)
     entries = []
     formats: dict[str, str] = {}
-    quant_meta = meta.get("_quantization_metadata")
+    quant_meta = h.metadata.get("_quantization_metadata")
     if quant_meta:
-        for layer, conf in json.loads(quant_meta).get("layers", {}).items():
-            formats[layer] = COMFY_FORMATS.get(conf.get("format"), str(conf.get("format")))
+        layers = _json(path, "_quantization_metadata", quant_meta)
+        layers = layers.get("layers", {}) if isinstance(layers, dict) else None
+        if not isinstance(layers, dict):
+            raise LongMediaInputError("model", path, "a complete safetensors checkpoint",
+                                      "Its _quantization_metadata has no object of layers.")
+        for layer, conf in layers.items():
+            formats[layer] = _quant_format(path, f"for {layer}", conf)
     with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        data_start = 8 + size
-        for name, info in header.items():
-            begin, end = info["data_offsets"]
-            if name.endswith(".comfy_quant") and end - begin <= _MAX_QUANT_JSON:
-                f.seek(data_start + begin)
-                conf = json.loads(f.read(end - begin).decode("utf-8"))
-                formats[name[: -len(".comfy_quant")]] = COMFY_FORMATS.get(conf.get("format"), str(conf.get("format")))
-            entries.append(TensorEntry(name, tuple(info["shape"]), info["dtype"], end - begin, ("file", begin)))
-    return entries, formats, meta
+        for t in h.tensors:
+            if t.name.endswith(".comfy_quant") and t.nbytes <= _MAX_QUANT_JSON:
+                f.seek(h.data_start + t.begin)
+                conf = _json(path, f"tensor {t.name}", f.read(t.nbytes))
+                formats[t.name[: -len(".comfy_quant")]] = _quant_format(path, f"in {t.name}", conf)
+            entries.append(TensorEntry(t.name, t.shape, t.dtype, t.nbytes, ("file", t.begin)))
+    return entries, formats, h.metadata
 
 
 def infer_formats(entries: Iterable[TensorEntry], known: dict[str, str]) -> dict[str, str]:
@@ -185,16 +185,20 @@ def infer_formats(entries: Iterable[TensorEntry], known: dict[str, str]) -> dict
     return out
 
 
-def find_prefix(names: Iterable[str]) -> str:
+_H3_MARKERS = ("video_patch_proj.weight", "audio_patch_proj.weight")
+
+
+def find_prefix(names: Iterable[str], source: str = "checkpoint") -> str:
     """Key prefix of the H3 diffusion model inside a checkpoint ('' or e.g. 'model.diffusion_model.')."""
     names = set(names)
     for n in names:
-        if n.endswith("video_patch_proj.weight"):
-            prefix = n[: -len("video_patch_proj.weight")]
-            if f"{prefix}audio_patch_proj.weight" in names:
+        if n.endswith(_H3_MARKERS[0]):
+            prefix = n[: -len(_H3_MARKERS[0])]
+            if f"{prefix}{_H3_MARKERS[1]}" in names:
                 return prefix
-    raise LongMediaInputError("model", f"{len(names)} tensors", "a MiniMax H3 diffusion model",
-                              "No video_patch_proj/audio_patch_proj weights found: load an H3 checkpoint.")
+    raise LongMediaInputError("model", source, "a MiniMax H3 diffusion model",
+                              f"Not an H3 checkpoint: none of the H3 keys ({' + '.join(_H3_MARKERS)}, under any "
+                              f"prefix) found among its {len(names)} tensors; load an H3 diffusion model.")
 
 
 def _count_blocks(names: Iterable[str], head: str) -> int:
@@ -208,18 +212,22 @@ _CONFIG_KEYS = {"hidden_size": "hidden", "num_layers": "num_blocks", "token_refi
                 "time_embed_dim": "time_embed_dim", "rope_inv_freq_len": "rope_inv_freq_len"}
 
 
-def detect_dims(entries: Iterable[TensorEntry], formats: dict[str, str], metadata: Mapping[str, str] | None = None
-                ) -> tuple[H3Dims, str]:
+def detect_dims(entries: Iterable[TensorEntry], formats: dict[str, str], metadata: Mapping[str, str] | None = None,
+                source: str = "checkpoint") -> tuple[H3Dims, str]:
     """(H3Dims, key prefix) read from shapes, as ComfyUI's model detection does for minimax_h3."""
     by_name = {e.name: e for e in entries}
-    p = find_prefix(by_name)
+    p = find_prefix(by_name, source)
 
-    def shape(key: str) -> tuple[int, ...]:
+    def bad(fix: str) -> LongMediaInputError:
+        return LongMediaInputError("model", source, "a complete MiniMax H3 diffusion model", fix)
+
+    def shape(key: str, rank: int = 1) -> tuple[int, ...]:
         e = by_name.get(p + key)
         if e is None:
-            raise LongMediaInputError("model", f"missing {p + key}", "a complete MiniMax H3 diffusion model",
-                                      "The checkpoint lacks a tensor H3 detection needs.")
+            raise bad(f"It lacks {p + key}, a tensor H3 detection needs (a partial or foreign checkpoint).")
         s = e.shape
+        if len(s) < rank or not all(isinstance(d, int) and d > 0 for d in s):
+            raise bad(f"{p + key} has shape {list(s)}, not the {rank}-D positive shape of an H3 checkpoint.")
         if formats.get(p + key[: -len(".weight")]) in PACKED_4BIT and key.endswith(".weight"):
             s = s[:-1] + (s[-1] * 2,)
         return s
@@ -232,7 +240,7 @@ def detect_dims(entries: Iterable[TensorEntry], formats: dict[str, str], metadat
         ffn=shape("blocks.0.mlp.fc1.weight")[0] // 2,
         num_blocks=_count_blocks(by_name, p + "blocks."),
         refiner_blocks=_count_blocks(by_name, p + "token_refiner.blocks."),
-        text_dim=shape("condition_proj.weight")[1],
+        text_dim=shape("condition_proj.weight", 2)[1],
         video_channels=shape("final_layer.video_out.weight")[0] // 4,
         audio_channels=shape("final_layer.audio_out.weight")[0],
         rope_inv_freq_len=shape("rope.inv_freq")[0],
@@ -240,6 +248,24 @@ def detect_dims(entries: Iterable[TensorEntry], formats: dict[str, str], metadat
                         else shape("time_embedder.proj_out.weight")[0]),
     )
     if metadata and "config" in metadata:
-        transformer = json.loads(metadata["config"]).get("transformer", {})
-        cfg.update({_CONFIG_KEYS[k]: int(v) for k, v in transformer.items() if k in _CONFIG_KEYS})
+        try:
+            config = json.loads(metadata["config"])
+        except (json.JSONDecodeError, RecursionError) as exc:  # a corrupt config string in the header
+            raise bad("Its __metadata__ config is not valid JSON.") from exc
+        transformer = config.get("transformer", {}) if isinstance(config, dict) else None
+        if not isinstance(transformer, dict):
+            raise bad("Its __metadata__ config has no transformer object.")
+        for k, v in transformer.items():
+            if k in _CONFIG_KEYS:
+                if not _is_count(v):
+                    raise bad(f"Its __metadata__ config gives transformer.{k}={v!r}, not a positive integer.")
+                cfg[_CONFIG_KEYS[k]] = int(v)
+    for k, v in cfg.items():
+        if v <= 0:
+            raise bad(f"The dimension it implies for {k} is {v}: not an H3 layout.")
     return H3Dims(**cfg), p
+
+
+def _is_count(v: Any) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool) and v > 0) or \
+        (isinstance(v, str) and v.isdigit() and int(v) > 0)

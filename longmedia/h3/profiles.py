@@ -55,7 +55,7 @@ class ModelProfile:
     def from_entries(cls, name: str, entries: list[scan.TensorEntry], known_formats: dict[str, str],
                      metadata: Mapping[str, str] | None = None, source: str = "state_dict") -> "ModelProfile":
         formats = scan.infer_formats(entries, known_formats)
-        dims, prefix = scan.detect_dims(entries, formats, metadata)
+        dims, prefix = scan.detect_dims(entries, formats, metadata, source=name)
         seen: dict[Any, int] = {}
         params = 0
         per_block: dict[int, dict[Any, int]] = {}

@@ -26,8 +26,12 @@ def requested_frames(seconds: float | None, frames: int | None, fps: int = L.FPS
 
 
 def _passes(requested: int, segment_seconds: float | None, context_frames: int | None,
-            planned: SegmentPlan | None) -> tuple[int, int, int, int, int]:
-    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames)."""
+            planned: SegmentPlan | None, asked: tuple[str, float | int] = ("frames", 0)
+            ) -> tuple[int, int, int, int, int]:
+    """(total frames, frames of the longest pass, its audio latent frames, passes, context frames).
+
+    `asked`: the duration input as the user gave it (name, value), so a limit is stated against it.
+    """
     total = L.snap_frames(requested)
     if planned is not None:
         return planned.pixel_frames, planned.max_pass_frames, planned.max_pass_audio_frames, planned.count, \
@@ -37,8 +41,12 @@ def _passes(requested: int, segment_seconds: float | None, context_frames: int |
             raise LongMediaInputError("context_frames", context_frames, "unset without segment_seconds",
                                       "Set segment_seconds, or drop context_frames.")
         if total > L.MAX_STOCK_FRAMES:
-            raise LongMediaInputError("seconds", round(total / L.FPS, 2),
-                                      f"at most {L.MAX_STOCK_FRAMES / L.FPS:.1f} s in one pass",
+            name, value = asked
+            limit = (f"at most {L.MAX_STOCK_FRAMES / L.FPS:g} s" if name == "seconds" else
+                     f"at most {L.MAX_STOCK_FRAMES} frames") + \
+                f" in one pass ({L.MAX_STOCK_FRAMES} frames: the stock latent node's 3600 on the 17k+5 grid)"
+            raise LongMediaInputError(name, value, limit,
+                                      f"It would be {total} frames = {total / L.FPS:g} s on H3's 17k+5 frame grid. "
                                       "Set segment_seconds to generate the video in segments.")
         return total, total, L.target_audio_frames(total), 1, 0
     sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds,
@@ -63,8 +71,9 @@ def build_geometry(width: int, height: int, *, seconds: float | None = None, fra
     if fps != L.FPS:
         raise LongMediaInputError("fps", fps, "24 (H3's native frame rate)",
                                   "H3 generates at 24 fps; resample the finished video if you need another rate.")
+    asked = ("frames", frames) if frames is not None else ("seconds", seconds)
     total, pass_frames, audio_t, passes, context = _passes(requested_frames(seconds, frames, fps),
-                                                           segment_seconds, context_frames, passes)
+                                                           segment_seconds, context_frames, passes, asked)
     return pass_geometry(width, height, pass_frames=pass_frames, audio_latent_frames=audio_t, total_frames=total,
                          segment_count=passes, context_frames=context, audio=audio, text_tokens=text_tokens,
                          references=references, keyframes=keyframes, reference_budget=reference_budget,

@@ -17,10 +17,10 @@ from ..execution.chunks import ChunkSizes
 from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
 from ..errors import LongMediaInputError, check_int
-from .policy import (auto_guards, auto_reserve, is_16gb_int8, manual_warnings, pinning, prefetch_decision,
-                          segment_suggestion)
+from .policy import (GUARD_MB_FIELDS, auto_guards, auto_reserve, is_16gb_int8, manual_warnings, pinning,
+                     prefetch_decision, segment_suggestion)
 from .types import (MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, PlanRequest)
-from ..h3.profiles import DeviceProfile, ModelProfile, gib
+from ..h3.profiles import MIB, DeviceProfile, ModelProfile, gib, mib
 
 LADDER = (16384, 8192, 4096, 2048, 1024, 512)
 ULTRA_LADDER = (4096, 2048, 1024, 512)
@@ -165,6 +165,17 @@ def _validate(model: ModelProfile, device: DeviceProfile, geometry: Geometry, re
     if device.usable_vram_bytes <= 0:
         raise LongMediaInputError("device", device.name, "a device with free VRAM",
                                   "Run on a CUDA GPU, or plan for one with DeviceProfile.card(vram_gb=...).")
+    budget_mb = device.usable_vram_bytes // MIB
+    if request.vram_activation_reserve_mb is not None:
+        check_int("vram_activation_reserve_mb", request.vram_activation_reserve_mb, 0, budget_mb - 1,
+                  f"The reserve is kept free out of this card's {budget_mb} MiB budget (free VRAM); leave it unset "
+                  f"for auto ({mib(auto_reserve(device))} MiB here).")
+    card_mb = device.vram_total_bytes // MIB
+    for name in GUARD_MB_FIELDS:
+        value = getattr(request, name)
+        if value is not None:
+            check_int(name, value, 0, card_mb, f"A free-VRAM threshold above the card's {card_mb} MiB would act "
+                                               "before every block; leave it unset for auto.")
 
 
 def _describe_chunks(c: ChunkSizes, heads: int) -> str:

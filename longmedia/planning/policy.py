@@ -66,6 +66,9 @@ def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> Pinnin
 
 
 GUARD_MARGIN_MB = 256   # cuBLAS workspaces and small allocations made outside torch's cache
+# Guard thresholds in MiB of free VRAM: each is at most the card's size (a larger one would act before every block).
+GUARD_MB_FIELDS = ("inter_block_vram_guard_mb", "inter_block_guard_emergency_mb", "late_block_guard_target_mb",
+                   "step_boundary_cleanup_mb")
 
 
 def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile, mem: MemoryBreakdown,
@@ -104,14 +107,14 @@ def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresh
         out.append("sol_out_proj_chunk_tokens has no effect while sol_qkv_chunk_tokens is 0 (stock attention)")
     r = request.vram_activation_reserve_mb
     if r is not None and r * MIB < auto_reserve_bytes // 2:
-        out.append(f"risky: vram_activation_reserve_mb={r} is under half the auto {mib(auto_reserve_bytes)} MB: "
+        out.append(f"risky: vram_activation_reserve_mb={r} is under half the auto {mib(auto_reserve_bytes)} MiB: "
                    "fragmentation or another app can push the job into an OOM")
     if request.inter_block_vram_guard_mb == 0:
         out.append("inter_block_vram_guard_mb=0 turns the inter-block guard off")
     elif request.inter_block_vram_guard_mb is not None and \
             guards.inter_block_vram_guard_mb < auto.inter_block_vram_guard_mb // 2:
         out.append(f"risky: inter_block_vram_guard_mb={guards.inter_block_vram_guard_mb} is under half the auto "
-                   f"{auto.inter_block_vram_guard_mb} MB (the next block's weights and a margin): the guard may "
+                   f"{auto.inter_block_vram_guard_mb} MiB (the next block's weights and a margin): the guard may "
                    "not act before an OOM")
     if request.inter_block_guard_cooldown_blocks == 0:
         out.append("risky: inter_block_guard_cooldown_blocks=0 lets the guard clean up after every block (slow)")
@@ -122,7 +125,7 @@ def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresh
     if request.late_block_guard_target_mb is not None and \
             guards.late_block_guard_target_mb < auto.late_block_guard_target_mb // 2:
         out.append(f"risky: late_block_guard_target_mb={guards.late_block_guard_target_mb} is under half the auto "
-                   f"{auto.late_block_guard_target_mb} MB the stock final layer needs beyond a block")
+                   f"{auto.late_block_guard_target_mb} MiB the stock final layer needs beyond a block")
     return out
 
 
