@@ -18,9 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..h3.profiles import GIB
-from .stage_formulas import H3_VIDEO_VAE, QWEN3VL_32B, TextEncoderDims, VideoVAEDims, split_tiles
 from ..h3 import lattice as L
+from ..h3.profiles import GIB
+from .stage_formulas import (
+    H3_VIDEO_VAE,
+    QWEN3VL_32B,
+    TextEncoderDims,
+    VideoVAEDims,
+    split_tiles,
+)
 
 H200_TFLOPS = 989.0
 # (seq_len, seconds per step, blocks run, source) from docs/PERFORMANCE.md
@@ -61,7 +67,7 @@ def card_class(vram_total_bytes: int) -> CardClass:
     return CardClass(name, example, tflops)
 
 
-def _block_fit() -> tuple[float, float]:
+def block_fit() -> tuple[float, float]:
     (s1, t1, n1, _), (s2, t2, n2, _) = DIT_BASIS
     y1, y2 = t1 / n1 / s1, t2 / n2 / s2             # a + b*S
     b = (y2 - y1) / (s2 - s1)
@@ -69,7 +75,7 @@ def _block_fit() -> tuple[float, float]:
 
 
 def h200_block_seconds(seq_len: int) -> float:
-    a, b = _block_fit()
+    a, b = block_fit()
     return a * seq_len + b * seq_len * seq_len
 
 

@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 
+from ..errors import check_choice
+from ..h3.geometry import Geometry
+from ..h3.profiles import GIB, MIB, PRESETS, DeviceProfile, ModelProfile, gib
 from . import stage_formulas as F
 from . import stage_times as T
 from .attention_path import default_attention_path
 from .planner import plan
 from .stage_memory import WORKSPACE_FIXED
 from .types import ExecutionPlan, PlanRequest
-from ..errors import check_choice
-from ..h3.geometry import Geometry
-from ..h3.profiles import GIB, MIB, PRESETS, DeviceProfile, ModelProfile, gib
 
 TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
 RAM_SLACK_FRACTION = 0.05      # RAM kept free beyond a stage's own bytes (allocator, Python, ComfyUI's caches)
@@ -263,17 +263,16 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
         stages.append(dit_stage("DiT Refiner pass", final, refiner_steps, card,
                                 final.geometry.segment_count, attention_resolver))
     stages.extend(decode_stages(final.geometry, device, usable, card))
-    a, b = T._block_fit()
+    a, b = T.block_fit()
     notes = (card.describe(),
-             f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
-             f"{T.DIT_BASIS[1][3]}, docs/PERFORMANCE.md); streamed weights cross at an assumed "
-             f"{T.ASSUMED_HOST_GBPS:g} GB/s pinned, half that pageable",
-             f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
-             "loading checkpoints from disk is not counted")
+             (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
+              f"{T.DIT_BASIS[1][3]}, docs/PERFORMANCE.md); streamed weights cross at an assumed "
+              f"{T.ASSUMED_HOST_GBPS:g} GB/s pinned, half that pageable"),
+             (f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
+              "loading checkpoints from disk is not counted"))
     return JobPlan(tuple(stages), card, text_encoder, notes)
 
 
 def hires_size(width: int, height: int, scale: float) -> tuple[int, int]:
     """The Hi-Res node's target size: scale snapped to the 32 px grid."""
-    snap = lambda v: max(32, int(round(v * scale / 32)) * 32)  # noqa: E731
-    return snap(width), snap(height)
+    return L.round_canvas(width * scale), L.round_canvas(height * scale)
