@@ -19,6 +19,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 from ..errors import check_choice
+from ..h3 import lattice as L
 from ..h3.geometry import Geometry
 from ..h3.profiles import GIB, MIB, PRESETS, DeviceProfile, ModelProfile, gib
 from . import stage_formulas as F
