@@ -16,7 +16,7 @@ the outputs still alive (the decoded video while the audio decodes).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from ..errors import check_choice
 from ..h3 import lattice as L
@@ -240,13 +240,15 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
 
 
 def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,
-             hires_geometry: Geometry | None = None, hires_steps: int = 10, refiner_steps: int = 0,
+             hires_geometry: Geometry | None = None, hires_plan: ExecutionPlan | None = None,
+             hires_steps: int = 10, refiner_steps: int = 0,
              text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False,
              attention_resolver=default_attention_path) -> JobPlan:
     """Plan every stage; `main` is the main pass's plan (its geometry, model and device are the job's).
 
-    hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res); refiner_steps > 0 adds a Refiner
-    pass at the final size. Both are planned with `planner.plan` and the same request.
+    hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res), planned here with `planner.plan`
+    and `request`; or hires_plan, that pass already planned. refiner_steps > 0 adds a Refiner pass at
+    the final size.
     """
     request = PlanRequest() if request is None else request
     model, device, g = main.model, main.device, main.geometry
@@ -255,10 +257,11 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card),
               dit_stage("DiT main pass", main, steps, card, g.segment_count, attention_resolver)]
     final = main
-    if hires_geometry is not None:
-        final = plan(model, device, hires_geometry, replace(request, memory_mode="auto"),
-                     attention_resolver=attention_resolver)
-        stages.append(dit_stage("DiT Hi-Res pass", final, hires_steps, card, hires_geometry.segment_count,
+    if hires_geometry is not None and hires_plan is None:
+        hires_plan = plan(model, device, hires_geometry, request, attention_resolver=attention_resolver)
+    if hires_plan is not None:
+        final = hires_plan
+        stages.append(dit_stage("DiT Hi-Res pass", final, hires_steps, card, final.geometry.segment_count,
                                 attention_resolver))
     if refiner_steps > 0:
         stages.append(dit_stage("DiT Refiner pass", final, refiner_steps, card,
