@@ -148,8 +148,8 @@ def text_encoder_stage(g: Geometry, device: DeviceProfile, usable: int, variant:
     if ram > ram_avail:
         smaller = [v for v in TEXT_ENCODERS if F.text_encoder_weight_bytes(v) < weights
                    and F.text_encoder_weight_bytes(v) + (ram - weights) <= ram_avail]
-        remedy = (f"load the {smaller[-1]} text encoder ({size(F.text_encoder_weight_bytes(smaller[-1]))}; "
-                  f"{F.TEXT_ENCODER_FILES[smaller[-1]]})" if smaller else
+        remedy = (f"load the {smaller[0]} text encoder ({size(F.text_encoder_weight_bytes(smaller[0]))}; "
+                  f"{F.TEXT_ENCODER_FILES[smaller[0]]})" if smaller else
                   f"more RAM: even the nvfp4 encoder needs {size(F.text_encoder_weight_bytes('nvfp4'))}, else its "
                   "weights page from disk during the encode (slow)")
     elif vram > usable:
