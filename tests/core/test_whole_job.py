@@ -1,6 +1,7 @@
 """The whole-job plan: text encoder, DiT passes, video and audio decode, host RAM; verdicts, remedies, times."""
 
 import json
+from itertools import pairwise
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_reference_cli_exits_0_and_json_carries_the_stages(capsys):
     assert main(["plan", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     w = d["whole_job"]
-    assert w["fits"] and [s["name"] for s in w["stages"]][0] == "text encoding"
+    assert w["fits"] and w["stages"][0]["name"] == "text encoding"
     assert all(s["fits"] for s in w["stages"]) and w["seconds_estimate"] > 0
 
 
@@ -115,7 +116,7 @@ def test_needs_grow_with_duration(stage_name):
     # one memory mode throughout: auto switches modes with length, and a more streamed mode keeps more
     # weights resident (less RAM), which is the planner's choice, not a formula's
     runs = [stage(job(seconds=s, request=PlanRequest(memory_mode="low_vram")), stage_name) for s in (2, 5, 10, 14)]
-    for a, b in zip(runs, runs[1:]):
+    for a, b in pairwise(runs):
         assert b.ram_need_bytes >= a.ram_need_bytes and b.seconds >= a.seconds
         if stage_name != "text encoding":
             assert b.vram_need_bytes >= a.vram_need_bytes
@@ -127,7 +128,7 @@ def test_needs_grow_with_duration(stage_name):
 def test_needs_grow_with_size(stage_name):
     runs = [stage(job(width=w, height=h, request=PlanRequest(memory_mode="low_vram")), stage_name)
             for w, h in ((512, 512), (960, 544), (1344, 768), (1920, 1088))]
-    for a, b in zip(runs, runs[1:]):
+    for a, b in pairwise(runs):
         assert b.vram_need_bytes > a.vram_need_bytes and b.ram_need_bytes > a.ram_need_bytes
         assert b.seconds > a.seconds
 
