@@ -145,3 +145,36 @@ def test_split_tiles_matches_the_vae(torch_mod):
     for length in (256, 257, 512, 768, 1088, 1344, 1920, 3840):
         starts, sizes, overlaps = vae.split_tiles(length)
         assert F.split_tiles(length, 256, 64, 16) == (len(starts), tuple(overlaps)), length
+
+
+def print_tables() -> None:
+    """The docs/PERFORMANCE.md tables: every case above, measured vs formula, and full-size figures."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import harness
+
+    root = harness.comfyui_root() or Path(os.environ.get(harness.ENV_VAR, "/tmp/comfyui"))
+    harness.import_comfy_in_process(root)
+    import torch
+
+    print("| module | case | measured peak | formula | formula / measured |\n|---|---|---|---|---|")
+    for case, args in VIDEO_CASES.items():
+        peak, formula, _ = measure_video_decode(torch, *args)
+        print(f"| video decode | {case} | {peak / 2**20:.2f} MiB | {formula / 2**20:.2f} MiB | {formula / peak:.3f} |")
+    for case, (tokens, *rest) in TEXT_CASES.items():
+        peak, dims = measure_text_encoder(torch, tokens, *rest)
+        formula = F.text_encoder_activation_bytes(tokens, dims, dtype_bytes=4, materialised_scores=True)
+        print(f"| text encoder | {case} | {peak / 2**20:.2f} MiB | {formula / 2**20:.2f} MiB | {formula / peak:.3f} |")
+    print("\n| full size (fp16) | decode formula | stock memory_used_decode | stock / formula |\n|---|---|---|---|")
+    for w, h, frames in ((1344, 768, 243), (1344, 768, 481), (1920, 1088, 243), (768, 512, 121)):
+        formula = F.video_decode_activation_bytes(frames, w, h)
+        stock = F.stock_video_decode_estimate(frames, w, h)
+        print(f"| {w}x{h}, {frames} frames | {formula / 2**30:.2f} GiB | {stock / 2**30:.2f} GiB | "
+              f"{stock / formula:.2f} |")
+
+
+if __name__ == "__main__":
+    print_tables()
