@@ -26,6 +26,7 @@ from . import stage_formulas as F
 from . import stage_times as T
 from .attention_path import default_attention_path
 from .planner import plan
+from .policy import auto_reserve
 from .stage_memory import WORKSPACE_FIXED
 from .types import ExecutionPlan, PlanRequest
 
@@ -237,6 +238,22 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
         f"{F.audio_samples(frames)} samples x 2 channels at 32 kHz; stock reserves {size(a_stock)}; waveform "
         f"{size(audio)}, beside the decoded video", remedy_a)
     return video_stage, audio_stage
+
+
+def decode_note(g: Geometry, device: DeviceProfile) -> str:
+    """One line for Setup, which knows the job's size but not the DiT checkpoint: the decode stages here."""
+    usable = device.usable_vram_bytes - auto_reserve(device)
+    stages = decode_stages(g, device, usable, T.card_class(device.vram_total_bytes))
+    ram = max(s.ram_need_bytes for s in stages)
+    vram = max(s.vram_need_bytes for s in stages)
+    gpu = device.vram_total_bytes > 0
+    fits = all(s.fits_ram and (s.fits_vram or not gpu) for s in stages)
+    head = (f"decode on this machine {'fits' if fits else 'DOES NOT FIT'}: {size(ram)} of RAM at its peak "
+            f"({size(stages[0].ram_available_bytes)} available)")
+    head += f", {size(vram)} of VRAM ({size(max(0, usable))} usable)" if gpu else ", VRAM not checked (no GPU)"
+    bad = next((s.remedy for s in stages if s.remedy and (not s.fits_ram or (gpu and not s.fits_vram))), None)
+    tail = f"; {bad}" if not fits and bad else ""
+    return head + tail + "; the whole job with its checkpoints: python -m longmedia plan"
 
 
 def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,

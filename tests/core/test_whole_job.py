@@ -14,7 +14,7 @@ from longmedia.planning import stage_times as T
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
-from longmedia.planning.whole_job import hires_size, plan_job
+from longmedia.planning.whole_job import decode_note, hires_size, plan_job
 
 
 def job(model="h3-int8", vram=16, ram=64, width=1344, height=768, seconds=10.0, request=None, dynamic=True,
@@ -162,3 +162,14 @@ def test_bad_whole_job_flags_exit_2(capsys):
                        (["--refiner-steps", "-1"], "--refiner-steps")):
         assert main(["plan", *args]) == 2
         assert name in capsys.readouterr().err
+
+
+def test_setup_decode_note_judges_this_machine():
+    ok = decode_note(build_geometry(1344, 768, seconds=10), DeviceProfile.card(16, 64))
+    assert ok.startswith("decode on this machine fits") and "python -m longmedia plan" in ok
+    g = build_geometry(1920, 1088, seconds=120, segment_seconds=10)
+    bad = decode_note(g, DeviceProfile.card(16, 32))
+    assert "DOES NOT FIT" in bad and "--fp16-intermediates" in bad
+    cpu = DeviceProfile.card(16, 64)
+    cpu = type(cpu)(**{**cpu.__dict__, "vram_total_bytes": 0, "vram_free_bytes": 0})
+    assert "VRAM not checked (no GPU)" in decode_note(build_geometry(1344, 768, seconds=10), cpu)
