@@ -8,6 +8,7 @@ line on stderr naming the flag, its value and the allowed range).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from typing import Sequence
@@ -16,9 +17,10 @@ from .planning.attention_path import default_attention_path, resolve_attention_p
 from .h3 import lattice as L
 from .h3.geometry import KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
-from .errors import LongMediaInputError
+from .errors import LongMediaInputError, check_float, check_int
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
 from .planning.planner import plan
+from .planning.whole_job import TEXT_ENCODERS, JobPlan, hires_size, plan_job
 from .h3.profiles import PRESETS, DeviceProfile, ModelProfile
 from .h3.references import REFERENCE_BUDGETS
 from .report.plan_text import render_plan
@@ -149,6 +151,7 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     for name, *_ in MANUAL_CONTROLS:
         m.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None, metavar="N",
                        help=_CONTROL_HELP[name])
+    _add_whole_job_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
     o.add_argument("--probe-attention", action="store_true",
@@ -161,6 +164,33 @@ def _keyframes(args: argparse.Namespace) -> tuple[KeyframeSpec, ...]:
     in_prompt = not (args.picture or args.video or args.audio)
     return tuple(KeyframeSpec(i, in_prompt=in_prompt) for i, on in ((0, args.first_frame), (-1, args.last_frame))
                  if on)
+
+
+def _add_whole_job_arguments(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("whole job (text encoder, passes, decode)")
+    w.add_argument("--text-encoder", choices=TEXT_ENCODERS, default="nvfp4",
+                   help="precision of the Qwen3-VL-32B checkpoint Load CLIP loads (default nvfp4, the workflows' file)")
+    w.add_argument("--text-encoder-cpu", action="store_true", help="plan the encode on the CPU (Load CLIP device=cpu)")
+    w.add_argument("--steps", type=int, default=20, help="sampler steps of the main pass (default 20)")
+    w.add_argument("--hires-scale", type=float, default=None, help="add a Hi-Res pass at this scale (1.0-2.0)")
+    w.add_argument("--hires-steps", type=int, default=10, help="steps the Hi-Res pass runs (default 10)")
+    w.add_argument("--refiner-steps", type=int, default=0, help="add a Refiner pass of this many steps (default 0)")
+
+
+def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> JobPlan:
+    """Every stage of the job: the main pass's plan, plus Hi-Res (planned at its own size), Refiner and decode."""
+    check_int("--steps", args.steps, 1, 1000, "Give the sampler's step count.")
+    check_int("--hires-steps", args.hires_steps, 1, 1000, "Give the Hi-Res pass's step count.")
+    check_int("--refiner-steps", args.refiner_steps, 0, 1000, "Give 0 for no Refiner pass.")
+    hires = None
+    if args.hires_scale is not None:
+        check_float("--hires-scale", args.hires_scale, 1.0, 2.0, "Use 1.2-1.5 on 16 GB cards.")
+        w, h = hires_size(main_plan.geometry.width, main_plan.geometry.height, args.hires_scale)
+        hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}))
+    resolver = resolve_attention_path if args.probe_attention else default_attention_path
+    return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
+                    refiner_steps=args.refiner_steps, text_encoder=args.text_encoder,
+                    text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver)
 
 
 def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
@@ -283,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             raise _UsageError("choose a command: plan")
         result = plan_from_args(args)
+        job = whole_job_from_args(args, result)
     except _UsageError as exc:
         print(f"longmedia plan: error: {' '.join(str(exc).split())} (see --help)", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -290,10 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"longmedia plan: error: {error_line(exc, known)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(result.to_json(indent=2))
+        print(json.dumps(json.loads(result.to_json()) | {"whole_job": job.to_dict()}, indent=2))
     else:
         notes = snap_notes(args, result)
         extra = no_effect_warnings(args, result)
-        text = render_plan(result, notes, extra)
+        text = render_plan(result, notes, extra) + "\n\n" + "\n".join(job.lines())
         print(as_flags(text, known))
-    return EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT
+    return EXIT_FITS if result.fits and job.fits else EXIT_DOES_NOT_FIT

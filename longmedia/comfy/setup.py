@@ -26,10 +26,11 @@ class SetupResult:
     latent: dict
     job: LongMediaJob
     plan: SetupPlan
+    notes: tuple[str, ...] = ()      # machine facts Setup adds (the decode stages on this machine)
 
     @property
     def summary(self) -> str:
-        return "\n".join(self.plan.summary_lines())
+        return "\n".join(self.plan.summary_lines() + self.notes)
 
 
 def _image(name: str, value):
@@ -154,4 +155,12 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         for image, index in ((first_frame, 0), (last_frame, -1)):
             if image is not None:
                 cond = h3.MiniMaxH3AddGuide.execute(cond, latent, index, vae=vae, image=image).result[0]
-    return SetupResult(cond, negative, latent, plan.job(), plan)
+    return SetupResult(cond, negative, latent, plan.job(), plan, (_decode_note(plan),))
+
+
+def _decode_note(plan: SetupPlan) -> str:
+    from ..h3.profiles import DeviceProfile
+    from ..planning.whole_job import decode_note
+    from .memory_facts import dynamic_vram_active
+
+    return decode_note(plan.geometry, DeviceProfile.detect(dynamic_vram=dynamic_vram_active()))

@@ -137,6 +137,7 @@ def test_t2va_latent_and_layout_are_stock(env):
     assert result.positive is env["pos"] and result.negative is env["neg"]
     assert layout(env, result) == planned(result)
     assert "0.9 s -> 22 frames" in result.summary and result.job.family == "t2va"
+    assert "decode on this machine fits" in result.summary.splitlines()[-1]
     json.dumps(result.job.to_dict())
 
 

@@ -30,8 +30,9 @@ def test_options_reach_the_plan(capsys):
             "--seconds", "30", "--picture", "1024x1024", "--video", "640x360:3:audio", "--audio", "4",
             "--reference-budget", "medium", "--memory-mode", "ultra_low_vram", "--attention-mode", "existing",
             "--mlp-chunk-tokens", "2048", "--late-block-guard-start", "40", "--no-dynamic-vram", "--json"]
-    assert main(args) in (0, 3)
+    rc = main(args)
     d = json.loads(capsys.readouterr().out)
+    assert rc == (0 if d["fits"] and d["whole_job"]["fits"] else 3)
     assert d["memory_mode"] == "ultra_low_vram" and d["requested_memory_mode"] == "ultra_low_vram"
     assert d["chunks"]["mlp_chunk_tokens"] == 2048 and d["guards"]["late_block_guard_start"] == 40
     assert d["manual_fields"] == ["mlp_chunk_tokens", "late_block_guard_start"]

@@ -1,0 +1,299 @@
+"""`plan_job(main_plan, ...) -> JobPlan`: every stage of an H3 job on one card and one machine's RAM.
+
+Stages, in the order ComfyUI runs them: text encoding (Qwen3-VL-32B, offloaded after use), the DiT
+passes (the main pass as `planner.plan` planned it, then Hi-Res and Refiner passes planned the same
+way for their own geometry), video decode and audio decode. Each stage gets its VRAM need (what
+must fit: activations plus the weights a streamed run needs at once), its host-RAM peak, a verdict,
+the stock remedy where it does not fit, and a rough time (`stage_times`, stated as an estimate).
+
+Host RAM: ComfyUI maps checkpoints from disk (comfy-aimdo's model mmap), so a model's weights occupy
+RAM while they are read; weights that stream to the card on every model call must stay in RAM, or
+they page in from disk on every call. ComfyUI's RAM-pressure cache (its default) releases the text
+encoder and pinned buffers when RAM runs short, so a stage counts only what it needs itself plus
+the outputs still alive (the decoded video while the audio decodes).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from ..errors import check_choice
+from ..h3 import lattice as L
+from ..h3.geometry import Geometry
+from ..h3.profiles import GIB, MIB, PRESETS, DeviceProfile, ModelProfile, gib
+from . import stage_formulas as F
+from . import stage_times as T
+from .attention_path import default_attention_path
+from .planner import plan
+from .policy import auto_reserve
+from .stage_memory import WORKSPACE_FIXED
+from .types import ExecutionPlan, PlanRequest
+
+TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
+RAM_SLACK_FRACTION = 0.05      # RAM kept free beyond a stage's own bytes (allocator, Python, ComfyUI's caches)
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage of the job: what it needs, what the machine has, the verdict and what to change."""
+
+    name: str
+    vram_need_bytes: int          # must fit in the usable VRAM (0: runs on the CPU)
+    vram_usable_bytes: int
+    ram_need_bytes: int           # host RAM the stage holds at its peak
+    ram_available_bytes: int
+    seconds: float                # rough estimate
+    detail: str
+    remedy: str | None = None
+
+    @property
+    def fits_vram(self) -> bool:
+        return self.vram_need_bytes <= self.vram_usable_bytes
+
+    @property
+    def fits_ram(self) -> bool:
+        return self.ram_need_bytes <= self.ram_available_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.fits_vram and self.fits_ram
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"fits_vram": self.fits_vram, "fits_ram": self.fits_ram, "fits": self.fits}
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    stages: tuple[StagePlan, ...]
+    card: T.CardClass
+    text_encoder: str
+    notes: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.stages)
+
+    @property
+    def verdict(self) -> str:
+        if self.fits:
+            return f"FITS (every stage; about {_duration(self.seconds)} in all, an estimate)"
+        bad = [s.name for s in self.stages if not s.fits]
+        return f"DOES NOT FIT ({', '.join(bad)})"
+
+    def to_dict(self) -> dict:
+        return {"stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
+                "text_encoder": self.text_encoder, "notes": list(self.notes), "fits": self.fits,
+                "seconds_estimate": self.seconds, "verdict": self.verdict}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def lines(self) -> list[str]:
+        """The stage table as text (GiB throughout; times are estimates)."""
+        head = ("stage", "VRAM need / usable", "RAM need / available", "time (est.)", "verdict")
+        rows = [(s.name, f"{size(s.vram_need_bytes)} / {size(s.vram_usable_bytes)}" if s.vram_need_bytes else
+                 "CPU", f"{size(s.ram_need_bytes)} / {size(s.ram_available_bytes)}", _duration(s.seconds),
+                 "fits" if s.fits else "DOES NOT FIT (" + ", ".join(
+                     k for k, ok in (("VRAM", s.fits_vram), ("RAM", s.fits_ram)) if not ok) + ")")
+                for s in self.stages]
+        widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+        out = [f"LongMedia whole-job plan: {self.verdict}"]
+        out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
+        out += ["", "stages:"] + [f"  - {s.name}: {s.detail}" for s in self.stages]
+        remedies = [f"  > {s.name}: {s.remedy}" for s in self.stages if not s.fits and s.remedy]
+        if remedies:
+            out += ["", "to make it fit:"] + remedies
+        out += ["", "estimates:"] + [f"  - {n}" for n in self.notes]
+        return out
+
+
+def size(n: int) -> str:
+    """Bytes in GiB, or in MiB below one GiB."""
+    return gib(n) if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _ram(device: DeviceProfile) -> int:
+    return int(device.ram_available_bytes * (1 - RAM_SLACK_FRACTION))
+
+
+def text_encoder_stage(g: Geometry, device: DeviceProfile, usable: int, variant: str, on_cpu: bool,
+                       card: T.CardClass) -> StagePlan:
+    check_choice("text_encoder", variant, TEXT_ENCODERS, "Name the Qwen3-VL-32B checkpoint's precision.")
+    weights = F.text_encoder_weight_bytes(variant)
+    tokens = g.text_rows
+    act = F.text_encoder_activation_bytes(tokens)
+    ram_avail = _ram(device)
+    if on_cpu:
+        cpu_act = F.text_encoder_activation_bytes(tokens, dtype_bytes=4, materialised_scores=True)
+        vram, ram = 0, weights + cpu_act
+        detail = f"Qwen3-VL-32B {variant} ({size(weights)}) on the CPU over {tokens} tokens"
+    else:
+        layer = F.text_encoder_layer_bytes(variant)
+        vram, ram = act + layer + WORKSPACE_FIXED, weights
+        resident = "streams layer by layer (dynamic VRAM)" if device.dynamic_vram else \
+            "loaded by ComfyUI's estimate-based loader (dynamic VRAM off)"
+        if weights + act + WORKSPACE_FIXED <= usable:
+            resident = "fits whole in VRAM"
+        detail = (f"Qwen3-VL-32B {variant}, {size(weights)} of weights, {resident}; {tokens} tokens need "
+                  f"{size(act)} of activations; offloaded after the encode")
+    remedy = None
+    if ram > ram_avail:
+        smaller = [v for v in TEXT_ENCODERS if F.text_encoder_weight_bytes(v) < weights
+                   and F.text_encoder_weight_bytes(v) + (ram - weights) <= ram_avail]
+        remedy = (f"load the {smaller[0]} text encoder ({size(F.text_encoder_weight_bytes(smaller[0]))}; "
+                  f"{F.TEXT_ENCODER_FILES[smaller[0]]})" if smaller else
+                  f"more RAM: even the nvfp4 encoder needs {size(F.text_encoder_weight_bytes('nvfp4'))}, else its "
+                  "weights page from disk during the encode (slow)")
+    elif vram > usable:
+        remedy = "encode on the CPU: set Load CLIP's device to cpu (slow, and needs the weights in RAM)"
+    seconds = T.text_encoder_seconds(tokens, weights, None if on_cpu else card)
+    return StagePlan("text encoding", vram, usable, ram, ram_avail, seconds, detail, remedy)
+
+
+def _smaller_models(p: ExecutionPlan, ram_avail: int, beyond_weights: int, resolver) -> list[tuple[str, int]]:
+    """Preset checkpoints smaller than the plan's whose own plan streams few enough weights for this RAM."""
+    out = []
+    for name in PRESETS:
+        other = ModelProfile.preset(name, p.model.dims)
+        if other.weight_bytes >= p.model.weight_bytes:
+            continue
+        q = plan(other, p.device, p.geometry, attention_resolver=resolver)
+        if q.fits and q.memory.streamed_weight_bytes + beyond_weights <= ram_avail:
+            out.append((name, other.weight_bytes))
+    return sorted(out, key=lambda x: -x[1])
+
+
+def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
+              resolver=default_attention_path) -> StagePlan:
+    g, mem, d = p.geometry, p.memory, p.device
+    ram_avail = _ram(d)
+    latents = F.FP32 * 6 * (g.video_rows * 96 + g.audio_rows * 32)
+    ram = mem.streamed_weight_bytes + latents
+    step = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
+                              p.pinning.pinned_bytes, p.prefetch)
+    detail = (f"{p.memory_mode}, {g.width}x{g.height}, {g.frames} frames per pass, {g.seq_len} rows, "
+              f"{steps} steps x {passes} pass{'es' if passes > 1 else ''}; weights resident "
+              f"{size(mem.resident_weight_bytes)}, streamed {size(mem.streamed_weight_bytes)} per model call "
+              f"from RAM (pinned {size(p.pinning.pinned_bytes)}); about {step:.1f} s per step")
+    remedy = None
+    if not p.fits:
+        s = p.segment_suggestion
+        remedy = (f"a shorter pass: segment_seconds={s.seconds:g} (--segment-seconds {s.seconds:g})"
+                  if s is not None and s.frames else "a lower resolution or fewer references (even the "
+                  "shortest segment does not fit)")
+    elif ram > ram_avail:
+        smaller = _smaller_models(p, ram_avail, latents, resolver)
+        remedy = (f"load a smaller checkpoint: {smaller[0][0]} ({size(smaller[0][1])} of weights)" if smaller else
+                  f"more RAM: the {size(mem.streamed_weight_bytes)} of weights that stream every model call "
+                  f"must stay in RAM (else they page from disk each call); no preset checkpoint fits "
+                  f"{size(ram_avail)}")
+    return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, ram, ram_avail, step * steps * passes,
+                     detail, remedy)
+
+
+def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardClass) -> tuple[StagePlan, ...]:
+    frames = g.total_frames or g.frames
+    w, h = g.width, g.height
+    ram_avail = _ram(device)
+    v = F.H3_VIDEO_VAE
+    stock = F.stock_video_decode_estimate(frames, w, h)
+    formula = F.video_decode_activation_bytes(frames, w, h)
+    dec_weights = v.decoder_params * 2
+    vram = max(stock, formula) + v.decoder_block_params * 2 + WORKSPACE_FIXED
+    if not device.dynamic_vram:
+        vram = max(stock, formula) + dec_weights + WORKSPACE_FIXED
+    video = F.decoded_video_bytes(frames, w, h)
+    audio = F.decoded_audio_bytes(frames)
+    ram_v = video + dec_weights
+    remedy_v = None
+    if ram_v > ram_avail:
+        remedy_v = (f"the decoded video is {size(video)} of float32 frames: a shorter job or a lower resolution; "
+                    "ComfyUI's --fp16-intermediates (experimental) halves it")
+    elif vram > usable:
+        remedy_v = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
+    video_stage = StagePlan(
+        "video decode", vram, usable, ram_v, ram_avail, T.video_decode_seconds(frames, w, h, card),
+        f"{frames} frames at {w}x{h}; stock reserves {size(stock)} (its memory_used_decode), the decode's own peak "
+        f"is {size(formula)} (256 px tiles, 28-frame chunks); decoder weights {size(dec_weights)} fp16; output "
+        f"{size(video)} of float32 frames in RAM", remedy_v)
+    a_stock = F.stock_audio_decode_estimate(F.audio_samples(frames))
+    a_weights = F.AUDIO_VAE_DECODER_PARAMS * F.FP32
+    ram_a = video + audio + a_weights
+    remedy_a = None
+    if ram_a > ram_avail:
+        remedy_a = f"the video ({size(video)}) and audio stay in RAM together: a shorter job or a lower resolution"
+    elif a_stock + a_weights > usable:
+        remedy_a = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
+    audio_stage = StagePlan(
+        "audio decode", a_stock + a_weights, usable, ram_a, ram_avail, 1.0,
+        f"{F.audio_samples(frames)} samples x 2 channels at 32 kHz; stock reserves {size(a_stock)}; waveform "
+        f"{size(audio)}, beside the decoded video", remedy_a)
+    return video_stage, audio_stage
+
+
+def decode_note(g: Geometry, device: DeviceProfile) -> str:
+    """One line for Setup, which knows the job's size but not the DiT checkpoint: the decode stages here."""
+    usable = device.usable_vram_bytes - auto_reserve(device)
+    stages = decode_stages(g, device, usable, T.card_class(device.vram_total_bytes))
+    ram = max(s.ram_need_bytes for s in stages)
+    vram = max(s.vram_need_bytes for s in stages)
+    gpu = device.vram_total_bytes > 0
+    fits = all(s.fits_ram and (s.fits_vram or not gpu) for s in stages)
+    head = (f"decode on this machine {'fits' if fits else 'DOES NOT FIT'}: {size(ram)} of RAM at its peak "
+            f"({size(stages[0].ram_available_bytes)} available)")
+    head += f", {size(vram)} of VRAM ({size(max(0, usable))} usable)" if gpu else ", VRAM not checked (no GPU)"
+    bad = next((s.remedy for s in stages if s.remedy and (not s.fits_ram or (gpu and not s.fits_vram))), None)
+    tail = f"; {bad}" if not fits and bad else ""
+    return head + tail + "; the whole job with its checkpoints: python -m longmedia plan"
+
+
+def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,
+             hires_geometry: Geometry | None = None, hires_plan: ExecutionPlan | None = None,
+             hires_steps: int = 10, refiner_steps: int = 0,
+             text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False,
+             attention_resolver=default_attention_path) -> JobPlan:
+    """Plan every stage; `main` is the main pass's plan (its geometry, model and device are the job's).
+
+    hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res), planned here with `planner.plan`
+    and `request`; or hires_plan, that pass already planned. refiner_steps > 0 adds a Refiner pass at
+    the final size.
+    """
+    request = PlanRequest() if request is None else request
+    model, device, g = main.model, main.device, main.geometry
+    card = T.card_class(device.vram_total_bytes)
+    usable = main.usable_bytes
+    stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card),
+              dit_stage("DiT main pass", main, steps, card, g.segment_count, attention_resolver)]
+    final = main
+    if hires_geometry is not None and hires_plan is None:
+        hires_plan = plan(model, device, hires_geometry, request, attention_resolver=attention_resolver)
+    if hires_plan is not None:
+        final = hires_plan
+        stages.append(dit_stage("DiT Hi-Res pass", final, hires_steps, card, final.geometry.segment_count,
+                                attention_resolver))
+    if refiner_steps > 0:
+        stages.append(dit_stage("DiT Refiner pass", final, refiner_steps, card,
+                                final.geometry.segment_count, attention_resolver))
+    stages.extend(decode_stages(final.geometry, device, usable, card))
+    a, b = T.block_fit()
+    notes = (card.describe(),
+             (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
+              f"{T.DIT_BASIS[1][3]}, docs/PERFORMANCE.md); streamed weights cross at an assumed "
+              f"{T.ASSUMED_HOST_GBPS * 1e9 / 2 ** 30:.1f} GiB/s pinned, half that pageable"),
+             (f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
+              "loading checkpoints from disk is not counted"))
+    return JobPlan(tuple(stages), card, text_encoder, notes)
+
+
+def hires_size(width: int, height: int, scale: float) -> tuple[int, int]:
+    """The Hi-Res node's target size: scale snapped to the 32 px grid."""
+    return L.round_canvas(width * scale), L.round_canvas(height * scale)

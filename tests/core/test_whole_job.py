@@ -1,0 +1,175 @@
+"""The whole-job plan: text encoder, DiT passes, video and audio decode, host RAM; verdicts, remedies, times."""
+
+import json
+from itertools import pairwise
+
+import pytest
+
+from longmedia.cli import main
+from longmedia.errors import LongMediaInputError
+from longmedia.job.geometry import build_geometry
+from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.planning import stage_formulas as F
+from longmedia.planning import stage_times as T
+from longmedia.planning.attention_path import default_attention_path
+from longmedia.planning.planner import plan
+from longmedia.planning.types import PlanRequest
+from longmedia.planning.whole_job import decode_note, hires_size, plan_job
+
+
+def job(model="h3-int8", vram=16, ram=64, width=1344, height=768, seconds=10.0, request=None, dynamic=True,
+        **kw):
+    m = ModelProfile.preset(model)
+    d = DeviceProfile.card(vram, ram, dynamic_vram=dynamic)
+    g = build_geometry(width, height, seconds=seconds)
+    p = plan(m, d, g, request, attention_resolver=default_attention_path)
+    return plan_job(p, request=request, **kw)
+
+
+def stage(j, name):
+    return next(s for s in j.stages if s.name == name)
+
+
+def test_reference_job_fits_and_every_stage_is_planned():
+    j = job()
+    assert j.fits and j.verdict.startswith("FITS")
+    assert [s.name for s in j.stages] == ["text encoding", "DiT main pass", "video decode", "audio decode"]
+    for s in j.stages:
+        assert s.fits and s.remedy is None and s.seconds > 0 and s.ram_need_bytes > 0
+    assert stage(j, "video decode").ram_need_bytes >= F.decoded_video_bytes(243, 1344, 768)
+
+
+def test_16_gb_ram_with_int8_does_not_fit_and_names_the_remedy(capsys):
+    j = job(ram=16)
+    assert not j.fits and "DOES NOT FIT" in j.verdict
+    dit = stage(j, "DiT main pass")
+    assert dit.fits_vram and not dit.fits_ram
+    assert "h3-nvfp4" in dit.remedy
+    te = stage(j, "text encoding")
+    assert not te.fits_ram and "RAM" in te.remedy
+    assert main(["plan", "--ram-gb", "16"]) == 3
+    out = capsys.readouterr().out
+    assert "whole-job plan: DOES NOT FIT" in out and "to make it fit:" in out and "h3-nvfp4" in out
+
+
+def test_bf16_with_32_gb_ram_does_not_say_fits(capsys):
+    j = job(model="h3-bf16", ram=32)
+    assert not j.fits and not stage(j, "DiT main pass").fits_ram
+    assert main(["plan", "--model", "h3-bf16", "--ram-gb", "32"]) == 3
+    assert "FITS (every stage" not in capsys.readouterr().out
+
+
+def test_reference_cli_exits_0_and_json_carries_the_stages(capsys):
+    assert main(["plan", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    w = d["whole_job"]
+    assert w["fits"] and w["stages"][0]["name"] == "text encoding"
+    assert all(s["fits"] for s in w["stages"]) and w["seconds_estimate"] > 0
+
+
+def test_text_encoder_variants_and_remedies():
+    sizes = [F.text_encoder_weight_bytes(v) for v in ("bf16", "fp8", "nvfp4")]
+    assert sizes == sorted(sizes, reverse=True)
+    assert F.QWEN3VL_32B.param_count == 25_753_095_920     # counted on ComfyUI's module (tests/comfyui)
+    assert 47.5 * GIB < sizes[0] < 48.5 * GIB
+    j = job(ram=48, text_encoder="bf16")
+    te = stage(j, "text encoding")
+    assert not te.fits_ram and "fp8 text encoder" in te.remedy
+    j = job(vram=2, ram=64, text_encoder="bf16")
+    te = stage(j, "text encoding")
+    assert te.fits_ram and not te.fits_vram and "device to cpu" in te.remedy
+    cpu = stage(job(vram=2, text_encoder="bf16", text_encoder_on_cpu=True), "text encoding")
+    assert cpu.vram_need_bytes == 0 and cpu.fits_vram and cpu.seconds > te.seconds
+    with pytest.raises(LongMediaInputError, match="text_encoder"):
+        job(text_encoder="int4")
+
+
+def test_dit_remedy_is_a_shorter_pass_when_the_pass_does_not_fit():
+    j = job(seconds=20, request=PlanRequest(memory_mode="normal"))
+    dit = stage(j, "DiT main pass")
+    assert not dit.fits_vram and "segment_seconds=" in dit.remedy and "--segment-seconds" in dit.remedy
+
+
+def test_decode_remedies():
+    long = job(ram=32, width=1920, height=1088, seconds=60, model="h3-nvfp4")
+    v = stage(long, "video decode")
+    assert not v.fits_ram and "--fp16-intermediates" in v.remedy and "shorter job" in v.remedy
+    small = job(vram=4, dynamic=False, model="h3-nvfp4", width=512, height=512, seconds=2)
+    v = stage(small, "video decode")
+    assert not v.fits_vram and "--cpu-vae" in v.remedy
+
+
+def test_hires_and_refiner_passes_are_planned_at_the_larger_size():
+    w, h = hires_size(1344, 768, 1.25)
+    assert (w, h) == (1664, 960)
+    hg = build_geometry(w, h, seconds=10)
+    j = job(hires_geometry=hg, refiner_steps=4)
+    names = [s.name for s in j.stages]
+    assert names == ["text encoding", "DiT main pass", "DiT Hi-Res pass", "DiT Refiner pass", "video decode",
+                     "audio decode"]
+    assert "1664x960" in stage(j, "DiT Hi-Res pass").detail and "1664x960" in stage(j, "video decode").detail
+    assert stage(j, "video decode").ram_need_bytes > stage(job(), "video decode").ram_need_bytes
+
+
+@pytest.mark.parametrize("stage_name", ["text encoding", "DiT main pass", "video decode", "audio decode"])
+def test_needs_grow_with_duration(stage_name):
+    # one memory mode throughout: auto switches modes with length, and a more streamed mode keeps more
+    # weights resident (less RAM), which is the planner's choice, not a formula's
+    runs = [stage(job(seconds=s, request=PlanRequest(memory_mode="low_vram")), stage_name) for s in (2, 5, 10, 14)]
+    for a, b in pairwise(runs):
+        assert b.ram_need_bytes >= a.ram_need_bytes and b.seconds >= a.seconds
+        if stage_name != "text encoding":
+            assert b.vram_need_bytes >= a.vram_need_bytes
+    if stage_name != "text encoding":
+        assert runs[-1].ram_need_bytes > runs[0].ram_need_bytes
+
+
+@pytest.mark.parametrize("stage_name", ["DiT main pass", "video decode"])
+def test_needs_grow_with_size(stage_name):
+    runs = [stage(job(width=w, height=h, request=PlanRequest(memory_mode="low_vram")), stage_name)
+            for w, h in ((512, 512), (960, 544), (1344, 768), (1920, 1088))]
+    for a, b in pairwise(runs):
+        assert b.vram_need_bytes > a.vram_need_bytes and b.ram_need_bytes > a.ram_need_bytes
+        assert b.seconds > a.seconds
+
+
+def test_formulas_grow_with_their_inputs():
+    te = [F.text_encoder_activation_bytes(t) for t in (16, 256, 1024, 4096)]
+    assert te == sorted(te) and len(set(te)) == 4
+    dec = [F.video_decode_activation_bytes(f, 1344, 768) for f in (5, 22, 73, 243, 481)]
+    assert dec == sorted(dec)
+    stock = [F.stock_video_decode_estimate(f, w, h) for f, w, h in ((22, 512, 512), (243, 1344, 768),
+                                                                    (481, 1920, 1088))]
+    assert stock == sorted(stock)
+    assert F.decoded_video_bytes(481, 1344, 768) == 481 * 1344 * 768 * 3 * 4
+
+
+def test_time_table_reproduces_its_basis_and_scales_by_card():
+    s, t, n, _ = T.DIT_CHECK
+    assert abs(T.h200_block_seconds(s) * n / t - 1) < 0.02
+    for s, t, n, _ in T.DIT_BASIS:
+        assert abs(T.h200_block_seconds(s) * n / t - 1) < 1e-9
+    c16, c24, c80 = (T.card_class(int(g * GIB)) for g in (16, 24, 141))
+    assert c16.name == "16 GB-class" and c80.tflops == T.H200_TFLOPS
+    steps = [T.dit_step_seconds(73642, 50, c) for c in (c16, c24, c80)]
+    assert steps == sorted(steps, reverse=True)
+    assert T.dit_step_seconds(73642, 50, c80, 20 * GIB, 0, prefetch=False) > T.dit_step_seconds(73642, 50, c80)
+    assert any("estimate" in n for n in job().notes) or "estimate" in job().verdict
+
+
+def test_bad_whole_job_flags_exit_2(capsys):
+    for args, name in ((["--steps", "0"], "--steps"), (["--hires-scale", "3"], "--hires-scale"),
+                       (["--refiner-steps", "-1"], "--refiner-steps")):
+        assert main(["plan", *args]) == 2
+        assert name in capsys.readouterr().err
+
+
+def test_setup_decode_note_judges_this_machine():
+    ok = decode_note(build_geometry(1344, 768, seconds=10), DeviceProfile.card(16, 64))
+    assert ok.startswith("decode on this machine fits") and "python -m longmedia plan" in ok
+    g = build_geometry(1920, 1088, seconds=120, segment_seconds=10)
+    bad = decode_note(g, DeviceProfile.card(16, 32))
+    assert "DOES NOT FIT" in bad and "--fp16-intermediates" in bad
+    cpu = DeviceProfile.card(16, 64)
+    cpu = type(cpu)(**{**cpu.__dict__, "vram_total_bytes": 0, "vram_free_bytes": 0})
+    assert "VRAM not checked (no GPU)" in decode_note(build_geometry(1344, 768, seconds=10), cpu)
