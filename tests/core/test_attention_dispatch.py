@@ -17,6 +17,8 @@ from longmedia.kernels import sol_reference
 
 from attention_fakes import ALL, fake_registry, fake_spec, rand_qkv  # tests/core helper
 
+pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
+
 GIB = 2**30
 H3 = dict(heads=56, head_dim=128, dtype=torch.bfloat16)
 TABLE = ((0, 300, "text"), (300, 700, "ref_img"), (700, 1100, "audio"), (1100, 20000, "video"))
@@ -239,6 +241,7 @@ def test_int8_factory_quantises_or_takes_prequantised_kv():
         fn(q, k8, v8, q_offset=0)
 
 
+@torch.inference_mode(False)  # normal tensors (outside ComfyUI): their version counters are checked
 def test_sol_summary_memo_never_serves_stale_kv():
     memo, made = builtin._SummaryMemo(), []
     k, v = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
@@ -276,10 +279,11 @@ def test_sol_summary_memo_under_inference_mode():
         assert memo.get(*views(k_buf, v_buf), torch.float32, make) == 2
         k2, v2 = views(k_buf, v_buf)
         assert memo.get(k2[:, :, :4], v2[:, :, :4], torch.float32, make) == 3  # another layout of the storage
-    plain_k, plain_v = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)     # normal tensors keep the version check
-    assert memo.get(plain_k, plain_v, torch.float32, make) == 4
-    plain_k.add_(1.0)
-    assert memo.get(plain_k, plain_v, torch.float32, make) == 5
+    with torch.inference_mode(False):  # normal tensors keep the version check
+        plain_k, plain_v = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
+        assert memo.get(plain_k, plain_v, torch.float32, make) == 4
+        plain_k.add_(1.0)
+        assert memo.get(plain_k, plain_v, torch.float32, make) == 5
 
 
 @needs_refs
