@@ -118,7 +118,13 @@ def _device_profile(load_device) -> DeviceProfile:
 
 
 def _attention_factory(plan: ExecutionPlan, segments):
-    from .attention_override import existing_attention_fn, progress_from_options
+    """(transformer_options, heads) -> the AttentionFn of one streamed block call.
+
+    Sol's sinks follow this call's own packed table (transformer_options[SEGMENTS_KEY], set per model
+    call by the DIFFUSION_MODEL wrapper: the negative prompt's call has its own text length, guides and
+    references); the plan's table (the positive prompt's) is the fallback.
+    """
+    from .attention_override import SEGMENTS_KEY, existing_attention_fn, progress_from_options
 
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
@@ -126,10 +132,17 @@ def _attention_factory(plan: ExecutionPlan, segments):
     from ..attention.dispatcher import build_attention_fn
 
     def factory(topts, heads):
-        return build_attention_fn(choice, progress=progress_from_options(topts), segments=segments,
+        table = topts.get(SEGMENTS_KEY) or segments
+        return build_attention_fn(choice, progress=progress_from_options(topts), segments=table,
+                                  seq_len=table[-1][1] if table else None,
                                   existing=existing_attention_fn(topts, heads))
 
     return factory
+
+
+def _needs_call_segments(plan: ExecutionPlan) -> bool:
+    choice = plan.attention.choice
+    return choice is not None and choice.sol is not None and choice.sol.sinks_keys and plan.attention.backend != "existing"
 
 
 def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
@@ -140,6 +153,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
     from .residency import residency_boundary
+    from .attention_override import SEGMENTS_KEY
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})
@@ -172,6 +186,8 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
                                    segments=segments)
     g.model_options = opts
 
+    call_segments = _needs_call_segments(plan)
+
     def prepare_sampling(executor, model, *args, **kwargs):
         # before load_models_gpu: release what an earlier run (or seed) left behind
         boundary = residency_boundary(device=model.load_device)
@@ -181,6 +197,8 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
+        if call_segments:  # this call's own table (cond and uncond differ); transformer_options is per call
+            transformer_options[SEGMENTS_KEY] = comfy_job.call_segments(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
         start, run.phase, run.step_peak = time.perf_counter(), "before_block_0", 0

@@ -185,3 +185,46 @@ def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_
     finally:
         guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL].pop("test_outer")
     assert not result.plan.prefetch and seen and not any(seen)
+
+
+def _spy_sol_calls(monkeypatch):
+    """Every AttentionFn the run builds, wrapped to record (the segment table it was built with, keys it got)."""
+    import longmedia.attention.dispatcher as dispatcher
+    import longmedia.comfy.attention_override as override
+
+    seen, real = [], dispatcher.build_attention_fn
+
+    def spy(choice, **kwargs):
+        fn, table = real(choice, **kwargs), kwargs.get("segments")
+
+        def call(q, k, v, *, q_offset=0):
+            seen.append((table, int(k.shape[2])))
+            return fn(q, k, v, q_offset=q_offset)
+        return call
+
+    monkeypatch.setattr(dispatcher, "build_attention_fn", spy)
+    monkeypatch.setattr(override, "build_attention_fn", spy)
+    return seen
+
+
+@pytest.mark.parametrize("mode,chunks", [("normal", {}), ("low_vram", dict(sol_qkv_chunk_tokens=64))])
+def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, monkeypatch, mode, chunks):
+    """Sol (the reference backend on CPU, through the same summary memo as the kernel) inside
+    torch.inference_mode(), unstreamed (our attention override) and streamed (block replacements). The
+    negative prompt (5 text rows) gets its own packed table, not the positive's (11 rows): the streamed
+    path used to hand every call the positive's table, so the uncond call's sinks sat 6 rows off."""
+    from longmedia.attention.schedule import SolSettings
+
+    assert torch.is_inference_mode_enabled()
+    seen = _spy_sol_calls(monkeypatch)
+    (sv, _), _ = stock(env, *job(env))
+    request = PlanRequest(memory_mode=mode, attention_mode="sol", sol=SolSettings(min_tokens=0), **chunks)
+    (ov, oa), _, result = ours(env, request, *job(env))
+    assert result.plan.attention.backend == "sol_reference"
+    assert seen and all(table is not None and table[-1][1] == keys for table, keys in seen)
+    lengths = sorted({keys for _, keys in seen})
+    assert len(lengths) == 2 and lengths[1] - lengths[0] == 11 - 5  # the cond and the uncond call
+    texts = {keys: table[0] for table, keys in seen}
+    assert texts[lengths[0]] == (0, 5, "text") and texts[lengths[1]] == (0, 11, "text")
+    assert torch.isfinite(ov).all() and torch.isfinite(oa).all()
+    assert 0 < rel(ov, sv) < 0.5  # approximate, and close to stock
