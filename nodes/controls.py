@@ -18,7 +18,8 @@ MANUAL_HELP = {
     "inter_block_guard_emergency_mb": "Below this many free MB, clean up whatever the cooldown says.",
     "late_block_guard_start": "From this block index on, keep the late-block target free (for the final layer).",
     "late_block_guard_target_mb": "Free MB the late-block guard keeps before the final layer.",
-    "step_boundary_cleanup_mb": "At each sampler step boundary, clean up when less than this many MB are free.",
+    "step_boundary_cleanup_mb": ("At each sampler step boundary, clean up when less than this many MB are free: "
+                                 "higher cleans up more often (against fragmentation)."),
 }
 
 MEMORY_HELP = ("auto (recommended): the least constrained mode whose predicted peak fits your card. normal: stock "

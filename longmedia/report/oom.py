@@ -146,9 +146,13 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
     idle = readings.idle_reserved_bytes
     total = readings.gpu_total_bytes or 0
     if idle is not None and idle > max(_GIB, total // 4):
+        # the step-boundary clean-up runs when less than step_boundary_cleanup_mb is free outside torch's
+        # cache: a higher value makes it run more often. At this failure's reading it runs from free + idle up.
+        at_least = -(-((readings.gpu_free_bytes or 0) + idle) // (256 * _MIB)) * 256
         return ("step_boundary_cleanup_mb",
-                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): lower step_boundary_cleanup_mb "
-                "(e.g. 256) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): raise step_boundary_cleanup_mb "
+                f"to at least {at_least} MB (the clean-up runs when less than that is free, so a higher value "
+                "hands the idle cache back more often) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if phase_name == "before_block_0":
         refs = sum(n for k, n in ctx.segments if k in ("ref_img", "ref_audio"))
         if ctx.seq_len and refs * 4 > ctx.seq_len:

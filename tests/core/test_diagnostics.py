@@ -70,6 +70,18 @@ def test_fragmentation_points_at_the_allocator():
     assert point == "step_boundary_cleanup_mb" and "expandable_segments" in step
 
 
+def test_fragmentation_advice_raises_the_step_boundary_threshold():
+    """The clean-up runs when free < step_boundary_cleanup_mb: the advice must raise it (lowering it made the
+    guard fire less), to a value at which it would have run at the failure (1 GiB free + 6 GiB idle)."""
+    from longmedia.execution.guards import GuardSettings, Guards
+
+    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    step = pressure_point("mlp", fragmented, STREAMED)[1]
+    assert "raise step_boundary_cleanup_mb to at least 7168 MB" in step and "lower" not in step
+    fired = Guards(GuardSettings(step_boundary_cleanup_mb=7168), lambda: 7 * GIB - 1, lambda: None).on_step_end(0)
+    assert fired is not None and fired.kind == "step_boundary"
+
+
 def test_runtime_errors_that_are_ooms_are_converted_others_pass():
     err = _raise_in("attention", RuntimeError("CUDA error: out of memory"))
     assert err.report.phase == "attention"
