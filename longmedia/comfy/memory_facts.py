@@ -39,6 +39,28 @@ def pinned_ram_bytes() -> int | None:
     return int(value) if value is not None else None
 
 
+def vbar_resident_bytes() -> int | None:
+    """Model weights resident on the GPU through comfy-aimdo's VBARs, over every model ComfyUI has loaded
+    (each dynamic ModelPatcher's `model.dynamic_vbars[device].loaded_size()`); None without dynamic VRAM."""
+    if not dynamic_vram_active():
+        return None
+    mm = sys.modules.get("comfy.model_management")
+    total = 0
+    seen: set[int] = set()
+    for loaded in list(getattr(mm, "current_loaded_models", None) or ()):
+        patcher = getattr(loaded, "model", None)
+        vbars = getattr(getattr(patcher, "model", None), "dynamic_vbars", None) or {}
+        for vbar in vbars.values():
+            if id(vbar) in seen:  # a clone and its parent share the model and so its VBARs
+                continue
+            seen.add(id(vbar))
+            try:
+                total += int(vbar.loaded_size())
+            except (AttributeError, OSError, TypeError):  # a VBAR without the query (older comfy-aimdo)
+                return None
+    return total
+
+
 def comfy_memory_reader(device: Any = None) -> MemoryReader:
     """The OOM report's reader with ComfyUI's and comfy-aimdo's facts filled in."""
-    return torch_memory_reader(device, aimdo_usage=aimdo_vram_usage, pinned_ram=pinned_ram_bytes)
+    return torch_memory_reader(device, vbar_resident_bytes, aimdo_usage=aimdo_vram_usage, pinned_ram=pinned_ram_bytes)

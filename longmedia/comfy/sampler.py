@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from . import inputs as comfy_job
-from ..report.oom import LongMediaOOM, OOMContext, phase, report_for
+from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
 from .memory_facts import comfy_memory_reader, dynamic_vram_active
+from .oom_phase import traced_phase
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
 from ..planning.types import ExecutionPlan, PlanRequest
@@ -261,9 +262,14 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
     except LongMediaOOM:
         raise
-    except torch.OutOfMemoryError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer)
-        raise LongMediaOOM(report_for(_oom_phase(run.phase), error, context=run.oom_context(),
-                                      reader=comfy_memory_reader())) from error
+    except RuntimeError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer, prefetch)
+        if not is_oom(error):
+            raise
+        model = g.model_patcher.model.diffusion_model
+        traced = traced_phase(error.__traceback__, model.blocks, model.final_layer)
+        where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
+        raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_memory_reader(),
+                                      block_index=block)) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     output, denoised = _outputs(g, latent, out_samples, x0_output)
     report = RunReport(plan=plan.to_dict(), attention_backend=plan.attention.backend, streamed_blocks=streamed,
@@ -275,7 +281,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
 
 def _oom_phase(current: str) -> str:
-    return current if current in ("before_block_0", "qkv", "attention", "mlp", "final_output") else "before_block_0"
+    return current if current in PHASES else "before_block_0"
 
 
 def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:

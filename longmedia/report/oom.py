@@ -181,7 +181,8 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
     raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {phase_name!r}")
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or an allocation failure cuBLAS / Triton / the driver raise as a RuntimeError."""
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     # cuBLAS / Triton / driver allocation failures surface as plain RuntimeErrors
@@ -207,6 +208,6 @@ def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader
     except LongMediaOOM:
         raise
     except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError; other errors pass unchanged
-        if not _is_oom(exc):
+        if not is_oom(exc):
             raise
         raise LongMediaOOM(report_for(name, exc, context=context, reader=reader, block_index=block_index)) from exc

@@ -228,3 +228,66 @@ def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, m
     assert texts[lengths[0]] == (0, 5, "text") and texts[lengths[1]] == (0, 11, "text")
     assert torch.isfinite(ov).all() and torch.isfinite(oa).all()
     assert 0 < rel(ov, sv) < 0.5  # approximate, and close to stock
+
+
+def _oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+class _FailingQueue(list):
+    """A prefetch queue whose transport runs out of memory (what staging the next block's weights can do)."""
+
+    def pop(self, index=-1):
+        _oom()
+
+
+def _prefetch_fails(monkeypatch):
+    import comfy.model_prefetch
+
+    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", lambda *a, **k: _FailingQueue([None]))
+
+
+@pytest.mark.parametrize("where,phase,block", [
+    ("blocks.1.attn.qkv_proj", "qkv", 1),
+    ("blocks.0.attention", "attention", 0),
+    ("blocks.1.mlp.fc1", "mlp", 1),
+    ("final_layer.norm", "final_output", None),
+    ("prefetch", "prefetch_transport", 0),
+    ("token_refiner", "before_block_0", None),
+])
+def test_normal_mode_oom_names_where_it_happened(env, monkeypatch, where, phase, block):
+    """Normal mode replaces nothing of the model (it stays bit-exact), so the phase comes from the traceback:
+    an OOM in a block, the final layer or the prefetch transport was reported as before_block_0."""
+    import comfy.ldm.minimax.model as h3
+
+    model = env["models"]["fp32"].model.diffusion_model
+    if where == "prefetch":
+        _prefetch_fails(monkeypatch)
+    elif where == "blocks.0.attention":
+        real = h3.optimized_attention
+
+        def failing(q, k, v, heads, **kwargs):  # the DiT's joint attention, not the text refiner's
+            if (k.peek() if hasattr(k, "peek") else k).shape[2] > 20:
+                _oom()
+            return real(q, k, v, heads, **kwargs)
+        monkeypatch.setattr(h3, "optimized_attention", failing)
+    else:
+        target = model.token_refiner.blocks[0].mlp.fc1 if where == "token_refiner" else model.get_submodule(where)
+        monkeypatch.setitem(target.__dict__, "forward", _oom)
+    with pytest.raises(LongMediaOOM) as info:
+        ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"), *job(env))
+    report = info.value.report
+    assert (report.phase, report.block_index) == (phase, block)
+    if phase == "prefetch_transport":
+        assert "not the cause" in report.next_step and "prefetch" in report.pressure_point
+    monkeypatch.undo()
+    (ov, _), _, _ = ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"), *job(env))
+    assert torch.isfinite(ov).all()
+
+
+def test_streamed_mode_prefetch_oom_is_transport(env, monkeypatch):
+    """In the streamed modes the stages report their own phase; the prefetch between blocks is not a stage."""
+    _prefetch_fails(monkeypatch)
+    with pytest.raises(LongMediaOOM) as info:
+        ours(env, PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64), *job(env))
+    assert info.value.report.phase == "prefetch_transport"

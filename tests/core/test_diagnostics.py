@@ -123,3 +123,32 @@ def test_default_reader_on_this_machine():
     if not torch.cuda.is_available():
         assert r.gpu_total_bytes is None and r.torch_allocated_bytes is None and r.idle_reserved_bytes is None
     assert r.to_dict() if hasattr(r, "to_dict") else True
+
+
+def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
+    """The OOM report's "resident weights" used to read n/a always (no caller filled it): it is the sum of
+    every loaded model's VBAR `loaded_size()`, counted once per VBAR, and n/a without dynamic VRAM."""
+    import sys
+    import types
+
+    from longmedia.comfy import memory_facts
+
+    class VBAR:
+        def __init__(self, n):
+            self.n = n
+
+        def loaded_size(self):
+            return self.n
+
+    shared = VBAR(3 * GIB)
+    model = types.SimpleNamespace(dynamic_vbars={"cuda:0": shared})
+    other = types.SimpleNamespace(dynamic_vbars={"cuda:0": VBAR(GIB)})
+    loaded = [types.SimpleNamespace(model=types.SimpleNamespace(model=m)) for m in (model, model, other)]
+    mm = types.SimpleNamespace(current_loaded_models=loaded, TOTAL_PINNED_MEMORY=5)
+    monkeypatch.setitem(sys.modules, "comfy.model_management", mm)
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=True))
+    assert memory_facts.vbar_resident_bytes() == 4 * GIB
+    readings = memory_facts.comfy_memory_reader()()
+    assert readings.vbar_resident_bytes == 4 * GIB and readings.pinned_ram_bytes == 5
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=False))
+    assert memory_facts.vbar_resident_bytes() is None
