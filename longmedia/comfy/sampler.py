@@ -26,7 +26,7 @@ from ..execution.guards import GuardSettings, guards_for_device
 from ..planning.types import ExecutionPlan, PlanRequest
 from ..planning.planner import plan as make_plan
 from ..h3.profiles import DeviceProfile, ModelProfile
-from ..report.run_report import RunReport, StepRecord
+from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 
 WRAPPER_KEY = "longmedia"
 
@@ -68,12 +68,19 @@ class _Run:
         self.boundaries: list[tuple[str, ...]] = []
         self.block_peaks: dict[int, int] = {}
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
+        self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
         self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device)
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
+
+    def sample_device_used(self) -> None:
+        """Device memory in use now (all of it: torch, comfy-aimdo's VBARs, the CUDA context, other processes)."""
+        if self.cuda:
+            free, total = torch.cuda.mem_get_info(self.device)
+            self.step_device_used = max(self.step_device_used, int(total - free))
 
     def oom_context(self) -> OOMContext:
         return OOMContext.from_plan(self.plan)
@@ -202,11 +209,13 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
             transformer_options[SEGMENTS_KEY] = comfy_job.call_segments(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
-        start, run.phase, run.step_peak = time.perf_counter(), "before_block_0", 0
+        start, run.phase, run.step_peak, run.step_device_used = time.perf_counter(), "before_block_0", 0, 0
         out = executor(x, timestep, context, transformer_options, *args, **kwargs)
         peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device)) if run.cuda else 0
+        run.sample_device_used()
         sigma = float(timestep.flatten()[0]) / 1000.0
-        run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak)))
+        run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak),
+                                    run.step_device_used))
         run.guards.on_step_end(len(run.steps) - 1)
         return out
 
@@ -228,6 +237,7 @@ def _on_block(run: _Run):
             block_peak = torch.cuda.max_memory_allocated(run.device)
             run.step_peak = max(run.step_peak, block_peak)
             run.block_peaks[index] = max(run.block_peaks.get(index, 0), block_peak)
+            run.sample_device_used()
         run.guards.on_block_end(index, step=len(run.steps))
         run.phase = "final_output" if index == run.plan.model.dims.num_blocks - 1 else "qkv"
 
@@ -276,7 +286,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        boundaries=tuple(run.boundaries), steps=tuple(run.steps),
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
-                       if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes))
+                       if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
+                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram))
     return SamplerResult(output, denoised, report, plan)
 
 

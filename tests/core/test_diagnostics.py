@@ -152,3 +152,26 @@ def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
     assert readings.vbar_resident_bytes == 4 * GIB and readings.pinned_ram_bytes == 5
     monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=False))
     assert memory_facts.vbar_resident_bytes() is None
+
+
+def test_report_sets_predicted_beside_measured_like_for_like():
+    """torch's allocator peak excludes comfy-aimdo's VBAR weights: it is set beside the prediction without the
+    resident weights (under dynamic VRAM), and the device's memory in use beside the whole prediction."""
+    from types import SimpleNamespace
+
+    from longmedia.report.run_report import PredictedPeaks, RunReport, StepRecord
+
+    memory = SimpleNamespace(predicted_peak_bytes=10 * GIB, resident_weight_bytes=6 * GIB)
+    dynamic, classic = PredictedPeaks.of(memory, True), PredictedPeaks.of(memory, False)
+    assert (dynamic.torch_bytes, dynamic.device_bytes) == (4 * GIB, 10 * GIB)
+    assert (classic.torch_bytes, classic.device_bytes) == (10 * GIB, 10 * GIB)
+    steps = (StepRecord(0, 1.0, 1.0, 3 * GIB, 11 * GIB), StepRecord(1, 0.5, 1.0, 4 * GIB, 12 * GIB))
+    report = RunReport(plan={"predicted_peak_bytes": 10 * GIB}, attention_backend="sdpa", streamed_blocks=(),
+                       boundaries=(), steps=steps, block_peak_bytes=(), guard_events=(), preview="ok",
+                       predicted=dynamic)
+    torch_line, device_line = report.peak_lines()
+    assert torch_line.startswith("torch allocator peak: predicted 4.00 GiB") and "measured 4.00 GiB" in torch_line
+    assert "VBAR" in torch_line
+    assert device_line.startswith("device memory in use: predicted 10.00 GiB") and "measured 12.00 GiB" in device_line
+    assert report.to_dict()["measured_device_bytes"] == 12 * GIB
+    assert not any(line.startswith("predicted peak") for line in report.summary_lines())
