@@ -7,7 +7,7 @@ outside a ComfyUI process every fact reads as absent.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from ..report.oom import MemoryReader, torch_memory_reader
 
@@ -59,6 +59,24 @@ def vbar_resident_bytes() -> int | None:
             except (AttributeError, OSError, TypeError):  # a VBAR without the query (older comfy-aimdo)
                 return None
     return total
+
+
+def vbar_release(patcher: Any) -> Callable[[int], int] | None:
+    """The guards' `release(bytes) -> bytes`: give back up to `bytes` of this model's weight pages resident
+    through comfy-aimdo (`ModelVBAR.free_memory`, what ComfyUI's dynamic patcher unloads with); they are
+    faulted back in when a block needs them again. None without dynamic VRAM (the guards then only empty
+    torch's cache)."""
+    if not dynamic_vram_active():
+        return None
+    model, device = getattr(patcher, "model", None), getattr(patcher, "load_device", None)
+
+    def release(wanted: int) -> int:
+        vbar = (getattr(model, "dynamic_vbars", None) or {}).get(device)
+        if vbar is None or wanted <= 0:
+            return 0
+        return int(vbar.free_memory(int(wanted)))
+
+    return release
 
 
 def comfy_memory_reader(device: Any = None) -> MemoryReader:

@@ -19,7 +19,7 @@ import torch
 
 from . import inputs as comfy_job
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
-from .memory_facts import comfy_memory_reader, dynamic_vram_active
+from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_release
 from .oom_phase import traced_phase
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
@@ -61,7 +61,7 @@ def _refuse_pinning(patcher) -> str:
 class _Run:
     """Mutable bookkeeping of one sampling run (per call, never module level)."""
 
-    def __init__(self, plan: ExecutionPlan, device: torch.device):
+    def __init__(self, plan: ExecutionPlan, device: torch.device, patcher=None):
         self.plan, self.device = plan, device
         self.notes: list[str] = []
         self.steps: list[StepRecord] = []
@@ -70,7 +70,8 @@ class _Run:
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
         self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
-        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device)
+        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device,
+                                        release=vbar_release(patcher))
 
     @property
     def cuda(self) -> bool:
@@ -175,6 +176,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
             run.notes.extend(fix.lines)
     blocks = g.model_patcher.model.diffusion_model.blocks
     streamed: tuple[int, ...] = ()
+    run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
     if not plan.chunks.is_stock:
         factory, on_block = _attention_factory(plan, segments), _on_block(run)
         for i, block in enumerate(blocks):
@@ -258,7 +260,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
-    run = _Run(plan, torch.device(g.model_patcher.load_device))
+    run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
     streamed = _install(g, plan, run, segments)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],

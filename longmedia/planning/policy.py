@@ -125,6 +125,24 @@ def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresh
     return out
 
 
+BLOCK_GUARD_FIELDS = ("inter_block_vram_guard_mb", "inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_mb",
+                      "late_block_guard_start", "late_block_guard_target_mb")
+"""The manual controls that act only between streamed blocks (the executor's block hook runs them)."""
+
+
+def idle_control_warnings(request: PlanRequest, streamed: bool, mode: str) -> list[str]:
+    """One line per manual control that cannot act in the chosen mode: never a silent drop.
+
+    The block guards run after each streamed block; when the plan runs every block stock (normal mode, no
+    manual chunk sizes) nothing calls them.
+    """
+    if streamed:
+        return []
+    return [f"{name}={getattr(request, name)} has no effect in {mode} mode: blocks are not streamed, so no block "
+            "guard runs; use memory_mode=low_vram for block guards" for name in BLOCK_GUARD_FIELDS
+            if getattr(request, name) is not None]
+
+
 def with_pass_frames(g: Geometry, frames: int) -> Geometry:
     """`g` with its target audio and video resized to a `frames`-long pass (guides and references kept)."""
     audio_t = L.target_audio_frames(frames)

@@ -160,9 +160,14 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
         return ("segment length", "the stock embedding stage before block 0 holds several copies of the sequence: "
                                   "use shorter segments")
     if phase_name == "final_output":
+        if c.is_stock:  # no block is streamed: no block guard runs, and the final layer is the stock one
+            return ("memory_mode", "the stock final layer runs over the whole sequence and no block guard runs in "
+                                   "this mode: use low_vram (the final layer in row chunks, the late-block guard "
+                                   "before it), or use shorter segments")
         target = ctx.late_block_guard_target_mb
         more = f" above {target} MB" if target is not None else ""
-        return ("late_block_guard_target_mb", f"raise it{more} so weights are released before the stock final "
+        return ("late_block_guard_target_mb", f"raise it{more} so the late-block guard empties torch's cache and, "
+                                              "under dynamic VRAM, releases resident weight pages before the final "
                                               "layer, or use shorter segments")
     if phase_name in ("qkv", "attention"):
         if not c.streams_attention:

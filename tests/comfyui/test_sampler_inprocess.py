@@ -291,3 +291,13 @@ def test_streamed_mode_prefetch_oom_is_transport(env, monkeypatch):
     with pytest.raises(LongMediaOOM) as info:
         ours(env, PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64), *job(env))
     assert info.value.report.phase == "prefetch_transport"
+
+
+def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exact(env):
+    """A manual block guard in normal mode cannot act (no block is streamed): the run report says so, and the
+    run is still stock bit for bit."""
+    (sv, sa), _ = stock(env, *job(env))
+    request = PlanRequest(memory_mode="normal", attention_mode="existing", late_block_guard_target_mb=3000)
+    (ov, oa), _, result = ours(env, request, *job(env))
+    assert torch.equal(ov, sv) and torch.equal(oa, sa)
+    assert any(n.startswith("late_block_guard_target_mb=3000 has no effect in normal mode") for n in result.report.notes)

@@ -47,6 +47,7 @@ def test_torch_oom_becomes_longmedia_oom_with_the_report():
     ("mlp", OOMContext(chunks=ChunkSizes()), "mlp_chunk_tokens"),
     ("mlp", OOMContext(chunks=ChunkSizes(512, 0, 512)), "segment length"),
     ("final_output", STREAMED, "late_block_guard_target_mb"),
+    ("final_output", OOMContext(chunks=ChunkSizes()), "memory_mode"),  # normal mode: no block guard runs
     ("before_block_0", STREAMED, "segment length"),
     ("before_block_0", OOMContext(seq_len=1000, segments=(("ref_img", 600), ("video", 400))), "reference_budget"),
 ])
