@@ -39,6 +39,19 @@ def pinned_ram_bytes() -> int | None:
     return int(value) if value is not None else None
 
 
+def vbar_reclaimable_bytes(device: Any) -> int | None:
+    """Weight bytes comfy-aimdo's VBARs on `device` could give back on demand (`vbars_analyze`); None without
+    dynamic VRAM."""
+    vbar = sys.modules.get("comfy_aimdo.model_vbar")
+    if not dynamic_vram_active() or vbar is None or not hasattr(vbar, "vbars_analyze"):
+        return None
+    index = getattr(device, "index", None)
+    try:
+        return int(vbar.vbars_analyze(index))
+    except (OSError, TypeError, ValueError):  # no device context for this device
+        return None
+
+
 def vbar_resident_bytes() -> int | None:
     """Model weights resident on the GPU through comfy-aimdo's VBARs, over every model ComfyUI has loaded
     (each dynamic ModelPatcher's `model.dynamic_vbars[device].loaded_size()`); None without dynamic VRAM."""

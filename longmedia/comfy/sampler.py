@@ -1,11 +1,14 @@
-"""The Sampler's ComfyUI side: plan -> patched copy of the guider -> ComfyUI's own sampling -> report.
+"""The Sampler's ComfyUI side: checks -> residency boundary -> plan -> patched copy of the guider ->
+ComfyUI's own sampling -> report.
 
-Everything enters through official seams on copies: the guider is copied with a cloned ModelPatcher
-and a cloned `model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override
-into `transformer_options`, and two wrappers — PREPARE_SAMPLING (the residency boundary before the
-model is loaded) and DIFFUSION_MODEL (per-call measurement, and `prefetch_dynamic_vbars`, which
-can only be changed there) — into the copied model_options. With memory_mode=normal,
-attention_mode=existing and no manual chunk sizes nothing that computes is touched.
+The residency boundary runs before the plan reads the device, so what an earlier run left behind is
+released before free memory is measured (a seed-only rerun plans from the same state). Everything
+enters through official seams on copies: the guider is copied with a cloned ModelPatcher and a cloned
+`model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override into
+`transformer_options`, and a DIFFUSION_MODEL wrapper (per-call measurement, the call's own packed
+table, and `prefetch_dynamic_vbars`, which can only be changed there) into the copied model_options.
+With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is
+touched.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from . import inputs as comfy_job
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
-from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_release
+from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
+from .residency import residency_boundary
 from .oom_phase import traced_phase
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
@@ -97,8 +102,8 @@ def _positive(guider):
     return [[first.get("cross_attn"), first]]
 
 
-def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: DeviceProfile | None = None,
-             keyframes: tuple | None = None):
+def plan_for(guider, latent, sigmas, request: PlanRequest,
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
     """Validate everything (before any GPU work) and plan the pass; returns (plan, segments).
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
@@ -111,15 +116,26 @@ def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: Devic
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
-    device = device_profile or _device_profile(guider.model_patcher.load_device)
+    if isinstance(device_profile, DeviceProfile):
+        device = device_profile
+    else:
+        device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
     return make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request), segments
 
 
 def _device_profile(load_device) -> DeviceProfile:
-    """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM."""
+    """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM.
+
+    Under dynamic VRAM, weight pages comfy-aimdo can evict on demand count as free (ComfyUI's own rule for a
+    dynamic model's free memory): weights an earlier run left resident do not shrink the plan.
+    """
     device = DeviceProfile.detect(load_device if torch.device(load_device).type == "cuda" else None,
                                   dynamic_vram=dynamic_vram_active())
-    if torch.device(load_device).type == "cuda" or device.usable_vram_bytes > 0:
+    if torch.device(load_device).type == "cuda":
+        reclaimable = vbar_reclaimable_bytes(load_device) or 0
+        return dataclasses.replace(device, vram_free_bytes=min(device.vram_total_bytes,
+                                                               device.vram_free_bytes + reclaimable))
+    if device.usable_vram_bytes > 0:
         return device
     ram = device.ram_available_bytes
     return dataclasses.replace(device, name="cpu (available RAM as the budget)", vram_total_bytes=ram,
@@ -161,7 +177,6 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     from .block_patch import comfy_interrupt, streamed_replacement
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
-    from .residency import residency_boundary
     from .attention_override import SEGMENTS_KEY
 
     opts = g.model_options
@@ -198,12 +213,6 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
 
     call_segments = _needs_call_segments(plan)
 
-    def prepare_sampling(executor, model, *args, **kwargs):
-        # before load_models_gpu: release what an earlier run (or seed) left behind
-        boundary = residency_boundary(device=model.load_device)
-        run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
-        return executor(model, *args, **kwargs)
-
     def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
@@ -221,8 +230,6 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         run.guards.on_step_end(len(run.steps) - 1)
         return out
 
-    ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, opts,
-                           is_model_options=True)
     ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, opts, is_model_options=True)
     return streamed
 
@@ -247,8 +254,12 @@ def _on_block(run: _Run):
 
 
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
-                device_profile: DeviceProfile | None = None) -> SamplerResult:
-    """Plan, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does."""
+                device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None) -> SamplerResult:
+    """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
+    `guider`, and sample exactly as SamplerCustomAdvanced does.
+
+    device_profile: a fixed profile (planned once, e.g. a card to plan for), a probe called after the boundary,
+    or None to read the load device after the boundary."""
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -256,11 +267,16 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     from .previews import comfy_preview_callback
 
-    plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
+    plan, segments = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
+    # release what an earlier run (or seed) left behind, then plan from the memory measured after it
+    boundary = residency_boundary(device=guider.model_patcher.load_device)
+    if not isinstance(device_profile, DeviceProfile):
+        plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
+    run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
     streamed = _install(g, plan, run, segments)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],

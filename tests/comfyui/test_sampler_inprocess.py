@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -94,6 +95,32 @@ def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
     assert runs[0].report.boundaries == runs[1].report.boundaries == runs[2].report.boundaries
     outs = [r.output["samples"].unbind()[0] for r in runs]
     assert not torch.equal(outs[0], outs[1])  # the seed still matters
+
+
+def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monkeypatch):
+    """A fake device whose free memory is what an earlier run left behind until the residency boundary
+    releases it: the plan must read the device after the boundary, so every seed-only rerun (each starting
+    from leftovers) plans from the same released state. Before, the first run and the reruns differed."""
+    from longmedia.comfy import sampler as core
+    from longmedia.h3.profiles import GIB, DeviceProfile
+
+    card = DeviceProfile.card(vram_gb=16, ram_gb=64)
+    state = {"free": card.vram_free_bytes}
+    real_boundary = core.residency_boundary
+
+    def boundary(**kwargs):
+        state["free"] = card.vram_free_bytes  # the boundary releases what the previous run left
+        return real_boundary(**kwargs)
+
+    monkeypatch.setattr(core, "residency_boundary", boundary)
+    probe = lambda: dataclasses.replace(card, vram_free_bytes=state["free"])  # noqa: E731
+    request = PlanRequest(memory_mode="auto", attention_mode="existing")
+    plans = []
+    for seed in (1, 2, 3):
+        result = ours(env, request, *job(env, seed=seed), device_profile=probe)[2]
+        plans.append(json.dumps(result.report.plan, sort_keys=True, default=str))
+        state["free"] = card.vram_free_bytes - 5 * GIB  # leftovers of this run, until the next boundary
+    assert plans[0] == plans[1] == plans[2]
 
 
 def test_injected_oom_raises_fact_report_and_next_run_succeeds(env, monkeypatch):
