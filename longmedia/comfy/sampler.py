@@ -55,8 +55,9 @@ def _refuse_pinning(patcher) -> str:
     Dynamic VRAM pins through comfy-aimdo host buffers at ops time, which has no per-model refusal.
     """
     if getattr(patcher, "is_dynamic", lambda: False)():
-        return ("RAM pinning: the plan rejects pinning this model, but dynamic VRAM pins through its own "
-                "host buffers at ops time and has no per-model switch: left to ComfyUI")
+        return ("RAM pinning: the plan rejects pinning this model, but that is not enforceable under dynamic VRAM "
+                "(ComfyUI pins through comfy-aimdo host buffers at ops time, within its own pinned budget, with no "
+                "per-model switch): reported only")
     if not hasattr(patcher, "pin_weight_to_device"):
         return "RAM pinning: this ComfyUI has no pin_weight_to_device: nothing to refuse"
     patcher.pin_weight_to_device = lambda key: None  # this clone only
@@ -269,7 +270,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     plan, segments = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
-    boundary = residency_boundary(device=guider.model_patcher.load_device)
+    boundary = residency_boundary(device=guider.model_patcher.load_device, keep=guider.model_patcher,
+                                  memory_required=plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes)
     if not isinstance(device_profile, DeviceProfile):
         plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
     g = copy.copy(guider)

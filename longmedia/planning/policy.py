@@ -38,8 +38,23 @@ def prefetch_decision(model: ModelProfile, device: DeviceProfile, g: Geometry) -
                   "the current one runs")
 
 
+UNENFORCEABLE_PINNING = ("; not enforceable under dynamic VRAM: ComfyUI pins at ops time within its own pinned "
+                         "budget (comfy.pinned_memory) and has no per-model limit, so this is reported, not applied")
+
+
 def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
-    """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing."""
+    """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing.
+
+    Only a rejection without dynamic VRAM can be applied (on LongMedia's clone of the patcher); under
+    dynamic VRAM a partial or rejected pinning says that it is not enforceable.
+    """
+    decision = _pinning(model, device, streamed)
+    if device.dynamic_vram and streamed > 0 and decision.mode != "full":
+        return replace(decision, reason=decision.reason + UNENFORCEABLE_PINNING)
+    return decision
+
+
+def _pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
     floor = max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
     rule = (f"RAM pinning keeps >= {gib(floor)} RAM free (max of {PIN_HEADROOM_MIN / GIB:g} GiB and "
             f"{PIN_HEADROOM_FRACTION:.0%} of {gib(device.ram_total_bytes)}) and stays within ComfyUI's "

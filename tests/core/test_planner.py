@@ -316,3 +316,17 @@ def test_block_guard_controls_that_cannot_act_are_named_not_dropped():
     low = _plan(24, seconds=5.0, request=PlanRequest(memory_mode="low_vram", **BLOCK_GUARDS))
     assert not [w for w in low.warnings if "has no effect" in w]
     assert not any("block guards off" in r for r in low.reasons)
+
+
+def test_pinning_that_cannot_be_applied_under_dynamic_vram_says_so():
+    """Under dynamic VRAM ComfyUI pins at ops time within its own budget, with no per-model limit: a partial or
+    rejected pinning was only a reason string; it now says plainly that it is not enforceable there."""
+    dynamic = _plan(16, "int8", ram=12)                       # DeviceProfile.card: dynamic VRAM on
+    assert dynamic.pinning.mode == "none" and "not enforceable under dynamic VRAM" in dynamic.pinning.reason
+    assert any("not enforceable" in r for r in dynamic.reasons)
+    g = build_geometry(1344, 768, seconds=10.0)
+    classic = plan(MODELS["int8"], DeviceProfile.card(16, 12, dynamic_vram=False), g,
+                   attention_resolver=default_attention_path)
+    assert classic.pinning.mode == "none" and "not enforceable" not in classic.pinning.reason
+    full = _plan(24, "int8", ram=128)
+    assert "not enforceable" not in full.pinning.reason
