@@ -7,7 +7,8 @@ outside a ComfyUI process every fact reads as absent.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..report.oom import MemoryReader, torch_memory_reader
 

@@ -79,7 +79,6 @@ class RunReport:
 
     def summary_lines(self) -> tuple[str, ...]:
         p = self.plan
-        gib = 2 ** 30
         lines = [f"memory mode {p.get('memory_mode')} (requested {p.get('requested_memory_mode')}), "
                  f"attention {self.attention_backend}",
                  f"streamed blocks: {len(self.streamed_blocks)}"]

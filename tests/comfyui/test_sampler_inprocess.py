@@ -113,7 +113,9 @@ def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monk
         return real_boundary(**kwargs)
 
     monkeypatch.setattr(core, "residency_boundary", boundary)
-    probe = lambda: dataclasses.replace(card, vram_free_bytes=state["free"])  # noqa: E731
+
+    def probe():
+        return dataclasses.replace(card, vram_free_bytes=state["free"])
     request = PlanRequest(memory_mode="auto", attention_mode="existing")
     plans = []
     for seed in (1, 2, 3):
@@ -216,8 +218,8 @@ def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_
 
 def _spy_sol_calls(monkeypatch):
     """Every AttentionFn the run builds, wrapped to record (the segment table it was built with, keys it got)."""
-    import longmedia.attention.dispatcher as dispatcher
-    import longmedia.comfy.attention_override as override
+    from longmedia.attention import dispatcher
+    from longmedia.comfy import attention_override as override
 
     seen, real = [], dispatcher.build_attention_fn
 
@@ -234,7 +236,7 @@ def _spy_sol_calls(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("mode,chunks", [("normal", {}), ("low_vram", dict(sol_qkv_chunk_tokens=64))])
+@pytest.mark.parametrize("mode,chunks", [("normal", {}), ("low_vram", {"sol_qkv_chunk_tokens": 64})])
 def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, monkeypatch, mode, chunks):
     """Sol (the reference backend on CPU, through the same summary memo as the kernel) inside
     torch.inference_mode(), unstreamed (our attention override) and streamed (block replacements). The

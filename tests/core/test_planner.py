@@ -300,8 +300,8 @@ def test_gib_reasons_state_the_numbers():
     assert any(f"{16 * GIB / GIB - 0.5:.2f} GiB budget" in r for r in p.reasons)
 
 
-BLOCK_GUARDS = dict(inter_block_vram_guard_mb=1500, inter_block_guard_cooldown_blocks=3, inter_block_guard_emergency_mb=400,
-                    late_block_guard_start=40, late_block_guard_target_mb=3000)
+BLOCK_GUARDS = {"inter_block_vram_guard_mb": 1500, "inter_block_guard_cooldown_blocks": 3,
+                "inter_block_guard_emergency_mb": 400, "late_block_guard_start": 40, "late_block_guard_target_mb": 3000}
 
 
 def test_block_guard_controls_that_cannot_act_are_named_not_dropped():

@@ -26,7 +26,7 @@ class FakePatcher:
 SAMPLED = FakePatcher(object())
 LOADED = [SimpleNamespace(model=SAMPLED), SimpleNamespace(model=FakePatcher(SAMPLED.model)),
           SimpleNamespace(model=FakePatcher(object())), SimpleNamespace(model=None)]
-KEEP = dict(keep=SAMPLED, memory_required=6 << 30)
+KEEP = {"keep": SAMPLED, "memory_required": 6 << 30}
 
 
 class FakeDevice:
