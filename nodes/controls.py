@@ -13,12 +13,17 @@ MANUAL_HELP = {
     "sol_qkv_chunk_tokens": "Rows per K/V projection chunk and per query chunk of the streamed attention.",
     "sol_out_proj_chunk_tokens": "Rows per out-projection call inside a query chunk.",
     "vram_activation_reserve_mb": "VRAM kept free beside the predicted peak (allocator slack, other models).",
-    "inter_block_vram_guard_mb": "After a block, clean up when less than this many MB are free.",
-    "inter_block_guard_cooldown_blocks": "Blocks skipped after an inter-block clean-up.",
-    "inter_block_guard_emergency_mb": "Below this many free MB, clean up whatever the cooldown says.",
-    "late_block_guard_start": "From this block index on, keep the late-block target free (for the final layer).",
-    "late_block_guard_target_mb": "Free MB the late-block guard keeps before the final layer.",
-    "step_boundary_cleanup_mb": "At each sampler step boundary, clean up when less than this many MB are free.",
+    "inter_block_vram_guard_mb": "After a block, clean up when less than this many MB are free (streamed modes only).",
+    "inter_block_guard_cooldown_blocks": "Blocks skipped after an inter-block clean-up (streamed modes only).",
+    "inter_block_guard_emergency_mb": ("Below this many free MB, clean up whatever the cooldown says, releasing "
+                                       "resident weight pages under dynamic VRAM if needed (streamed modes only)."),
+    "late_block_guard_start": ("From this block index on, keep the late-block target free (for the final layer; "
+                               "streamed modes only)."),
+    "late_block_guard_target_mb": ("Free MB the late-block guard keeps before the final layer: it empties torch's "
+                                   "cache, then releases resident weight pages under dynamic VRAM (streamed modes "
+                                   "only)."),
+    "step_boundary_cleanup_mb": ("At each sampler step boundary, clean up when less than this many MB are free: "
+                                 "higher cleans up more often (against fragmentation)."),
 }
 
 MEMORY_HELP = ("auto (recommended): the least constrained mode whose predicted peak fits your card. normal: stock "

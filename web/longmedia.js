@@ -151,7 +151,7 @@ function ratio(value) {
 }
 
 // Rows of one run's plan (an ExecutionPlan dict) and what the run measured.
-function planRows(plan, run, measured) {
+function planRows(plan, run, measured, measuredDevice = run.measured_device_bytes) {
   const rows = [];
   const requested = plan.requested_memory_mode;
   const how = requested === "auto" ? "auto picked it" : requested ? "set by hand" : "";
@@ -167,8 +167,18 @@ function planRows(plan, run, measured) {
   rows.push(["attention", attNotes ? `${backend} (${attNotes})` : backend]);
 
   const fits = plan.fits === false ? " (does NOT fit)" : "";
-  rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}; ` +
-                     `measured ${measured > 0 ? gib(measured) : "n/a (no CUDA)"}`]);
+  const seen = (bytes) => (bytes > 0 ? gib(bytes) : "n/a (no CUDA)");
+  const pred = run.predicted;
+  if (pred && typeof pred === "object") {
+    // like for like: torch's allocator against the plan without VBAR weights; the device against the whole plan
+    rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}`]);
+    const what = pred.weights_outside_torch ? "activations; weights in VBAR" : "activations + resident weights";
+    rows.push(["torch peak", `predicted ${gib(pred.torch_bytes)} (${what}); measured ${seen(measured)}`]);
+    rows.push(["device", `predicted ${gib(pred.device_bytes)} (weights included); measured ${seen(measuredDevice)}`]);
+  } else {
+    rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}; ` +
+                       `measured ${seen(measured)}`]);
+  }
 
   const blocks = plan.model?.dims?.num_blocks;
   const streamed = Array.isArray(run.streamed_blocks) ? run.streamed_blocks.length : 0;
@@ -188,7 +198,8 @@ function formatSegmented(entry) {
   const segs = entry.segments;
   const runs = segs.map((s) => s.run ?? {});
   const first = runs[0].plan ?? {};
-  const rows = planRows(first, runs[0], entry.measured_peak_bytes);
+  const device = Math.max(0, ...runs.map((r) => r.measured_device_bytes ?? 0));
+  const rows = planRows(first, runs[0], entry.measured_peak_bytes, device);
   const p = entry.plan ?? {};
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
   rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);

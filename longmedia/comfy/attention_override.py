@@ -137,8 +137,9 @@ class LongMediaAttentionOverride:
 
     Routed: mask None, skip_reshape=True, batch 1, no GQA. Passed through (to `previous`, the override
     installed before ours, or ComfyUI's installed attention): every other call, and calls whose
-    backend is `existing`. Sol needs the packed segment table (here or under SEGMENTS_KEY) unless
-    its sinks are off; without it the call runs the exact backend and warns once.
+    backend is `existing`. Sol needs the packed segment table unless its sinks are off: the call's own
+    (transformer_options[SEGMENTS_KEY]) first, else the override's, shifted to the call's length;
+    without one the call runs the exact backend and warns once.
     """
 
     choice: AttentionChoice
@@ -182,7 +183,7 @@ class LongMediaAttentionOverride:
         backend = self.choice.exact_backend if tau is None else self.choice.backend
         segments = None
         if tau is not None and self.choice.sol is not None and self.choice.sol.sinks_keys:
-            given = self.segments if self.segments is not None else (options or {}).get(SEGMENTS_KEY)
+            given = (options or {}).get(SEGMENTS_KEY) or self.segments  # this call's own table first
             segments = _segments_for(seq_len, given)
             if segments is None:
                 warnings.warn(SolSegmentsWarning(

@@ -90,3 +90,22 @@ def stock_segments(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple[
     except (KeyError, TypeError, AttributeError):  # named: guide payload not resolved yet (extra_conds does it)
         layout = PackedLayout(text, t, h, w, audio.shape[-1])
     return tuple(layout.segments)
+
+
+def call_segments(x, context, payload) -> tuple[tuple[int, int, str], ...]:
+    """The packed segment table of one model call, as stock H3's `_forward` builds it for this call.
+
+    x: the call's [video, audio] latents; context: its text hidden states [1, L, D]; payload: its
+    `minimax_payload` (the positive and the negative prompt each carry their own, with their own
+    prebuilt layout, text length, guides and references).
+    """
+    from comfy.ldm.minimax.model import PackedLayout
+
+    payload = payload or {}
+    video = x[0]
+    t, h, w = video.shape[2], video.shape[3] + video.shape[3] % 2, video.shape[4] + video.shape[4] % 2  # patch 1x2x2
+    text, audio_t = int(context.shape[1]), int(x[1].shape[-1])
+    layout = payload.get("layout")
+    if layout is None or getattr(layout, "signature", None) != (text, t, h, w, audio_t):
+        layout = PackedLayout(text, t, h, w, audio_t, keyframes=payload.get("keyframes"), refs=payload.get("refs"))
+    return tuple((int(a), int(b), str(kind)) for a, b, kind in layout.segments)

@@ -7,6 +7,7 @@ outside a ComfyUI process every fact reads as absent.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ..report.oom import MemoryReader, torch_memory_reader
@@ -39,6 +40,59 @@ def pinned_ram_bytes() -> int | None:
     return int(value) if value is not None else None
 
 
+def vbar_reclaimable_bytes(device: Any) -> int | None:
+    """Weight bytes comfy-aimdo's VBARs on `device` could give back on demand (`vbars_analyze`); None without
+    dynamic VRAM."""
+    vbar = sys.modules.get("comfy_aimdo.model_vbar")
+    if not dynamic_vram_active() or vbar is None or not hasattr(vbar, "vbars_analyze"):
+        return None
+    index = getattr(device, "index", None)
+    try:
+        return int(vbar.vbars_analyze(index))
+    except (OSError, TypeError, ValueError):  # no device context for this device
+        return None
+
+
+def vbar_resident_bytes() -> int | None:
+    """Model weights resident on the GPU through comfy-aimdo's VBARs, over every model ComfyUI has loaded
+    (each dynamic ModelPatcher's `model.dynamic_vbars[device].loaded_size()`); None without dynamic VRAM."""
+    if not dynamic_vram_active():
+        return None
+    mm = sys.modules.get("comfy.model_management")
+    total = 0
+    seen: set[int] = set()
+    for loaded in list(getattr(mm, "current_loaded_models", None) or ()):
+        patcher = getattr(loaded, "model", None)
+        vbars = getattr(getattr(patcher, "model", None), "dynamic_vbars", None) or {}
+        for vbar in vbars.values():
+            if id(vbar) in seen:  # a clone and its parent share the model and so its VBARs
+                continue
+            seen.add(id(vbar))
+            try:
+                total += int(vbar.loaded_size())
+            except (AttributeError, OSError, TypeError):  # a VBAR without the query (older comfy-aimdo)
+                return None
+    return total
+
+
+def vbar_release(patcher: Any) -> Callable[[int], int] | None:
+    """The guards' `release(bytes) -> bytes`: give back up to `bytes` of this model's weight pages resident
+    through comfy-aimdo (`ModelVBAR.free_memory`, what ComfyUI's dynamic patcher unloads with); they are
+    faulted back in when a block needs them again. None without dynamic VRAM (the guards then only empty
+    torch's cache)."""
+    if not dynamic_vram_active():
+        return None
+    model, device = getattr(patcher, "model", None), getattr(patcher, "load_device", None)
+
+    def release(wanted: int) -> int:
+        vbar = (getattr(model, "dynamic_vbars", None) or {}).get(device)
+        if vbar is None or wanted <= 0:
+            return 0
+        return int(vbar.free_memory(int(wanted)))
+
+    return release
+
+
 def comfy_memory_reader(device: Any = None) -> MemoryReader:
     """The OOM report's reader with ComfyUI's and comfy-aimdo's facts filled in."""
-    return torch_memory_reader(device, aimdo_usage=aimdo_vram_usage, pinned_ram=pinned_ram_bytes)
+    return torch_memory_reader(device, vbar_resident_bytes, aimdo_usage=aimdo_vram_usage, pinned_ram=pinned_ram_bytes)

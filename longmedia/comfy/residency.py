@@ -1,8 +1,9 @@
 """The residency boundary run before every `prepare_sampling()` (seed-only reruns included).
 
 It leaves the device as ComfyUI leaves it between nodes, and a little cleaner: synchronize, reset
-cast buffers, drop stale prefetch queues, reset comfy-aimdo's VBAR watermark limits, release model
-registrations whose model is dead, empty the allocator cache. Memory is snapshotted before and after
+cast buffers, drop stale prefetch queues, reset comfy-aimdo's VBAR watermark limits, collect models
+and registrations whose model is dead, release other models ComfyUI keeps loaded until the pass's
+need is free (never the model about to be sampled), empty the allocator cache. Memory is snapshotted before and after
 into a frozen `BoundaryReport` that lists every step, done or "skipped: <reason>".
 
 Every ComfyUI / comfy-aimdo function is feature-detected: a missing one is a skipped step, never an
@@ -178,7 +179,20 @@ class BoundaryReport:
 
 
 STEPS = ("synchronize", "reset_cast_buffers", "cleanup_prefetch_queues", "reset_vbar_watermarks",
-         "collect_dead_models", "drop_dead_registrations", "empty_cache")
+         "collect_dead_models", "drop_dead_registrations", "release_other_models", "empty_cache")
+
+
+def _entries_of(mm: object, keep: object) -> list:
+    """ComfyUI's LoadedModel entries of the model about to be sampled (`keep`, its clones and its parent)."""
+    out = []
+    for loaded in list(getattr(mm, "current_loaded_models", None) or ()):
+        patcher = getattr(loaded, "model", None)
+        if patcher is None:
+            continue
+        same = getattr(patcher, "is_clone", None)
+        if patcher is keep or (callable(same) and same(keep)):
+            out.append(loaded)
+    return out
 
 
 class _Run:
@@ -214,8 +228,14 @@ class _Run:
         self.actions.append(BoundaryAction(name, True, f"{qualified}, because {skipped.detail}"))
 
 
-def residency_boundary(*, device, reader: Reader | None = None, comfy: object | None = None) -> BoundaryReport:
+def residency_boundary(*, device, reader: Reader | None = None, comfy: object | None = None,
+                       keep: object | None = None, memory_required: int | None = None) -> BoundaryReport:
     """Release what a previous run left behind on `device`, before `prepare_sampling()`; report what was done.
+
+    keep / memory_required: the ModelPatcher about to be sampled and the bytes its pass needs free (the
+    plan's peak and reserve). Other models ComfyUI keeps loaded on the device are then released through
+    `model_management.free_memory(memory_required, device, keep_loaded=<keep's entries>)` until that much is
+    free: ComfyUI's own rule, which never unloads the kept model. Without them the step is skipped.
 
     `comfy`: a namespace with `model_management`, `model_prefetch`, `memory_management`, `aimdo_vbar`
     (comfy_aimdo.model_vbar) and `aimdo_control` (comfy_aimdo.control); missing attributes are absent
@@ -248,6 +268,11 @@ def residency_boundary(*, device, reader: Reader | None = None, comfy: object | 
         run.call("reset_vbar_watermarks", modules.aimdo_vbar, "comfy_aimdo.model_vbar", "vbars_reset_watermark_limits")
     run.call("collect_dead_models", mm, mm_name, "cleanup_models_gc")
     run.call("drop_dead_registrations", mm, mm_name, "cleanup_models")
+    if keep is None or memory_required is None:
+        run.skip("release_other_models", "no model and memory requirement given")
+    else:
+        run.call("release_other_models", mm, mm_name, "free_memory", int(memory_required), dev,
+                 _entries_of(mm, keep))
     if not run.call("empty_cache", mm, mm_name, "soft_empty_cache"):
         run.fallback("empty_cache", "torch.cuda.empty_cache", cuda.empty_cache)
     return BoundaryReport(str(dev), before, read(dev), tuple(run.actions))

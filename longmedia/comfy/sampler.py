@@ -1,11 +1,14 @@
-"""The Sampler's ComfyUI side: plan -> patched copy of the guider -> ComfyUI's own sampling -> report.
+"""The Sampler's ComfyUI side: checks -> residency boundary -> plan -> patched copy of the guider ->
+ComfyUI's own sampling -> report.
 
-Everything enters through official seams on copies: the guider is copied with a cloned ModelPatcher
-and a cloned `model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override
-into `transformer_options`, and two wrappers — PREPARE_SAMPLING (the residency boundary before the
-model is loaded) and DIFFUSION_MODEL (per-call measurement, and `prefetch_dynamic_vbars`, which
-can only be changed there) — into the copied model_options. With memory_mode=normal,
-attention_mode=existing and no manual chunk sizes nothing that computes is touched.
+The residency boundary runs before the plan reads the device, so what an earlier run left behind is
+released before free memory is measured (a seed-only rerun plans from the same state). Everything
+enters through official seams on copies: the guider is copied with a cloned ModelPatcher and a cloned
+`model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override into
+`transformer_options`, and a DIFFUSION_MODEL wrapper (per-call measurement, the call's own packed
+table, and `prefetch_dynamic_vbars`, which can only be changed there) into the copied model_options.
+With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is
+touched.
 """
 
 from __future__ import annotations
@@ -13,19 +16,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from . import inputs as comfy_job
-from ..report.oom import LongMediaOOM, OOMContext, phase, report_for
-from .memory_facts import comfy_memory_reader, dynamic_vram_active
+from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
+from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
+from .residency import residency_boundary
+from .oom_phase import traced_phase
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
 from ..planning.types import ExecutionPlan, PlanRequest
 from ..planning.planner import plan as make_plan
 from ..h3.profiles import DeviceProfile, ModelProfile
-from ..report.run_report import RunReport, StepRecord
+from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 
 WRAPPER_KEY = "longmedia"
 
@@ -49,8 +55,9 @@ def _refuse_pinning(patcher) -> str:
     Dynamic VRAM pins through comfy-aimdo host buffers at ops time, which has no per-model refusal.
     """
     if getattr(patcher, "is_dynamic", lambda: False)():
-        return ("RAM pinning: the plan rejects pinning this model, but dynamic VRAM pins through its own "
-                "host buffers at ops time and has no per-model switch: left to ComfyUI")
+        return ("RAM pinning: the plan rejects pinning this model, but that is not enforceable under dynamic VRAM "
+                "(ComfyUI pins through comfy-aimdo host buffers at ops time, within its own pinned budget, with no "
+                "per-model switch): reported only")
     if not hasattr(patcher, "pin_weight_to_device"):
         return "RAM pinning: this ComfyUI has no pin_weight_to_device: nothing to refuse"
     patcher.pin_weight_to_device = lambda key: None  # this clone only
@@ -60,19 +67,27 @@ def _refuse_pinning(patcher) -> str:
 class _Run:
     """Mutable bookkeeping of one sampling run (per call, never module level)."""
 
-    def __init__(self, plan: ExecutionPlan, device: torch.device):
+    def __init__(self, plan: ExecutionPlan, device: torch.device, patcher=None):
         self.plan, self.device = plan, device
         self.notes: list[str] = []
         self.steps: list[StepRecord] = []
         self.boundaries: list[tuple[str, ...]] = []
         self.block_peaks: dict[int, int] = {}
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
+        self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
-        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device)
+        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device,
+                                        release=vbar_release(patcher))
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
+
+    def sample_device_used(self) -> None:
+        """Device memory in use now (all of it: torch, comfy-aimdo's VBARs, the CUDA context, other processes)."""
+        if self.cuda:
+            free, total = torch.cuda.mem_get_info(self.device)
+            self.step_device_used = max(self.step_device_used, int(total - free))
 
     def oom_context(self) -> OOMContext:
         return OOMContext.from_plan(self.plan)
@@ -88,8 +103,8 @@ def _positive(guider):
     return [[first.get("cross_attn"), first]]
 
 
-def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: DeviceProfile | None = None,
-             keyframes: tuple | None = None):
+def plan_for(guider, latent, sigmas, request: PlanRequest,
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
     """Validate everything (before any GPU work) and plan the pass; returns (plan, segments).
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
@@ -102,15 +117,26 @@ def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: Devic
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
-    device = device_profile or _device_profile(guider.model_patcher.load_device)
+    if isinstance(device_profile, DeviceProfile):
+        device = device_profile
+    else:
+        device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
     return make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request), segments
 
 
 def _device_profile(load_device) -> DeviceProfile:
-    """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM."""
+    """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM.
+
+    Under dynamic VRAM, weight pages comfy-aimdo can evict on demand count as free (ComfyUI's own rule for a
+    dynamic model's free memory): weights an earlier run left resident do not shrink the plan.
+    """
     device = DeviceProfile.detect(load_device if torch.device(load_device).type == "cuda" else None,
                                   dynamic_vram=dynamic_vram_active())
-    if torch.device(load_device).type == "cuda" or device.usable_vram_bytes > 0:
+    if torch.device(load_device).type == "cuda":
+        reclaimable = vbar_reclaimable_bytes(load_device) or 0
+        return dataclasses.replace(device, vram_free_bytes=min(device.vram_total_bytes,
+                                                               device.vram_free_bytes + reclaimable))
+    if device.usable_vram_bytes > 0:
         return device
     ram = device.ram_available_bytes
     return dataclasses.replace(device, name="cpu (available RAM as the budget)", vram_total_bytes=ram,
@@ -118,7 +144,13 @@ def _device_profile(load_device) -> DeviceProfile:
 
 
 def _attention_factory(plan: ExecutionPlan, segments):
-    from .attention_override import existing_attention_fn, progress_from_options
+    """(transformer_options, heads) -> the AttentionFn of one streamed block call.
+
+    Sol's sinks follow this call's own packed table (transformer_options[SEGMENTS_KEY], set per model
+    call by the DIFFUSION_MODEL wrapper: the negative prompt's call has its own text length, guides and
+    references); the plan's table (the positive prompt's) is the fallback.
+    """
+    from .attention_override import SEGMENTS_KEY, existing_attention_fn, progress_from_options
 
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
@@ -126,10 +158,17 @@ def _attention_factory(plan: ExecutionPlan, segments):
     from ..attention.dispatcher import build_attention_fn
 
     def factory(topts, heads):
-        return build_attention_fn(choice, progress=progress_from_options(topts), segments=segments,
+        table = topts.get(SEGMENTS_KEY) or segments
+        return build_attention_fn(choice, progress=progress_from_options(topts), segments=table,
+                                  seq_len=table[-1][1] if table else None,
                                   existing=existing_attention_fn(topts, heads))
 
     return factory
+
+
+def _needs_call_segments(plan: ExecutionPlan) -> bool:
+    choice = plan.attention.choice
+    return choice is not None and choice.sol is not None and choice.sol.sinks_keys and plan.attention.backend != "existing"
 
 
 def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
@@ -139,7 +178,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     from .block_patch import comfy_interrupt, streamed_replacement
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
-    from .residency import residency_boundary
+    from .attention_override import SEGMENTS_KEY
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})
@@ -153,6 +192,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
             run.notes.extend(fix.lines)
     blocks = g.model_patcher.model.diffusion_model.blocks
     streamed: tuple[int, ...] = ()
+    run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
     if not plan.chunks.is_stock:
         factory, on_block = _attention_factory(plan, segments), _on_block(run)
         for i, block in enumerate(blocks):
@@ -172,27 +212,25 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
                                    segments=segments)
     g.model_options = opts
 
-    def prepare_sampling(executor, model, *args, **kwargs):
-        # before load_models_gpu: release what an earlier run (or seed) left behind
-        boundary = residency_boundary(device=model.load_device)
-        run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
-        return executor(model, *args, **kwargs)
+    call_segments = _needs_call_segments(plan)
 
     def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
+        if call_segments:  # this call's own table (cond and uncond differ); transformer_options is per call
+            transformer_options[SEGMENTS_KEY] = comfy_job.call_segments(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
-        start, run.phase, run.step_peak = time.perf_counter(), "before_block_0", 0
+        start, run.phase, run.step_peak, run.step_device_used = time.perf_counter(), "before_block_0", 0, 0
         out = executor(x, timestep, context, transformer_options, *args, **kwargs)
         peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device)) if run.cuda else 0
+        run.sample_device_used()
         sigma = float(timestep.flatten()[0]) / 1000.0
-        run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak)))
+        run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak),
+                                    run.step_device_used))
         run.guards.on_step_end(len(run.steps) - 1)
         return out
 
-    ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, opts,
-                           is_model_options=True)
     ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, opts, is_model_options=True)
     return streamed
 
@@ -209,6 +247,7 @@ def _on_block(run: _Run):
             block_peak = torch.cuda.max_memory_allocated(run.device)
             run.step_peak = max(run.step_peak, block_peak)
             run.block_peaks[index] = max(run.block_peaks.get(index, 0), block_peak)
+            run.sample_device_used()
         run.guards.on_block_end(index, step=len(run.steps))
         run.phase = "final_output" if index == run.plan.model.dims.num_blocks - 1 else "qkv"
 
@@ -216,8 +255,12 @@ def _on_block(run: _Run):
 
 
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
-                device_profile: DeviceProfile | None = None) -> SamplerResult:
-    """Plan, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does."""
+                device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None) -> SamplerResult:
+    """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
+    `guider`, and sample exactly as SamplerCustomAdvanced does.
+
+    device_profile: a fixed profile (planned once, e.g. a card to plan for), a probe called after the boundary,
+    or None to read the load device after the boundary."""
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -225,11 +268,17 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     from .previews import comfy_preview_callback
 
-    plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
+    plan, segments = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
+    # release what an earlier run (or seed) left behind, then plan from the memory measured after it
+    boundary = residency_boundary(device=guider.model_patcher.load_device, keep=guider.model_patcher,
+                                  memory_required=plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes)
+    if not isinstance(device_profile, DeviceProfile):
+        plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
-    run = _Run(plan, torch.device(g.model_patcher.load_device))
+    run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
+    run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
     streamed = _install(g, plan, run, segments)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
@@ -243,21 +292,27 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
     except LongMediaOOM:
         raise
-    except torch.OutOfMemoryError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer)
-        raise LongMediaOOM(report_for(_oom_phase(run.phase), error, context=run.oom_context(),
-                                      reader=comfy_memory_reader())) from error
+    except RuntimeError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer, prefetch)
+        if not is_oom(error):
+            raise
+        model = g.model_patcher.model.diffusion_model
+        traced = traced_phase(error.__traceback__, model.blocks, model.final_layer)
+        where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
+        raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_memory_reader(),
+                                      block_index=block)) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     output, denoised = _outputs(g, latent, out_samples, x0_output)
     report = RunReport(plan=plan, attention_backend=plan.attention.backend, streamed_blocks=streamed,
                        boundaries=tuple(run.boundaries), steps=tuple(run.steps),
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
-                       if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes))
+                       if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
+                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram))
     return SamplerResult(output, denoised, report, plan)
 
 
 def _oom_phase(current: str) -> str:
-    return current if current in ("before_block_0", "qkv", "attention", "mlp", "final_output") else "before_block_0"
+    return current if current in PHASES else "before_block_0"
 
 
 def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:

@@ -2,7 +2,9 @@
 late-block and step-boundary clean-ups, each recorded as a frozen `GuardEvent`.
 
 Memory is read through an injectable `reader() -> free bytes` and released through an injectable
-`cleanup()`; `cuda_free_reader` / `cuda_cleanup` are the defaults on a CUDA device. The reading that
+`cleanup()`; `cuda_free_reader` / `cuda_cleanup` are the defaults on a CUDA device. The emergency and
+late-block guards also take an optional `release(bytes) -> bytes` (the host's way to give back resident
+weights: comfy-aimdo's VBAR pages) for when an emptied cache still leaves too little free. The reading that
 matters is the device's free memory outside PyTorch's cache (`torch.cuda.mem_get_info`): what a
 clean-up can give back and what weight streaming, cuBLAS and comfy-aimdo allocate from.
 
@@ -22,6 +24,10 @@ MAX_BLOCKS = 1024
 
 Reader = Callable[[], int]       # () -> free bytes on the device
 Cleanup = Callable[[], None]     # synchronize + empty the allocator cache
+Release = Callable[[int], int]   # (bytes wanted) -> bytes of resident weights released (comfy-aimdo VBAR pages)
+
+RELEASING = ("emergency", "late_block")
+"""Guards that, when emptying the cache is not enough, also release resident weights (when a `release` is given)."""
 
 KINDS = ("emergency", "late_block", "inter_block", "step_boundary")
 
@@ -85,6 +91,7 @@ class GuardEvent:
     free_mb: float                  # free before the clean-up
     threshold_mb: int
     free_after_mb: float | None = None
+    released_mb: float = 0.0        # resident weights released (comfy-aimdo VBAR pages) beyond the emptied cache
 
     @property
     def recovered_mb(self) -> float | None:
@@ -108,16 +115,18 @@ class GuardReport:
         return tuple(f"{e.kind} at step {e.step}" + ("" if e.block is None else f" block {e.block}")
                      + f": {e.free_mb:.0f} MB free < {e.threshold_mb} MB"
                      + ("" if e.free_after_mb is None else f", {e.free_after_mb:.0f} MB after")
+                     + (f" ({e.released_mb:.0f} MB of resident weights released)" if e.released_mb else "")
                      for e in self.events)
 
 
 class Guards:
     """The guards of one sampling run; call `on_block_end` after each block and `on_step_end` after each step."""
 
-    def __init__(self, settings: GuardSettings, reader: Reader, cleanup: Cleanup) -> None:
+    def __init__(self, settings: GuardSettings, reader: Reader, cleanup: Cleanup, release: Release | None = None) -> None:
         self.settings = settings
         self._read = reader
         self._cleanup = cleanup
+        self._release = release
         self._events: list[GuardEvent] = []
         self._blocks_seen = 0           # running block count across steps: cooldowns count these
         self._step = 0
@@ -147,9 +156,13 @@ class Guards:
     def _fire(self, kind: str, block: int | None, free: int, threshold_mb: int) -> GuardEvent:
         self._cleanup()
         after = self._read()
+        released = 0
+        if self._release is not None and kind in RELEASING and after < threshold_mb * MB:
+            released = self._release(threshold_mb * MB - after)
+            after = self._read()
         if self.settings.inter_block_vram_guard_mb > 0:
             self._armed = after >= self._rearm_level_mb() * MB
-        event = GuardEvent(kind, block, self._step, free / MB, threshold_mb, after / MB)
+        event = GuardEvent(kind, block, self._step, free / MB, threshold_mb, after / MB, released / MB)
         self._events.append(event)
         return event
 
@@ -218,11 +231,15 @@ def cuda_cleanup(device) -> Cleanup:
     return cleanup
 
 
-def guards_for_device(settings: GuardSettings, device) -> Guards:
-    """Guards reading and cleaning a CUDA device; on any other device they never fire (nothing to read)."""
+def guards_for_device(settings: GuardSettings, device, release: Release | None = None) -> Guards:
+    """Guards reading and cleaning a CUDA device; on any other device they never fire (nothing to read).
+
+    release: how the emergency and late-block guards give back resident weights when emptying the cache is
+    not enough (the host's: comfy-aimdo's VBAR pages of the sampled model); None = they only empty the cache.
+    """
     import torch
 
     dev = torch.device(device)
     if dev.type == "cuda":
-        return Guards(settings, cuda_free_reader(dev), cuda_cleanup(dev))
+        return Guards(settings, cuda_free_reader(dev), cuda_cleanup(dev), release)
     return Guards(GuardSettings(), lambda: 0, lambda: None)

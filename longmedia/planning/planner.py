@@ -17,7 +17,8 @@ from ..execution.chunks import ChunkSizes
 from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
 from ..errors import LongMediaInputError, check_int
-from .policy import (GUARD_MB_FIELDS, auto_guards, auto_reserve, is_16gb_int8, manual_warnings, pinning,
+from .policy import (GUARD_MB_FIELDS, auto_guards, auto_reserve, idle_control_warnings, is_16gb_int8, manual_warnings,
+                     pinning,
                      prefetch_decision, segment_suggestion)
 from .types import (MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, PlanRequest)
 from ..h3.profiles import MIB, DeviceProfile, ModelProfile, gib, mib
@@ -274,6 +275,10 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     guards = auto_guards(request, model, device, mem, geometry)
     warnings = manual_warnings(request, cand, p.usable, guards, auto_guards(PlanRequest(), model, device, mem, geometry),
                                auto_reserve(device))
+    warnings.extend(idle_control_warnings(request, not chunks.is_stock, cand.mode))
+    if chunks.is_stock:
+        reasons.append("block guards off: every block runs stock (not streamed), so only the step-boundary "
+                       "clean-up runs")
     if attention.query_chunk_tokens and not chunks.streams_attention:
         warnings.append(f"the attention backend ({attention.backend}) needs query chunks of "
                         f"{attention.query_chunk_tokens} rows to fit, but this plan runs stock attention: use "

@@ -39,8 +39,23 @@ def prefetch_decision(model: ModelProfile, device: DeviceProfile, g: Geometry) -
                   "the current one runs")
 
 
+UNENFORCEABLE_PINNING = ("; not enforceable under dynamic VRAM: ComfyUI pins at ops time within its own pinned "
+                         "budget (comfy.pinned_memory) and has no per-model limit, so this is reported, not applied")
+
+
 def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
-    """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing."""
+    """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing.
+
+    Only a rejection without dynamic VRAM can be applied (on LongMedia's clone of the patcher); under
+    dynamic VRAM a partial or rejected pinning says that it is not enforceable.
+    """
+    decision = _pinning(model, device, streamed)
+    if device.dynamic_vram and streamed > 0 and decision.mode != "full":
+        return replace(decision, reason=decision.reason + UNENFORCEABLE_PINNING)
+    return decision
+
+
+def _pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
     floor = max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
     rule = (f"RAM pinning keeps >= {gib(floor)} RAM free (max of {PIN_HEADROOM_MIN / GIB:g} GiB and "
             f"{PIN_HEADROOM_FRACTION:.0%} of {gib(device.ram_total_bytes)}) and stays within ComfyUI's "
@@ -127,6 +142,24 @@ def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresh
         out.append(f"risky: late_block_guard_target_mb={guards.late_block_guard_target_mb} is under half the auto "
                    f"{auto.late_block_guard_target_mb} MiB the stock final layer needs beyond a block")
     return out
+
+
+BLOCK_GUARD_FIELDS = ("inter_block_vram_guard_mb", "inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_mb",
+                      "late_block_guard_start", "late_block_guard_target_mb")
+"""The manual controls that act only between streamed blocks (the executor's block hook runs them)."""
+
+
+def idle_control_warnings(request: PlanRequest, streamed: bool, mode: str) -> list[str]:
+    """One line per manual control that cannot act in the chosen mode: never a silent drop.
+
+    The block guards run after each streamed block; when the plan runs every block stock (normal mode, no
+    manual chunk sizes) nothing calls them.
+    """
+    if streamed:
+        return []
+    return [f"{name}={getattr(request, name)} has no effect in {mode} mode: blocks are not streamed, so no block "
+            "guard runs; use memory_mode=low_vram for block guards" for name in BLOCK_GUARD_FIELDS
+            if getattr(request, name) is not None]
 
 
 def with_pass_frames(g: Geometry, frames: int) -> Geometry:

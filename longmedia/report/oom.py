@@ -146,9 +146,13 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
     idle = readings.idle_reserved_bytes
     total = readings.gpu_total_bytes or 0
     if idle is not None and idle > max(_GIB, total // 4):
+        # the step-boundary clean-up runs when less than step_boundary_cleanup_mb is free outside torch's
+        # cache: a higher value makes it run more often. At this failure's reading it runs from free + idle up.
+        at_least = -(-((readings.gpu_free_bytes or 0) + idle) // (256 * _MIB)) * 256
         return ("step_boundary_cleanup_mb",
-                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): lower step_boundary_cleanup_mb "
-                "(e.g. 256) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): raise step_boundary_cleanup_mb "
+                f"to at least {at_least} MB (the clean-up runs when less than that is free, so a higher value "
+                "hands the idle cache back more often) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if phase_name == "before_block_0":
         refs = sum(n for k, n in ctx.segments if k in ("ref_img", "ref_audio"))
         if ctx.seq_len and refs * 4 > ctx.seq_len:
@@ -156,9 +160,14 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
         return ("segment length", "the stock embedding stage before block 0 holds several copies of the sequence: "
                                   "use shorter segments")
     if phase_name == "final_output":
+        if c.is_stock:  # no block is streamed: no block guard runs, and the final layer is the stock one
+            return ("memory_mode", "the stock final layer runs over the whole sequence and no block guard runs in "
+                                   "this mode: use low_vram (the final layer in row chunks, the late-block guard "
+                                   "before it), or use shorter segments")
         target = ctx.late_block_guard_target_mb
         more = f" above {target} MB" if target is not None else ""
-        return ("late_block_guard_target_mb", f"raise it{more} so weights are released before the stock final "
+        return ("late_block_guard_target_mb", f"raise it{more} so the late-block guard empties torch's cache and, "
+                                              "under dynamic VRAM, releases resident weight pages before the final "
                                               "layer, or use shorter segments")
     if phase_name in ("qkv", "attention"):
         if not c.streams_attention:
@@ -177,7 +186,8 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
     raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {phase_name!r}")
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or an allocation failure cuBLAS / Triton / the driver raise as a RuntimeError."""
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     # cuBLAS / Triton / driver allocation failures surface as plain RuntimeErrors
@@ -203,6 +213,6 @@ def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader
     except LongMediaOOM:
         raise
     except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError; other errors pass unchanged
-        if not _is_oom(exc):
+        if not is_oom(exc):
             raise
         raise LongMediaOOM(report_for(name, exc, context=context, reader=reader, block_index=block_index)) from exc

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,3 +78,11 @@ def comfy_server(comfyui_root: Path, tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _inside_comfy_execution(comfy_execution_context):
+    """Every test here, and every module fixture that samples, runs inside torch.inference_mode() as ComfyUI's
+    execution.py runs nodes (a server test's own process is ComfyUI's, so it is there already)."""
+    assert torch.is_inference_mode_enabled()
+    yield

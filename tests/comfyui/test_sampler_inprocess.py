@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -96,6 +97,34 @@ def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
     assert not torch.equal(outs[0], outs[1])  # the seed still matters
 
 
+def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monkeypatch):
+    """A fake device whose free memory is what an earlier run left behind until the residency boundary
+    releases it: the plan must read the device after the boundary, so every seed-only rerun (each starting
+    from leftovers) plans from the same released state. Before, the first run and the reruns differed."""
+    from longmedia.comfy import sampler as core
+    from longmedia.h3.profiles import GIB, DeviceProfile
+
+    card = DeviceProfile.card(vram_gb=16, ram_gb=64)
+    state = {"free": card.vram_free_bytes}
+    real_boundary = core.residency_boundary
+
+    def boundary(**kwargs):
+        state["free"] = card.vram_free_bytes  # the boundary releases what the previous run left
+        return real_boundary(**kwargs)
+
+    monkeypatch.setattr(core, "residency_boundary", boundary)
+
+    def probe():
+        return dataclasses.replace(card, vram_free_bytes=state["free"])
+    request = PlanRequest(memory_mode="auto", attention_mode="existing")
+    plans = []
+    for seed in (1, 2, 3):
+        result = ours(env, request, *job(env, seed=seed), device_profile=probe)[2]
+        plans.append(json.dumps(result.report.plan, sort_keys=True, default=str))
+        state["free"] = card.vram_free_bytes - 5 * GIB  # leftovers of this run, until the next boundary
+    assert plans[0] == plans[1] == plans[2]
+
+
 def test_injected_oom_raises_fact_report_and_next_run_succeeds(env, monkeypatch):
     from longmedia.comfy import block_patch as comfy_patch
 
@@ -185,3 +214,119 @@ def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_
     finally:
         guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL].pop("test_outer")
     assert not result.plan.prefetch and seen and not any(seen)
+
+
+def _spy_sol_calls(monkeypatch):
+    """Every AttentionFn the run builds, wrapped to record (the segment table it was built with, keys it got)."""
+    from longmedia.attention import dispatcher
+    from longmedia.comfy import attention_override as override
+
+    seen, real = [], dispatcher.build_attention_fn
+
+    def spy(choice, **kwargs):
+        fn, table = real(choice, **kwargs), kwargs.get("segments")
+
+        def call(q, k, v, *, q_offset=0):
+            seen.append((table, int(k.shape[2])))
+            return fn(q, k, v, q_offset=q_offset)
+        return call
+
+    monkeypatch.setattr(dispatcher, "build_attention_fn", spy)
+    monkeypatch.setattr(override, "build_attention_fn", spy)
+    return seen
+
+
+@pytest.mark.parametrize("mode,chunks", [("normal", {}), ("low_vram", {"sol_qkv_chunk_tokens": 64})])
+def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, monkeypatch, mode, chunks):
+    """Sol (the reference backend on CPU, through the same summary memo as the kernel) inside
+    torch.inference_mode(), unstreamed (our attention override) and streamed (block replacements). The
+    negative prompt (5 text rows) gets its own packed table, not the positive's (11 rows): the streamed
+    path used to hand every call the positive's table, so the uncond call's sinks sat 6 rows off."""
+    from longmedia.attention.schedule import SolSettings
+
+    assert torch.is_inference_mode_enabled()
+    seen = _spy_sol_calls(monkeypatch)
+    (sv, _), _ = stock(env, *job(env))
+    request = PlanRequest(memory_mode=mode, attention_mode="sol", sol=SolSettings(min_tokens=0), **chunks)
+    (ov, oa), _, result = ours(env, request, *job(env))
+    assert result.plan.attention.backend == "sol_reference"
+    assert seen and all(table is not None and table[-1][1] == keys for table, keys in seen)
+    lengths = sorted({keys for _, keys in seen})
+    assert len(lengths) == 2 and lengths[1] - lengths[0] == 11 - 5  # the cond and the uncond call
+    texts = {keys: table[0] for table, keys in seen}
+    assert texts[lengths[0]] == (0, 5, "text") and texts[lengths[1]] == (0, 11, "text")
+    assert torch.isfinite(ov).all() and torch.isfinite(oa).all()
+    assert 0 < rel(ov, sv) < 0.5  # approximate, and close to stock
+
+
+def _oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+class _FailingQueue(list):
+    """A prefetch queue whose transport runs out of memory (what staging the next block's weights can do)."""
+
+    def pop(self, index=-1):
+        _oom()
+
+
+def _prefetch_fails(monkeypatch):
+    import comfy.model_prefetch
+
+    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", lambda *a, **k: _FailingQueue([None]))
+
+
+@pytest.mark.parametrize("where,phase,block", [
+    ("blocks.1.attn.qkv_proj", "qkv", 1),
+    ("blocks.0.attention", "attention", 0),
+    ("blocks.1.mlp.fc1", "mlp", 1),
+    ("final_layer.norm", "final_output", None),
+    ("prefetch", "prefetch_transport", 0),
+    ("token_refiner", "before_block_0", None),
+])
+def test_normal_mode_oom_names_where_it_happened(env, monkeypatch, where, phase, block):
+    """Normal mode replaces nothing of the model (it stays bit-exact), so the phase comes from the traceback:
+    an OOM in a block, the final layer or the prefetch transport was reported as before_block_0."""
+    import comfy.ldm.minimax.model as h3
+
+    model = env["models"]["fp32"].model.diffusion_model
+    if where == "prefetch":
+        _prefetch_fails(monkeypatch)
+    elif where == "blocks.0.attention":
+        real = h3.optimized_attention
+
+        def failing(q, k, v, heads, **kwargs):  # the DiT's joint attention, not the text refiner's
+            if (k.peek() if hasattr(k, "peek") else k).shape[2] > 20:
+                _oom()
+            return real(q, k, v, heads, **kwargs)
+        monkeypatch.setattr(h3, "optimized_attention", failing)
+    else:
+        target = model.token_refiner.blocks[0].mlp.fc1 if where == "token_refiner" else model.get_submodule(where)
+        monkeypatch.setitem(target.__dict__, "forward", _oom)
+    with pytest.raises(LongMediaOOM) as info:
+        ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"), *job(env))
+    report = info.value.report
+    assert (report.phase, report.block_index) == (phase, block)
+    if phase == "prefetch_transport":
+        assert "not the cause" in report.next_step and "prefetch" in report.pressure_point
+    monkeypatch.undo()
+    (ov, _), _, _ = ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"), *job(env))
+    assert torch.isfinite(ov).all()
+
+
+def test_streamed_mode_prefetch_oom_is_transport(env, monkeypatch):
+    """In the streamed modes the stages report their own phase; the prefetch between blocks is not a stage."""
+    _prefetch_fails(monkeypatch)
+    with pytest.raises(LongMediaOOM) as info:
+        ours(env, PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64), *job(env))
+    assert info.value.report.phase == "prefetch_transport"
+
+
+def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exact(env):
+    """A manual block guard in normal mode cannot act (no block is streamed): the run report says so, and the
+    run is still stock bit for bit."""
+    (sv, sa), _ = stock(env, *job(env))
+    request = PlanRequest(memory_mode="normal", attention_mode="existing", late_block_guard_target_mb=3000)
+    (ov, oa), _, result = ours(env, request, *job(env))
+    assert torch.equal(ov, sv) and torch.equal(oa, sa)
+    assert any(n.startswith("late_block_guard_target_mb=3000 has no effect in normal mode") for n in result.report.notes)

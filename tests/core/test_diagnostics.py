@@ -47,6 +47,7 @@ def test_torch_oom_becomes_longmedia_oom_with_the_report():
     ("mlp", OOMContext(chunks=ChunkSizes()), "mlp_chunk_tokens"),
     ("mlp", OOMContext(chunks=ChunkSizes(512, 0, 512)), "segment length"),
     ("final_output", STREAMED, "late_block_guard_target_mb"),
+    ("final_output", OOMContext(chunks=ChunkSizes()), "memory_mode"),  # normal mode: no block guard runs
     ("before_block_0", STREAMED, "segment length"),
     ("before_block_0", OOMContext(seq_len=1000, segments=(("ref_img", 600), ("video", 400))), "reference_budget"),
 ])
@@ -68,6 +69,18 @@ def test_fragmentation_points_at_the_allocator():
     fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
     point, step = pressure_point("mlp", fragmented, STREAMED)
     assert point == "step_boundary_cleanup_mb" and "expandable_segments" in step
+
+
+def test_fragmentation_advice_raises_the_step_boundary_threshold():
+    """The clean-up runs when free < step_boundary_cleanup_mb: the advice must raise it (lowering it made the
+    guard fire less), to a value at which it would have run at the failure (1 GiB free + 6 GiB idle)."""
+    from longmedia.execution.guards import GuardSettings, Guards
+
+    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    step = pressure_point("mlp", fragmented, STREAMED)[1]
+    assert "raise step_boundary_cleanup_mb to at least 7168 MB" in step and "lower" not in step
+    fired = Guards(GuardSettings(step_boundary_cleanup_mb=7168), lambda: 7 * GIB - 1, lambda: None).on_step_end(0)
+    assert fired is not None and fired.kind == "step_boundary"
 
 
 def test_runtime_errors_that_are_ooms_are_converted_others_pass():
@@ -111,3 +124,57 @@ def test_default_reader_on_this_machine():
     if not torch.cuda.is_available():
         assert r.gpu_total_bytes is None and r.torch_allocated_bytes is None and r.idle_reserved_bytes is None
     assert r.to_dict() if hasattr(r, "to_dict") else True
+
+
+def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
+    """The OOM report's "resident weights" used to read n/a always (no caller filled it): it is the sum of
+    every loaded model's VBAR `loaded_size()`, counted once per VBAR, and n/a without dynamic VRAM."""
+    import sys
+    import types
+
+    from longmedia.comfy import memory_facts
+
+    class VBAR:
+        def __init__(self, n):
+            self.n = n
+
+        def loaded_size(self):
+            return self.n
+
+    shared = VBAR(3 * GIB)
+    model = types.SimpleNamespace(dynamic_vbars={"cuda:0": shared})
+    other = types.SimpleNamespace(dynamic_vbars={"cuda:0": VBAR(GIB)})
+    loaded = [types.SimpleNamespace(model=types.SimpleNamespace(model=m)) for m in (model, model, other)]
+    mm = types.SimpleNamespace(current_loaded_models=loaded, TOTAL_PINNED_MEMORY=5)
+    monkeypatch.setitem(sys.modules, "comfy.model_management", mm)
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=True))
+    assert memory_facts.vbar_resident_bytes() == 4 * GIB
+    readings = memory_facts.comfy_memory_reader()()
+    assert readings.vbar_resident_bytes == 4 * GIB and readings.pinned_ram_bytes == 5
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=False))
+    assert memory_facts.vbar_resident_bytes() is None
+
+
+def test_report_sets_predicted_beside_measured_like_for_like():
+    """torch's allocator peak excludes comfy-aimdo's VBAR weights: it is set beside the prediction without the
+    resident weights (under dynamic VRAM), and the device's memory in use beside the whole prediction."""
+    from types import SimpleNamespace
+
+    from longmedia.report.run_report import PredictedPeaks, RunReport, StepRecord
+
+    memory = SimpleNamespace(predicted_peak_bytes=10 * GIB, resident_weight_bytes=6 * GIB)
+    dynamic, classic = PredictedPeaks.of(memory, True), PredictedPeaks.of(memory, False)
+    assert (dynamic.torch_bytes, dynamic.device_bytes) == (4 * GIB, 10 * GIB)
+    assert (classic.torch_bytes, classic.device_bytes) == (10 * GIB, 10 * GIB)
+    steps = (StepRecord(0, 1.0, 1.0, 3 * GIB, 11 * GIB), StepRecord(1, 0.5, 1.0, 4 * GIB, 12 * GIB))
+    planned = plan(ModelProfile.preset("h3-int8"), DeviceProfile.card(16), build_geometry(1344, 768, seconds=10),
+                   attention_resolver=default_attention_path)
+    report = RunReport(plan=planned, attention_backend="sdpa", streamed_blocks=(),
+                       boundaries=(), steps=steps, block_peak_bytes=(), guard_events=(), preview="ok",
+                       predicted=dynamic)
+    torch_line, device_line = report.peak_lines()
+    assert torch_line.startswith("torch allocator peak: predicted 4.00 GiB") and "measured 4.00 GiB" in torch_line
+    assert "VBAR" in torch_line
+    assert device_line.startswith("device memory in use: predicted 10.00 GiB") and "measured 12.00 GiB" in device_line
+    assert report.to_dict()["measured_device_bytes"] == 12 * GIB
+    assert not any(line.startswith("predicted peak") for line in report.summary_lines())

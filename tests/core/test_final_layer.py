@@ -6,6 +6,8 @@ from torch import nn
 
 from longmedia.execution.final_layer import chunked_final_forward
 
+pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
+
 
 class FinalLayer(nn.Module):
     """H3's FinalLayer math: adaLN shift/scale over RMSNorm, fp32 output heads per target stream."""

@@ -194,3 +194,25 @@ def test_settings_from_thresholds_and_validation():
 def test_guards_on_cpu_never_fire():
     guards = guards_for_device(GuardSettings(inter_block_vram_guard_mb=10 ** 6), "cpu")
     assert guards.on_block_end(0) is None and guards.on_step_end(0) is None
+
+
+def test_late_block_and_emergency_guards_release_resident_weights_when_the_cache_is_not_enough():
+    """A guard's clean-up empties torch's cache; when that leaves less free than the guard's level, the
+    emergency and late-block guards ask the host to release resident weights (comfy-aimdo VBAR pages) for the
+    rest, and the event says how much came back. The inter-block guard only empties the cache."""
+    free = {"now": 1000 * MB}
+    asked = []
+
+    def release(wanted):
+        asked.append(wanted)
+        free["now"] += wanted
+        return wanted
+
+    s = GuardSettings(late_block_guard_start=0, late_block_guard_target_mb=3000)
+    guards = Guards(s, lambda: free["now"], lambda: free.__setitem__("now", free["now"] + 500 * MB), release)
+    event = guards.on_block_end(5)
+    assert event.kind == "late_block" and asked == [1500 * MB]
+    assert event.released_mb == pytest.approx(1500) and event.free_after_mb == pytest.approx(3000)
+    assert "1500 MB of resident weights released" in guards.report().lines[0]
+    inter = Guards(GuardSettings(inter_block_vram_guard_mb=3000), lambda: 1000 * MB, lambda: None, release)
+    assert inter.on_block_end(0).released_mb == 0 and len(asked) == 1

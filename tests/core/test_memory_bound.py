@@ -10,6 +10,8 @@ from longmedia.execution.streamed_block import run_block
 from longmedia.testing.live_bytes import LiveBytes
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs
 
+pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
+
 DIMS = H3Dims(hidden=96, heads=4, head_dim=32, ffn=256, rope_inv_freq_len=4, time_embed_dim=32)
 CASES = [ChunkSizes(128, 0, 128), ChunkSizes(128, 32, 64), ChunkSizes(96, 0, 200, 2),
          ChunkSizes(64, 16, 64, 1), ChunkSizes(333, 50, 71)]

@@ -13,6 +13,8 @@ from longmedia.attention.schedule import SolSettings
 
 from attention_fakes import ALL, fake_registry, rand_qkv  # tests/core helper
 
+pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
+
 
 class Box:
     """Stands in for ComfyUI's AttentionTensorContainer (single-owner peek/take)."""

@@ -299,3 +299,35 @@ def test_manual_values_one_at_a_time_leave_the_rest_auto():
 def test_gib_reasons_state_the_numbers():
     p = _plan(16)
     assert any(f"{16 * GIB / GIB - 0.5:.2f} GiB budget" in r for r in p.reasons)
+
+
+BLOCK_GUARDS = {"inter_block_vram_guard_mb": 1500, "inter_block_guard_cooldown_blocks": 3,
+                "inter_block_guard_emergency_mb": 400, "late_block_guard_start": 40, "late_block_guard_target_mb": 3000}
+
+
+def test_block_guard_controls_that_cannot_act_are_named_not_dropped():
+    """Normal mode streams no block, so nothing runs the five block guards: each manual one is named as having
+    no effect (it used to be dropped silently); in low_vram they act and nothing is said."""
+    normal = _plan(24, seconds=5.0, request=PlanRequest(memory_mode="normal", **BLOCK_GUARDS))
+    assert normal.memory_mode == "normal" and normal.chunks.is_stock
+    idle = [w for w in normal.warnings if "has no effect in normal mode" in w]
+    assert [w.split("=")[0] for w in idle] == list(BLOCK_GUARDS)
+    assert "inter_block_vram_guard_mb=1500 has no effect" in idle[0] and "low_vram" in idle[0]
+    assert any("block guards off" in r for r in normal.reasons)
+    low = _plan(24, seconds=5.0, request=PlanRequest(memory_mode="low_vram", **BLOCK_GUARDS))
+    assert not [w for w in low.warnings if "has no effect" in w]
+    assert not any("block guards off" in r for r in low.reasons)
+
+
+def test_pinning_that_cannot_be_applied_under_dynamic_vram_says_so():
+    """Under dynamic VRAM ComfyUI pins at ops time within its own budget, with no per-model limit: a partial or
+    rejected pinning was only a reason string; it now says plainly that it is not enforceable there."""
+    dynamic = _plan(16, "int8", ram=12)                       # DeviceProfile.card: dynamic VRAM on
+    assert dynamic.pinning.mode == "none" and "not enforceable under dynamic VRAM" in dynamic.pinning.reason
+    assert any("not enforceable" in r for r in dynamic.reasons)
+    g = build_geometry(1344, 768, seconds=10.0)
+    classic = plan(MODELS["int8"], DeviceProfile.card(16, 12, dynamic_vram=False), g,
+                   attention_resolver=default_attention_path)
+    assert classic.pinning.mode == "none" and "not enforceable" not in classic.pinning.reason
+    full = _plan(24, "int8", ram=128)
+    assert "not enforceable" not in full.pinning.reason

@@ -13,6 +13,22 @@ from longmedia.comfy.residency import (STEPS, BoundaryReport, ComfyModules, Memo
 CUDA = "cuda:0"
 
 
+class FakePatcher:
+    """A ModelPatcher stand-in: clones share `model`."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def is_clone(self, other):
+        return self.model is getattr(other, "model", None)
+
+
+SAMPLED = FakePatcher(object())
+LOADED = [SimpleNamespace(model=SAMPLED), SimpleNamespace(model=FakePatcher(SAMPLED.model)),
+          SimpleNamespace(model=FakePatcher(object())), SimpleNamespace(model=None)]
+KEEP = {"keep": SAMPLED, "memory_required": 6 << 30}
+
+
 class FakeDevice:
     """A device whose allocator cache shrinks on empty_cache; every API call is logged."""
 
@@ -43,6 +59,7 @@ def full_comfy(dev: FakeDevice, *, aimdo_enabled: bool = True) -> SimpleNamespac
         model_management=SimpleNamespace(
             synchronize=dev.log("mm.synchronize"), reset_cast_buffers=dev.log("mm.reset_cast_buffers"),
             cleanup_models_gc=dev.log("mm.cleanup_models_gc"), cleanup_models=dev.log("mm.cleanup_models"),
+            free_memory=dev.log("mm.free_memory"), current_loaded_models=LOADED,
             soft_empty_cache=dev.log("mm.soft_empty_cache", dev.empty)),
         model_prefetch=SimpleNamespace(cleanup_prefetch_queues=dev.log("prefetch.cleanup_prefetch_queues")),
         memory_management=SimpleNamespace(aimdo_enabled=aimdo_enabled),
@@ -56,12 +73,12 @@ def full_comfy(dev: FakeDevice, *, aimdo_enabled: bool = True) -> SimpleNamespac
 def test_full_comfy_runs_every_step_in_order_and_snapshots():
     dev = FakeDevice(0)
     cached = dev.cached
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=full_comfy(dev))
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=full_comfy(dev))
     assert isinstance(report, BoundaryReport)
     assert report.done == STEPS and report.skipped == ()
     assert dev.calls == ["mm.synchronize", "mm.reset_cast_buffers", "prefetch.cleanup_prefetch_queues",
                          "vbar.vbars_reset_watermark_limits", "mm.cleanup_models_gc", "mm.cleanup_models",
-                         "mm.soft_empty_cache"]
+                         "mm.free_memory", "mm.soft_empty_cache"]
     assert report.before.cached_bytes == cached and report.after.cached_bytes == 0
     assert report.released_reserved_bytes == cached
     assert report.after.allocated_bytes == report.before.allocated_bytes
@@ -69,12 +86,12 @@ def test_full_comfy_runs_every_step_in_order_and_snapshots():
 
 
 @pytest.mark.parametrize("missing", ["synchronize", "reset_cast_buffers", "cleanup_models_gc", "cleanup_models",
-                                     "soft_empty_cache"])
+                                     "free_memory", "soft_empty_cache"])
 def test_each_missing_model_management_function_is_a_skipped_or_torch_step(missing):
     dev = FakeDevice(1)
     comfy = full_comfy(dev)
     delattr(comfy.model_management, missing)
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
     by_name = {a.name: a for a in report.actions}
     assert tuple(by_name) == STEPS
     if missing in ("synchronize", "soft_empty_cache"):
@@ -95,14 +112,14 @@ def test_without_comfy_aimdo_the_watermark_step_is_skipped():
     dev = FakeDevice(2)
     comfy = full_comfy(dev)
     comfy.aimdo_vbar = None
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
     assert report.skipped == ("reset_vbar_watermarks",)
     assert "comfy_aimdo.model_vbar is not importable" in report.actions[3].line
 
 
 def test_aimdo_installed_but_off_skips_the_watermark_step():
     dev = FakeDevice(3)
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=full_comfy(dev, aimdo_enabled=False))
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=full_comfy(dev, aimdo_enabled=False))
     assert report.skipped == ("reset_vbar_watermarks",)
     assert "aimdo_enabled is off" in report.actions[3].detail
     assert "vbar.vbars_reset_watermark_limits" not in dev.calls
@@ -112,7 +129,7 @@ def test_old_comfyui_without_prefetch_module_or_memory_management():
     dev = FakeDevice(4)
     comfy = full_comfy(dev)
     del comfy.model_prefetch, comfy.memory_management
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
     assert set(report.skipped) == {"cleanup_prefetch_queues", "reset_vbar_watermarks"}
     assert "comfy.model_prefetch is not importable" in report.actions[2].detail
 
@@ -120,7 +137,7 @@ def test_old_comfyui_without_prefetch_module_or_memory_management():
 def test_no_comfy_at_all_uses_torch_for_sync_and_cache_and_skips_the_rest():
     dev = FakeDevice(5)
     comfy = SimpleNamespace(torch_cuda=full_comfy(dev).torch_cuda)
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
     assert report.done == ("synchronize", "empty_cache")
     assert dev.calls == ["torch.synchronize", "torch.empty_cache"]
     assert len(report.actions) == len(STEPS)
@@ -147,12 +164,12 @@ def test_a_failing_present_function_names_the_step():
     comfy.model_management.reset_cast_buffers = broken
     with pytest.raises(ResidencyBoundaryError, match="'reset_cast_buffers'.*reset_cast_buffers\\(\\) raised "
                                                      "RuntimeError: stream destroyed"):
-        residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+        residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
 
 
 def test_reports_are_frozen_and_modules_normalise():
     dev = FakeDevice(8)
-    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=full_comfy(dev))
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=full_comfy(dev))
     with pytest.raises(AttributeError):
         report.actions = ()
     modules = ComfyModules.of(SimpleNamespace(memory_management=SimpleNamespace(aimdo_enabled=True)))
@@ -164,3 +181,20 @@ def test_read_memory_on_cpu_is_all_zero_and_unknown():
     snap = read_memory("cpu", ComfyModules())
     assert snap == MemorySnapshot("cpu", 0, 0, None, None)
     assert snap.cached_bytes == 0
+
+
+def test_other_models_are_released_through_comfy_free_memory_keeping_the_sampled_one():
+    """The boundary used to collect only dead models: other models ComfyUI keeps loaded stayed resident and
+    counted as used when the plan read the device. They are released through ComfyUI's free_memory until the
+    pass's need is free; the model about to be sampled (and its clones) is passed as keep_loaded."""
+    dev = FakeDevice(9)
+    seen = []
+    comfy = full_comfy(dev)
+    comfy.model_management.free_memory = lambda need, device, keep_loaded: seen.append((need, str(device),
+                                                                                          keep_loaded))
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy, **KEEP)
+    assert "release_other_models" in report.done
+    (need, device, keep_loaded), = seen
+    assert need == 6 << 30 and device == CUDA and keep_loaded == LOADED[:2]
+    unasked = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
+    assert "release_other_models" in unasked.skipped and len(seen) == 1

@@ -10,6 +10,8 @@ from longmedia.execution.chunks import ChunkSizes
 from longmedia.execution.streamed_block import run_block
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs
 
+pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
+
 DIMS = H3Dims(hidden=64, heads=4, head_dim=32, ffn=128, text_dim=48, rope_inv_freq_len=4, time_embed_dim=32)
 ODD = H3Dims(hidden=48, heads=3, head_dim=32, ffn=96, text_dim=40, rope_inv_freq_len=4, time_embed_dim=24)
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
