@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from . import inputs as comfy_job
-from ..report.oom import LongMediaOOM, OOMContext, phase, report_for
+from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
+from ..report.oom import LongMediaOOM, OOMContext, is_oom, phase, report_for
 from .memory_facts import comfy_memory_reader, dynamic_vram_active
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
@@ -97,13 +98,19 @@ def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: Devic
     model = comfy_job.h3_diffusion_model(guider)
     video, audio = comfy_job.av_latents(latent)
     comfy_job.check_sigmas(sigmas)
+    profile = ModelProfile.from_module(model, name="loaded H3")
+    check_conditioning_widths(comfy_job.conditioning_widths(guider), profile.dims.text_dim)
     positive = _positive(guider)
     if keyframes is not None:
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
+    check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, segmented=False,
+                    names=("latent", "latent"))
     device = device_profile or _device_profile(guider.model_patcher.load_device)
-    return make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request), segments
+    plan = make_plan(profile, device, geometry, request)
+    check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)
+    return plan, segments
 
 
 def _device_profile(load_device) -> DeviceProfile:
@@ -230,6 +237,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device))
+    run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))
+    run.notes.extend(f"plan warning: {w}" for w in plan.warnings)
     streamed = _install(g, plan, run, segments)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
@@ -243,7 +252,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
     except LongMediaOOM:
         raise
-    except torch.OutOfMemoryError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer)
+    except RuntimeError as error:  # named: an allocation failure (GPU or CPU) outside the streamed stages
+        if not is_oom(error):
+            raise
         raise LongMediaOOM(report_for(_oom_phase(run.phase), error, context=run.oom_context(),
                                       reader=comfy_memory_reader())) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())

@@ -7,12 +7,15 @@ notes. `longmedia/comfy_setup.py` reads the request off the node's tensors and a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator
 
 from ..h3 import lattice as L
 from ..h3.geometry import KeyframeSpec, ReferenceSpec, build_geometry
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
 from .job import LongMediaJob
+from .preflight import check_job_latent, check_pass_rows
 from ..h3.references import REFERENCE_BUDGETS
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 
@@ -24,6 +27,7 @@ MAX_EDGE = 16384
 TRAINED_FRAMES = (124, 362)          # H3's trained range per pass (~5-15 s)
 SLOTS = {"picture": ("ref_image_", 9), "video": ("ref_video_", 3), "audio": ("ref_audio_", 3)}
 SOUNDTRACK_PREFIX = "ref_video_audio_"
+NODE_INPUTS = {"context_frames": "continuation_frames"}   # core field -> Setup's input of that meaning
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class SetupRequest:
     have_vae: bool = False
     have_audio_vae: bool = False
     unused_prompt: bool = False     # text in Setup's prompt box while positive is connected
+    ram_available_bytes: int | None = None   # RAM available for the job latent (None = check the hard cap only)
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,21 @@ def _segmenting(r: SetupRequest, total: int) -> tuple[float | None, list[str]]:
     return seg, []
 
 
+@contextlib.contextmanager
+def _node_inputs() -> Iterator[None]:
+    """Core checks name core fields (context_frames); re-raise their errors with Setup's input names."""
+    try:
+        yield
+    except LongMediaInputError as error:  # named: only the renamed fields are rewritten, the rest pass unchanged
+        name = NODE_INPUTS.get(error.input_name)
+        if name is None:
+            raise
+        allowed, fix = error.allowed, error.fix
+        for core, node in NODE_INPUTS.items():
+            allowed, fix = allowed.replace(core, node), fix.replace(core, node)
+        raise LongMediaInputError(name, error.value, allowed, fix) from error
+
+
 def plan_setup(r: SetupRequest) -> SetupPlan:
     """Validate `r` (before any GPU work) and resolve the job: geometry, segments, reference preparation, notes."""
     _check_edge("width", r.width)
@@ -239,16 +259,19 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     refs = _ordered(r.references)
     specs = tuple(_spec(m) for m in refs)
     total = L.frames_for_seconds(seconds)
+    check_job_latent(r.width, r.height, seconds, total, r.ram_available_bytes)
     seg, notes = _segmenting(r, total)
     in_prompt = r.conditioning == "clip"
     keyframes = tuple(KeyframeSpec(frame_index=i, frames=1, in_prompt=in_prompt)
                       for i, on in ((0, r.first_frame), (-1, r.last_frame)) if on)
-    geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
-                              keyframes=keyframes, reference_budget=r.reference_budget,
-                              ref_image_size=r.ref_image_size, segment_seconds=seg,
-                              context_frames=r.continuation_frames if seg else None)
-    segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
-                             context_frames=r.continuation_frames) if seg else None
+    with _node_inputs():
+        geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
+                                  keyframes=keyframes, reference_budget=r.reference_budget,
+                                  ref_image_size=r.ref_image_size, segment_seconds=seg,
+                                  context_frames=r.continuation_frames if seg else None)
+        segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
+                                 context_frames=r.continuation_frames) if seg else None
+    check_pass_rows(geometry.seq_len, r.width, r.height, geometry.frames, segmented=segments is not None)
     budget = geometry.reference_budget
     preps = tuple(_prep(m, res, r, budget) for m, res in zip(refs, geometry.references))
     lines = [f"duration {seconds:g} s -> {geometry.total_frames or geometry.frames} frames = "

@@ -111,7 +111,8 @@ class OOMReport:
         where = f"phase {self.phase}" + (f", block {self.block_index}" if self.block_index is not None else "")
         c = self.context
         rows = " | ".join(f"{k} {n}" for k, n in c.segments) or "unknown"
-        return (f"LongMedia ran out of GPU memory in {where}.\n"
+        memory = "CPU RAM (torch's CPU allocator)" if _is_cpu_oom(self.error) else "GPU memory"
+        return (f"LongMedia ran out of {memory} in {where}.\n"
                 f"  GPU: {gb(r.gpu_free_bytes)} free of {gb(r.gpu_total_bytes)}; torch allocated "
                 f"{gb(r.torch_allocated_bytes)}, reserved {gb(r.torch_reserved_bytes)}; dynamic VRAM usage "
                 f"{gb(r.aimdo_vram_bytes)}, resident weights {gb(r.vbar_resident_bytes)}; pinned RAM "
@@ -177,12 +178,23 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
     raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {phase_name!r}")
 
 
-def _is_oom(exc: BaseException) -> bool:
+# allocation failures that surface as plain RuntimeErrors: cuBLAS / Triton / the driver, and torch's CPU
+# allocator ("[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory")
+_OOM_TEXTS = ("out of memory", "cublas_status_alloc_failed", "defaultcpuallocator: can't allocate memory",
+              "alloc_cpu.cpp")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation failure (GPU or CPU) rather than a bug."""
     if isinstance(exc, torch.OutOfMemoryError):
         return True
-    # cuBLAS / Triton / driver allocation failures surface as plain RuntimeErrors
     text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "cublas_status_alloc_failed" in text)
+    return isinstance(exc, RuntimeError) and any(t in text for t in _OOM_TEXTS)
+
+
+def _is_cpu_oom(error_text: str) -> bool:
+    text = error_text.lower()
+    return "defaultcpuallocator" in text or "alloc_cpu.cpp" in text
 
 
 def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOMContext(),
@@ -195,7 +207,7 @@ def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOM
 @contextlib.contextmanager
 def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader | None = None,
           block_index: int | None = None) -> Iterator[None]:
-    """Run a stage; an out-of-memory error inside becomes a LongMediaOOM with the report."""
+    """Run a stage; an allocation failure inside (GPU or CPU) becomes a LongMediaOOM with the report."""
     if name not in PHASES:
         raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {name!r}")
     try:
@@ -203,6 +215,6 @@ def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader
     except LongMediaOOM:
         raise
     except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError; other errors pass unchanged
-        if not _is_oom(exc):
+        if not is_oom(exc):
             raise
         raise LongMediaOOM(report_for(name, exc, context=context, reader=reader, block_index=block_index)) from exc

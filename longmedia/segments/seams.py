@@ -163,13 +163,25 @@ def assemble(plan: SegmentPlan, passes: Sequence[tuple[torch.Tensor, torch.Tenso
     return result
 
 
+# ComfyUI's seeds go up to MAX_SEED (RandomNoise), but its noise path adds 1 to the seed it is given in two
+# places: k-diffusion's default_noise_sampler on the CPU (ancestral / SDE samplers) and H3's condition-audio
+# noise (`_cond_audio_rows`, every later pass: its context guide carries audio). torch.manual_seed takes at
+# most 2**64 - 1, so a pass seed of MAX_SEED overflows there. Derived seeds therefore wrap below it.
+MAX_PASS_SEED = MAX_SEED - 1
+
+
 def segment_seeds(count: int, seed: int, pinned: Sequence[int] | None = None) -> tuple[int, ...]:
-    """Seeds of `count` passes: `pinned` first, then seed + index (mod 2**64) for the rest."""
+    """Seeds of `count` passes: `pinned` first, then the noise's seed for pass 0 (as stock sampling uses it) and
+    seed + index for later passes, wrapped into [0, MAX_PASS_SEED] (mod 2**64 - 1) so seed + 1 stays a seed."""
     pinned = tuple(pinned or ())
     if len(pinned) > count:
         raise LongMediaInputError("seeds", pinned, f"at most {count} pinned seeds (one per segment)",
                                   "Drop the extra seeds.")
     for i, s in enumerate(pinned):
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
-            raise LongMediaInputError(f"seeds[{i}]", s, f"an integer from 0 to {MAX_SEED}", "Use ComfyUI seeds.")
-    return pinned + tuple((int(seed) + i) % (MAX_SEED + 1) for i in range(len(pinned), count))
+        high = MAX_SEED if i == 0 else MAX_PASS_SEED
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= high:
+            raise LongMediaInputError(f"seeds[{i}]", s, f"an integer from 0 to {high}",
+                                      "Use ComfyUI seeds; a later pass's seed must leave room for ComfyUI's seed + 1.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise LongMediaInputError("noise_seed", seed, f"an integer from 0 to {MAX_SEED}", "Use a RandomNoise seed.")
+    return pinned + tuple(seed if i == 0 else (seed + i) % (MAX_PASS_SEED + 1) for i in range(len(pinned), count))
