@@ -14,7 +14,7 @@ Pure functions over plain values (sizes, shapes, the plan), so tests need neithe
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import LongMediaInputError
 from ..h3 import lattice as L
@@ -125,8 +125,8 @@ def check_plan_runs(plan, requested_memory_mode: str, manual_reserve_mb: int | N
     need, usable = plan.memory.activation_need_bytes, plan.usable_bytes
     budget = f"{gib(usable)} usable of the {gib(plan.budget_bytes)} budget of {plan.device.name}"
     if requested_memory_mode != "auto":
-        return (f"does NOT fit: memory_mode={requested_memory_mode} needs {gib(need)} of {budget}; it runs because "
-                "you chose the mode (auto would refuse it): expect an out-of-memory report",)
+        return ((f"does NOT fit: memory_mode={requested_memory_mode} needs {gib(need)} of {budget}; it runs "
+                 "because you chose the mode (auto would refuse it): expect an out-of-memory report"),)
     if manual_reserve_mb is not None and need <= plan.budget_bytes:
         raise LongMediaInputError("vram_activation_reserve_mb", manual_reserve_mb,
                                   f"a reserve that leaves room for the pass: it needs {gib(need)} with {budget}",
