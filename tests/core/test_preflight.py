@@ -155,10 +155,8 @@ def test_a_cpu_allocator_failure_becomes_the_oom_report():
     error = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
                          "you tried to allocate 106904420352 bytes. Error code 12 (Cannot allocate memory)")
     assert is_oom(error) and not is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
-    with pytest.raises(LongMediaOOM) as info:
-        with phase("mlp"):
-            raise error
+    with pytest.raises(LongMediaOOM) as info, phase("mlp"):
+        raise error
     assert info.value.report.phase == "mlp" and "CPU RAM" in str(info.value)
-    with pytest.raises(ValueError, match="unrelated"):
-        with phase("mlp"):
-            raise ValueError("unrelated")
+    with pytest.raises(ValueError, match="unrelated"), phase("mlp"):
+        raise ValueError("unrelated")
