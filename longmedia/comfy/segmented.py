@@ -277,7 +277,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
-    `seeds` pins the first passes' seeds; the rest are the noise's seed + index (mod 2**64).
+    `seeds` pins the first passes' seeds; the rest are the noise's seed + index (`seams.segment_seeds`).
     `context_on_negative`: give the context guide to every conditioning list (positive, negative ...),
     not only the positive one, so CFG guides the prompt and not the continuation.
     """
@@ -324,6 +324,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     moved = [sum(len(per_segment[i]) for entries in routed.values() for per_segment in entries)
              for i in range(plan.count)]
     notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(moved) if n)
+    notes += tuple(f"plan: {row.line()}: it ran because memory_mode={request.memory_mode} was chosen"
+                   for row in forecast if not row.fits)
     report = SegmentedReport(plan={**plan.to_dict(), "describe": list(plan.describe()),
                                    "forecast": [asdict(f) | {"line": f.line()} for f in forecast]},
                              segments=tuple(records),

@@ -26,9 +26,9 @@ LATENT_VALUE_BYTES = 4                # ComfyUI's empty latents are float32 (int
 VIDEO_CHANNELS, AUDIO_CHANNELS = 24, 32
 MAX_JOB_LATENT_BYTES = 32 * GIB       # hard cap on the whole job's AV latent, which lives in RAM
 LATENT_COPIES = 3                     # a run holds the job latent, its output and its denoised output
-# Hard cap on packed rows per pass: H3's longest stock pass at its default 1344x768 (3609 frames) is
-# 1,077,359 rows; one step over 2**20 rows is ~10^18 FLOPs of attention alone for H3 (tens of minutes
-# on one H200), and no 8-24 GB card fits it in any memory mode. Longer jobs run in segments.
+# Hard cap on packed rows per pass. H3's longest stock pass at its default 1344x768 (3609 frames) has
+# 1,082,527 rows before text; at 2**20 rows one model call is ~10^18 FLOPs of attention alone (tens of
+# minutes on one H200), and no 8-24 GB card fits it in any memory mode. Longer jobs run in segments.
 MAX_PASS_ROWS = 1 << 20
 
 
@@ -80,6 +80,9 @@ def check_pass_rows(rows: int, width: int, height: int, frames: int, *, segmente
 def check_job_value(job: object) -> LongMediaJob | None:
     """`job` as LongMedia Setup's job, or None when unconnected; anything else is an error naming `job`."""
     if job is None or isinstance(job, LongMediaJob):
+        return job
+    # the same class under a second import name (the pack as custom_nodes.<folder>.longmedia and as longmedia)
+    if type(job).__name__ == LongMediaJob.__name__ and all(hasattr(job, a) for a in ("geometry", "segments")):
         return job
     raise LongMediaInputError("job", type(job).__name__, "LongMedia Setup's job output (LONGMEDIA_JOB) or nothing",
                               "Connect Setup's job output to job, or leave job unconnected.")

@@ -8,8 +8,8 @@ notes. `longmedia/comfy_setup.py` reads the request off the node's tensors and a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..h3 import lattice as L
 from ..h3.geometry import KeyframeSpec, ReferenceSpec, build_geometry
@@ -280,7 +280,8 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     if segments is not None:
         lines.append(f"segments: {segments.count} passes, {seg:g} s of new time each after the first, "
                      f"{segments.context_frames} continuation frames, longest pass {geometry.frames} frames; "
-                     "pass seeds are the noise seed + the pass index (the table's seed column counts from 0)")
+                     "pass seeds are the noise seed + the pass index, wrapping below 2**64-1 (the table's seed column "
+                     "counts from 0)")
     if geometry.frames > TRAINED_FRAMES[1]:
         lines.append(f"one pass of {geometry.frames} frames is past H3's trained ~{TRAINED_FRAMES[0]}-"
                      f"{TRAINED_FRAMES[1]} frames: consider segment_seconds 5-15")

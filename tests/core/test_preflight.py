@@ -78,7 +78,7 @@ def test_a_non_job_value_on_job_is_an_error_naming_job():
     assert pf.check_job_value(None) is None
     job = _job()
     assert pf.check_job_value(job) is job
-    for value in ("not a job", {"geometry": 1}, 5):
+    for value in ("not a job", {"geometry": 1}, 5, type("LongMediaJob", (), {})()):
         with pytest.raises(LongMediaInputError, match=r"^job=") as info:
             pf.check_job_value(value)
         assert "LONGMEDIA_JOB" in str(info.value)
