@@ -27,7 +27,8 @@ MAX_EDGE = 16384
 TRAINED_FRAMES = (124, 362)          # H3's trained range per pass (~5-15 s)
 SLOTS = {"picture": ("ref_image_", 9), "video": ("ref_video_", 3), "audio": ("ref_audio_", 3)}
 SOUNDTRACK_PREFIX = "ref_video_audio_"
-NODE_INPUTS = {"context_frames": "continuation_frames"}   # core field -> Setup's input of that meaning
+# core field -> Setup's input of that meaning (the reference rows cap is what reference_budget sets)
+NODE_INPUTS = {"context_frames": "continuation_frames", "references": "reference_budget"}
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,8 @@ def _node_inputs() -> Iterator[None]:
             raise
         allowed, fix = error.allowed, error.fix
         for core, node in NODE_INPUTS.items():
-            allowed, fix = allowed.replace(core, node), fix.replace(core, node)
+            if "_" in core:   # a field name, not a plain word that also appears in sentences
+                allowed, fix = allowed.replace(core, node), fix.replace(core, node)
         raise LongMediaInputError(name, error.value, allowed, fix) from error
 
 

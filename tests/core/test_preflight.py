@@ -10,7 +10,7 @@ from longmedia.h3.geometry import build_geometry
 from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
 from longmedia.job import preflight as pf
 from longmedia.job.job import LongMediaJob
-from longmedia.job.setup_plan import SetupRequest, plan_setup
+from longmedia.job.setup_plan import MediaInput, SetupRequest, plan_setup
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
@@ -66,6 +66,14 @@ def test_continuation_frames_is_named_as_setup_calls_it():
         plan_setup(SetupRequest(512, 512, 2.0, segment_seconds=0.5, continuation_frames=22))
     assert info.value.input_name == "continuation_frames"
     assert str(info.value).startswith("continuation_frames=22 is not allowed") and "context_frames" not in str(info.value)
+
+
+def test_the_reference_rows_cap_names_reference_budget():
+    refs = tuple(MediaInput(f"ref_image_{i}", "picture", 2048, 2048, 1) for i in range(1, 10))
+    with pytest.raises(LongMediaInputError) as info:
+        plan_setup(SetupRequest(1344, 768, 5.0, family="ref2va", conditioning="clip", references=refs, have_vae=True))
+    assert info.value.input_name == "reference_budget" and "at most 4096 reference rows" in str(info.value)
+    assert "Raise reference_budget, or use fewer, smaller or shorter references." in str(info.value)
 
 
 # --- job and latent ------------------------------------------------------------------------------------------
