@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from .inputs import text_rows
 from ..errors import LongMediaInputError
 from ..job.job import LongMediaJob
+from ..report.oom import phase
+from .memory_facts import comfy_memory_reader
 from ..job.setup_plan import SLOTS, SOUNDTRACK_PREFIX, MediaInput, SetupPlan, SetupRequest, check_soundtracks, plan_setup
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
@@ -152,7 +154,8 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()),
         ram_available_bytes=_ram_available())
     plan = plan_setup(request)
-    latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
+    with phase("job_latent", reader=comfy_memory_reader()):   # counted above; RAM can still run out meanwhile
+        latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":
         cond = h3.MiniMaxH3ReferenceToVideo.execute(clip, vae, audio_vae, prompt, width, height, plan.pass_frames,
                                                     ref_image_size, **prepared_references(refs, plan)).result[0]

@@ -15,7 +15,7 @@ import torch
 
 from ..execution.chunks import ChunkSizes
 
-PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport")
+PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent")
 _GIB = 1024 ** 3
 _MIB = 1024 ** 2
 _MIN_CHUNK = 512
@@ -144,6 +144,10 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
         return ("block prefetch (weight residency / transport, not attention)",
                 "staging the next block's weights ran out of room: turn block prefetch off or let fewer weights "
                 "stay resident; the attention settings are not the cause")
+    if phase_name == "job_latent":
+        return ("seconds / width / height",
+                "the job's latent (Setup's, or the segmented Sampler's assembled output and denoised copies) did not "
+                "fit in RAM: shorten the job, lower the size, or close what else holds RAM")
     idle = readings.idle_reserved_bytes
     total = readings.gpu_total_bytes or 0
     if idle is not None and idle > max(_GIB, total // 4):

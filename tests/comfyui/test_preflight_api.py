@@ -205,3 +205,15 @@ def test_a_cpu_allocator_failure_in_sampling_becomes_the_oom_report(env):
         env["stages"].run_sampler(env["ncs"].Noise_RandomNoise(3), g, env["samplers"].sampler_object("euler"),
                                   sigmas(env, 2), _latent(env, W, H), NORMAL)
     assert info.value.report.phase == "before_block_0" and "CPU RAM" in str(info.value)
+
+
+def test_a_cpu_allocator_failure_on_the_segmented_job_latent_becomes_the_oom_report(comfy_inprocess):
+    from longmedia.comfy import segmented
+
+    def allocate(*args):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
+
+    with torch.inference_mode(), pytest.raises(LongMediaOOM) as info:
+        segmented._job_latent(allocate, None)
+    assert info.value.report.phase == "job_latent" and "CPU RAM" in str(info.value)
+    assert segmented._job_latent(lambda n: torch.zeros(n), 3).shape == (3,)

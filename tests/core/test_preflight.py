@@ -168,3 +168,12 @@ def test_a_cpu_allocator_failure_becomes_the_oom_report():
     assert info.value.report.phase == "mlp" and "CPU RAM" in str(info.value)
     with pytest.raises(ValueError, match="unrelated"), phase("mlp"):
         raise ValueError("unrelated")
+
+
+def test_a_job_latent_allocation_failure_names_the_job_size():
+    error = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 106904420352 bytes.")
+    with pytest.raises(LongMediaOOM) as info, phase("job_latent"):
+        raise error
+    report = info.value.report
+    assert report.phase == "job_latent" and report.pressure_point == "seconds / width / height"
+    assert "did not fit in RAM" in report.next_step and "CPU RAM" in report.summary()
