@@ -12,8 +12,9 @@ import time
 import harness
 import pytest
 import torch
-from test_stage_nodes import FRAMES, H, NORMAL, SECONDS, W, env, guider, sigmas  # noqa: F401  (env: fixture)
+from test_stage_nodes import FRAMES, NORMAL, SECONDS, H, W, guider, sigmas
 
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.h3.profiles import DeviceProfile
 from longmedia.planning.types import PlanRequest
@@ -164,6 +165,22 @@ def test_a_segmented_job_at_the_top_seed_runs_every_pass(comfy_server):
 
 
 # --- in-process (inside torch.inference_mode, as ComfyUI runs nodes) -------------------------------------------
+
+@pytest.fixture(scope="module")
+def env(comfy_inprocess, tiny_checkpoints):
+    """What test_stage_nodes' helpers (guider, sigmas) read: ComfyUI's samplers and the tiny fp32 model."""
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    from longmedia.comfy import stages
+
+    clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
+    return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "stages": stages, "neg": tc.encode_prompt(clip, ""),
+            "pos": tc.encode_prompt(clip, "a red fox trots through fresh snow"),
+            "model": comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))}
+
 
 def _card(mib: int) -> DeviceProfile:
     return DeviceProfile(name=f"{mib} MiB test card", vram_total_bytes=mib << 20, vram_free_bytes=mib << 20,
