@@ -105,8 +105,8 @@ def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: Devic
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
-    check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, segmented=False,
-                    names=("latent", "latent"))
+    check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
+                    value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
     device = device_profile or _device_profile(guider.model_patcher.load_device)
     plan = make_plan(profile, device, geometry, request)
     check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)

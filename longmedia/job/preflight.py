@@ -59,22 +59,18 @@ def check_job_latent(width: int, height: int, seconds: float, frames: int,
         f"Lower width/height or seconds (about {fits_seconds:.0f} s fits at {width}x{height}).")
 
 
-def check_pass_rows(rows: int, width: int, height: int, frames: int, *, segmented: bool,
-                    names: tuple[str, str] = ("seconds", "segment_seconds")) -> int:
-    """`rows` packed rows of one pass within MAX_PASS_ROWS, else an error naming the length input to change.
-
-    names: (the job's length input, the segment length input) as the calling node calls them.
-    """
+def check_pass_rows(rows: int, width: int, height: int, frames: int, *, name: str, value: object) -> int:
+    """`rows` packed rows of one pass within MAX_PASS_ROWS, else an error naming `name` (the input to change)."""
     if rows <= MAX_PASS_ROWS:
         return rows
-    name = names[1] if segmented else names[0]
-    per_frame = max(1, (rows // max(1, frames)))
-    fits = L.snap_frames_down(max(L.MIN_FRAMES, MAX_PASS_ROWS // per_frame))
+    per_frame = max(1, rows // max(1, frames))
+    most = L.snap_frames_down(max(L.MIN_FRAMES, MAX_PASS_ROWS // per_frame))
     raise LongMediaInputError(
-        name, f"{width}x{height}, {frames} frames per pass",
-        f"at most {MAX_PASS_ROWS} packed rows per pass (the hard cap); this pass has {rows}",
-        f"Lower width/height, or set segment_seconds to at most {fits / L.FPS:.1f} s (or lower it) so each pass "
-        "stays under the cap.")
+        name, value,
+        f"at most {MAX_PASS_ROWS} packed rows per pass (the hard cap); {width}x{height} with {frames} frames "
+        f"in one pass is {rows} rows",
+        f"Lower width/height, or set segment_seconds so that each pass (its new frames plus continuation_frames) "
+        f"has at most {most} frames ({most / L.FPS:.1f} s) at this size.")
 
 
 def check_job_value(job: object) -> LongMediaJob | None:

@@ -273,7 +273,9 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
                                   context_frames=r.continuation_frames if seg else None)
         segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
                                  context_frames=r.continuation_frames) if seg else None
-    check_pass_rows(geometry.seq_len, r.width, r.height, geometry.frames, segmented=segments is not None)
+    check_pass_rows(geometry.seq_len, r.width, r.height, geometry.frames,
+                    name="segment_seconds" if segments is not None else "seconds",
+                    value=seg if segments is not None else seconds)
     budget = geometry.reference_budget
     preps = tuple(_prep(m, res, r, budget) for m, res in zip(refs, geometry.references))
     lines = [f"duration {seconds:g} s -> {geometry.total_frames or geometry.frames} frames = "

@@ -195,8 +195,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     reserve = reserve_mb * 2 ** 20 if reserve_mb is not None else auto_reserve(device)
     if reserve_mb is not None and reserve >= device.usable_vram_bytes:   # usable <= 0: no plan can run
         raise LongMediaInputError("vram_activation_reserve_mb", reserve_mb,
-                                  f"less than the {gib(device.usable_vram_bytes)} usable on {device.name} "
-                                  f"({gib(device.vram_total_bytes)} total)",
+                                  f"below {gib(device.usable_vram_bytes)}: the usable memory of {device.name}, "
+                                  f"{gib(device.vram_total_bytes)} in all",
                                   "Lower it, or leave it unset (-1 on the nodes) for auto.")
     # The mode is chosen with one block of weights in VRAM; prefetch (a second block) is added only where
     # it fits beside that mode's activations, so it never makes the plan more constrained.

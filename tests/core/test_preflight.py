@@ -53,12 +53,13 @@ def test_setup_latent_cap_follows_available_ram():
 def test_setup_refuses_a_pass_over_the_row_cap_and_names_the_length_input():
     with pytest.raises(LongMediaInputError) as info:
         plan_setup(SetupRequest(4096, 4096, 10.0))        # 1,180,459 rows > 2**20
-    assert info.value.input_name == "seconds" and "1180459" in str(info.value) and "segment_seconds" in str(info.value)
+    assert info.value.input_name == "seconds" and info.value.value == 10.0
+    assert "is 1180459 rows" in str(info.value) and "segment_seconds" in str(info.value)
     segmented = plan_setup(SetupRequest(4096, 4096, 10.0, segment_seconds=4.0))
     assert segmented.geometry.seq_len <= pf.MAX_PASS_ROWS
     with pytest.raises(LongMediaInputError) as info:
         plan_setup(SetupRequest(8192, 8192, 10.0, segment_seconds=4.0))
-    assert info.value.input_name == "segment_seconds"
+    assert info.value.input_name == "segment_seconds" and info.value.value == 4.0
 
 
 def test_continuation_frames_is_named_as_setup_calls_it():
