@@ -237,8 +237,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device))
-    run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))
-    run.notes.extend(f"plan warning: {w}" for w in plan.warnings)
+    run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))  # chosen mode
     streamed = _install(g, plan, run, segments)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
