@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..longmedia.comfy.inputs import job_for_latent
 from ..longmedia.comfy.sampler import run_sampler
 from ..longmedia.comfy.segmented import run_segmented
 from .controls import memory_inputs, plan_request
@@ -38,7 +39,8 @@ class LongMediaSampler(io.ComfyNode):
 
     @classmethod
     def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
-        if getattr(job, "segmented", False):  # a LongMediaJob with segments: one pass per segment, assembled
+        job = job_for_latent(job, latent)     # Setup's job or nothing, with the latent's canvas and length
+        if job is not None and job.segmented:  # one pass per segment, assembled
             result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments)
         else:
             result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))

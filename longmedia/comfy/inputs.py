@@ -11,6 +11,8 @@ import torch
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, SegmentRows
 from ..errors import LongMediaInputError
+from ..job.job import LongMediaJob
+from ..job.preflight import check_job_value, check_latent_matches_job
 
 H3_MODEL_CLASS = "MiniMaxH3Model"
 
@@ -40,6 +42,23 @@ def av_latents(latent) -> tuple[torch.Tensor, torch.Tensor]:
             or audio.shape[0] != 1 or audio.shape[1] != 32 or audio.shape[2] != 2):
         raise LongMediaInputError("latent", (tuple(video.shape), tuple(audio.shape)), allowed, fix)
     return video, audio
+
+
+def job_for_latent(job, latent) -> LongMediaJob | None:
+    """The Sampler's `job` input checked (Setup's job or nothing) and matched against its `latent`."""
+    job = check_job_value(job)
+    if job is not None:
+        video, audio = av_latents(latent)
+        check_latent_matches_job(job, tuple(video.shape), tuple(audio.shape))
+    return job
+
+
+def conditioning_widths(guider) -> dict[str, tuple[int, ...]]:
+    """{conditioning name (positive, negative ...): hidden width of each entry} of a guider's conditioning."""
+    conds = getattr(guider, "original_conds", None) or {}
+    return {name: tuple(int(c["cross_attn"].shape[-1]) for c in entries
+                        if isinstance(c, dict) and getattr(c.get("cross_attn"), "ndim", 0) >= 2)
+            for name, entries in conds.items()}
 
 
 def check_sigmas(sigmas) -> torch.Tensor:

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from . import inputs as comfy_job
+from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
-from .residency import residency_boundary
 from .oom_phase import traced_phase
+from .residency import residency_boundary
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
 from ..planning.types import ExecutionPlan, PlanRequest
@@ -104,24 +105,35 @@ def _positive(guider):
 
 
 def plan_for(guider, latent, sigmas, request: PlanRequest,
-             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None,
+             *, check_runs: bool = True):
     """Validate everything (before any GPU work) and plan the pass; returns (plan, segments).
+
+    check_runs: refuse a plan that cannot run (auto with no mode fitting); off for a first look that is re-planned
+    after the residency boundary frees memory.
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
     """
     model = comfy_job.h3_diffusion_model(guider)
     video, audio = comfy_job.av_latents(latent)
     comfy_job.check_sigmas(sigmas)
+    profile = ModelProfile.from_module(model, name="loaded H3")
+    check_conditioning_widths(comfy_job.conditioning_widths(guider), profile.dims.text_dim)
     positive = _positive(guider)
     if keyframes is not None:
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
+    check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
+                    value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
     if isinstance(device_profile, DeviceProfile):
         device = device_profile
     else:
         device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
-    return make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request), segments
+    plan = make_plan(profile, device, geometry, request)
+    if check_runs:
+        check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)
+    return plan, segments
 
 
 def _device_profile(load_device) -> DeviceProfile:
@@ -268,17 +280,20 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     from .previews import comfy_preview_callback
 
-    plan, segments = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
+    replan = not isinstance(device_profile, DeviceProfile)
+    plan, segments = plan_for(guider, latent, sigmas, request, device_profile,  # every input checked first
+                              check_runs=not replan)
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     boundary = residency_boundary(device=guider.model_patcher.load_device, keep=guider.model_patcher,
                                   memory_required=plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes)
-    if not isinstance(device_profile, DeviceProfile):
+    if replan:
         plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
     run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
+    run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))  # chosen mode
     streamed = _install(g, plan, run, segments)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
@@ -292,7 +307,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
     except LongMediaOOM:
         raise
-    except RuntimeError as error:  # named: an OOM outside the streamed stages (stock blocks, final layer, prefetch)
+    except RuntimeError as error:  # named: an allocation failure (GPU or CPU) outside the streamed stages
         if not is_oom(error):
             raise
         model = g.model_patcher.model.diffusion_model

@@ -27,7 +27,9 @@ from ..segments import seams
 from ..errors import LongMediaInputError
 from ..planning.types import PlanRequest
 from ..h3.profiles import DeviceProfile
+from .memory_facts import comfy_memory_reader
 from .residency import MemorySnapshot, read_memory
+from ..report.oom import phase
 from ..report.run_report import RunReport
 from ..segments.timeline import SegmentPlan
 
@@ -219,6 +221,12 @@ def _segment_guider(guider, conds: dict, routed: dict, index: int, context: dict
     return g
 
 
+def _job_latent(fn, *args):
+    """fn(*args) on the job's latents in RAM; an allocation failure becomes the OOM report (phase job_latent)."""
+    with phase("job_latent", reader=comfy_memory_reader()):
+        return fn(*args)
+
+
 def _seeded(noise, seed: int):
     n = copy.copy(noise)
     n.seed = seed
@@ -281,7 +289,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
-    `seeds` pins the first passes' seeds; the rest are the noise's seed + index (mod 2**64).
+    `seeds` pins the first passes' seeds; the rest are the noise's seed + index (`seams.segment_seeds`).
     `context_on_negative`: give the context guide to every conditioning list (positive, negative ...),
     not only the positive one, so CFG guides the prompt and not the continuation.
     """
@@ -310,14 +318,15 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         probe = _Probe(guider.model_patcher.load_device)
         g = _segment_guider(guider, conds, routed, seg.index, context, context_keys, probe,
                             lambda done, offset=offset: bar.update_absolute(min(offset + done, total), total))
-        pass_v, pass_a = seams.pass_latents(seg, video, audio)
+        pass_v, pass_a = _job_latent(seams.pass_latents, seg, video, audio)
         seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
         run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
                                         request, device_profile)
         out_v, out_a = run.output["samples"].unbind()
         den_v, den_a = run.denoised["samples"].unbind()
         if result is None:
-            result, denoised = seams.empty_result(plan, out_v, out_a), seams.empty_result(plan, den_v, den_a)
+            result, denoised = (_job_latent(seams.empty_result, plan, out_v, out_a),
+                                _job_latent(seams.empty_result, plan, den_v, den_a))
         seams.place(seg, result, out_v, out_a)
         seams.place(seg, denoised, den_v, den_a)
         bar.update_absolute(offset + steps, total)
@@ -328,6 +337,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     moved = [sum(len(per_segment[i]) for entries in routed.values() for per_segment in entries)
              for i in range(plan.count)]
     notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(moved) if n)
+    notes += tuple(f"plan: {row.line()}: it ran because memory_mode={request.memory_mode} was chosen"
+                   for row in forecast if not row.fits)
     report = SegmentedReport(plan=plan, forecast=forecast, segments=tuple(records),
                              context_on=context_keys, notes=notes)
     output = dict(extra, samples=comfy.nested_tensor.NestedTensor(result))

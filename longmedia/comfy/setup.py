@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from .inputs import text_rows
 from ..errors import LongMediaInputError
 from ..job.job import LongMediaJob
+from ..report.oom import phase
+from .memory_facts import comfy_memory_reader
 from ..job.setup_plan import SLOTS, SOUNDTRACK_PREFIX, MediaInput, SetupPlan, SetupRequest, check_soundtracks, plan_setup
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
@@ -44,10 +46,21 @@ def _image(name: str, value):
 def _audio(name: str, value) -> tuple[object, int]:
     wave = value.get("waveform") if isinstance(value, dict) else None
     rate = value.get("sample_rate") if isinstance(value, dict) else None
-    if getattr(wave, "ndim", 0) != 3 or not isinstance(rate, int) or rate < 1 or wave.shape[-1] < 1:
-        raise LongMediaInputError(name, type(value).__name__, "an AUDIO {'waveform': [batch, channels, samples], "
+    if getattr(wave, "ndim", 0) != 3 or isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
+        found = (f"waveform {tuple(wave.shape) if hasattr(wave, 'shape') else type(wave).__name__}, "
+                 f"sample_rate {rate!r}") if isinstance(value, dict) else type(value).__name__
+        raise LongMediaInputError(name, found, "an AUDIO {'waveform': [batch, channels, samples], "
                                   "'sample_rate': int}", "Connect a Load Audio output.")
+    if wave.shape[-1] < 1:
+        raise LongMediaInputError(name, "0 samples (0 s of audio)", "an AUDIO with at least one sample",
+                                  f"Connect a non-empty clip to {name}, or disconnect it.")
     return wave, rate
+
+
+def _ram_available() -> int:
+    import psutil  # a ComfyUI requirement
+
+    return int(psutil.virtual_memory().available)
 
 
 def media_inputs(refs: dict) -> tuple[MediaInput, ...]:
@@ -139,9 +152,11 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         prompt_tokens=_rows("positive", positive) if clip is None else _prompt_tokens(clip, prompt),
         conditioning="positive" if clip is None else "clip", first_frame=first_frame is not None,
         last_frame=last_frame is not None, references=media_inputs(refs), have_vae=vae is not None,
-        have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()))
+        have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()),
+        ram_available_bytes=_ram_available())
     plan = plan_setup(request)
-    latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
+    with phase("job_latent", reader=comfy_memory_reader()):   # counted above; RAM can still run out meanwhile
+        latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":
         cond = h3.MiniMaxH3ReferenceToVideo.execute(clip, vae, audio_vae, prompt, width, height, plan.pass_frames,
                                                     ref_image_size, **prepared_references(refs, plan)).result[0]

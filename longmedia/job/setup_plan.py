@@ -7,6 +7,8 @@ notes. `longmedia/comfy_setup.py` reads the request off the node's tensors and a
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..h3 import lattice as L
@@ -15,6 +17,7 @@ from .geometry import build_geometry
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
 from ..limits import MAX_EDGE_PX, MAX_SECONDS, MAX_TEXT_TOKENS, MIN_SECONDS
 from .job import LongMediaJob
+from .preflight import check_job_latent, check_pass_rows
 from ..h3.references import REFERENCE_BUDGETS
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 
@@ -23,6 +26,8 @@ SOURCES = ("positive", "clip")
 TRAINED_FRAMES = (124, 362)          # H3's trained range per pass (~5-15 s)
 SLOTS = {"picture": ("ref_image_", 9), "video": ("ref_video_", 3), "audio": ("ref_audio_", 3)}
 SOUNDTRACK_PREFIX = "ref_video_audio_"
+# core field -> Setup's input of that meaning (the reference rows cap is what reference_budget sets)
+NODE_INPUTS = {"context_frames": "continuation_frames", "references": "reference_budget"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class SetupRequest:
     have_vae: bool = False
     have_audio_vae: bool = False
     unused_prompt: bool = False     # text in Setup's prompt box while positive is connected
+    ram_available_bytes: int | None = None   # RAM available for the job latent (None = check the hard cap only)
 
 
 @dataclass(frozen=True)
@@ -220,6 +226,22 @@ def _segmenting(r: SetupRequest, total: int) -> tuple[float | None, list[str]]:
     return seg, []
 
 
+@contextlib.contextmanager
+def _node_inputs() -> Iterator[None]:
+    """Core checks name core fields (context_frames); re-raise their errors with Setup's input names."""
+    try:
+        yield
+    except LongMediaInputError as error:  # named: only the renamed fields are rewritten, the rest pass unchanged
+        name = NODE_INPUTS.get(error.input_name)
+        if name is None:
+            raise
+        allowed, fix = error.allowed, error.fix
+        for core, node in NODE_INPUTS.items():
+            if "_" in core:   # a field name, not a plain word that also appears in sentences
+                allowed, fix = allowed.replace(core, node), fix.replace(core, node)
+        raise LongMediaInputError(name, error.value, allowed, fix) from error
+
+
 def plan_setup(r: SetupRequest) -> SetupPlan:
     """Validate `r` (before any GPU work) and resolve the job: geometry, segments, reference preparation, notes."""
     _check_edge("width", r.width)
@@ -233,15 +255,20 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     refs = _ordered(r.references)
     specs = tuple(_spec(m) for m in refs)
     total = L.frames_for_seconds(seconds)
+    check_job_latent(r.width, r.height, seconds, total, r.ram_available_bytes)
     seg, notes = _segmenting(r, total)
     in_prompt = r.conditioning == "clip"
     keyframes = tuple(KeyframeSpec(frame_index=i, frames=1, in_prompt=in_prompt)
                       for i, on in ((0, r.first_frame), (-1, r.last_frame)) if on)
-    segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
-                             context_frames=r.continuation_frames) if seg else None
-    geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
-                              keyframes=keyframes, reference_budget=r.reference_budget,
-                              ref_image_size=r.ref_image_size, passes=segments)
+    with _node_inputs():
+        segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
+                                 context_frames=r.continuation_frames) if seg else None
+        geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
+                                  keyframes=keyframes, reference_budget=r.reference_budget,
+                                  ref_image_size=r.ref_image_size, passes=segments)
+    check_pass_rows(geometry.seq_len, r.width, r.height, geometry.frames,
+                    name="segment_seconds" if segments is not None else "seconds",
+                    value=seg if segments is not None else seconds)
     budget = geometry.reference_budget
     preps = tuple(_prep(m, res, r, budget) for m, res in zip(refs, geometry.references))
     lines = [f"duration {seconds:g} s -> {geometry.total_frames or geometry.frames} frames = "
@@ -250,7 +277,8 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     if segments is not None:
         lines.append(f"segments: {segments.count} passes, {seg:g} s of new time each after the first, "
                      f"{segments.context_frames} continuation frames, longest pass {geometry.frames} frames; "
-                     "pass seeds are the noise seed + the pass index (the Sampler's report lists them)")
+                     "pass seeds are the noise seed + the pass index, wrapping below 2**64-1 (the Sampler's "
+                     "report lists them)")
     if geometry.frames > TRAINED_FRAMES[1]:
         lines.append(f"one pass of {geometry.frames} frames is past H3's trained ~{TRAINED_FRAMES[0]}-"
                      f"{TRAINED_FRAMES[1]} frames: consider segment_seconds 5-15")

@@ -169,8 +169,9 @@ def _validate(model: ModelProfile, device: DeviceProfile, geometry: Geometry, re
     budget_mb = device.usable_vram_bytes // MIB
     if request.vram_activation_reserve_mb is not None:
         check_int("vram_activation_reserve_mb", request.vram_activation_reserve_mb, 0, budget_mb - 1,
-                  f"The reserve is kept free out of this card's {budget_mb} MiB budget (free VRAM); leave it unset "
-                  f"for auto ({mib(auto_reserve(device))} MiB here).")
+                  f"The reserve is kept free out of the usable {budget_mb} MiB (free VRAM) of {device.name}, "
+                  f"{gib(device.vram_total_bytes)} in all; leave it unset (-1 on the nodes) for auto "
+                  f"({mib(auto_reserve(device))} MiB here).")
     card_mb = device.vram_total_bytes // MIB
     for name in GUARD_MB_FIELDS:
         value = getattr(request, name)
@@ -204,7 +205,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     request = PlanRequest() if request is None else request
     _validate(model, device, geometry, request)
     reserve_mb = request.vram_activation_reserve_mb
-    reserve = reserve_mb * 2 ** 20 if reserve_mb is not None else auto_reserve(device)
+    reserve = reserve_mb * 2 ** 20 if reserve_mb is not None else auto_reserve(device)  # _validate: < usable
     # The mode is chosen with one block of weights in VRAM; prefetch (a second block) is added only where
     # it fits beside that mode's activations, so it never makes the plan more constrained.
     p = _Pass(model, device, geometry, request, reserve, False)

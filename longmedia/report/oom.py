@@ -15,7 +15,7 @@ import torch
 
 from ..execution.chunks import ChunkSizes
 
-PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport")
+PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent")
 _GIB = 1024 ** 3
 _MIB = 1024 ** 2
 _MIN_CHUNK = 512
@@ -111,7 +111,8 @@ class OOMReport:
         where = f"phase {self.phase}" + (f", block {self.block_index}" if self.block_index is not None else "")
         c = self.context
         rows = " | ".join(f"{k} {n}" for k, n in c.segments) or "unknown"
-        return (f"LongMedia ran out of GPU memory in {where}.\n"
+        memory = "CPU RAM (torch's CPU allocator)" if _is_cpu_oom(self.error) else "GPU memory"
+        return (f"LongMedia ran out of {memory} in {where}.\n"
                 f"  GPU: {gb(r.gpu_free_bytes)} free of {gb(r.gpu_total_bytes)}; torch allocated "
                 f"{gb(r.torch_allocated_bytes)}, reserved {gb(r.torch_reserved_bytes)}; dynamic VRAM usage "
                 f"{gb(r.aimdo_vram_bytes)}, resident weights {gb(r.vbar_resident_bytes)}; pinned RAM "
@@ -143,6 +144,10 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
         return ("block prefetch (weight residency / transport, not attention)",
                 "staging the next block's weights ran out of room: turn block prefetch off or let fewer weights "
                 "stay resident; the attention settings are not the cause")
+    if phase_name == "job_latent":
+        return ("seconds / width / height",
+                "the job's latent (Setup's, or the segmented Sampler's assembled output and denoised copies) did not "
+                "fit in RAM: shorten the job, lower the size, or close what else holds RAM")
     idle = readings.idle_reserved_bytes
     total = readings.gpu_total_bytes or 0
     if idle is not None and idle > max(_GIB, total // 4):
@@ -186,13 +191,23 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
     raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {phase_name!r}")
 
 
+# allocation failures that surface as plain RuntimeErrors: cuBLAS / Triton / the driver, and torch's CPU
+# allocator ("[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory")
+_OOM_TEXTS = ("out of memory", "cublas_status_alloc_failed", "defaultcpuallocator: can't allocate memory",
+              "alloc_cpu.cpp")
+
+
 def is_oom(exc: BaseException) -> bool:
-    """torch's OutOfMemoryError, or an allocation failure cuBLAS / Triton / the driver raise as a RuntimeError."""
+    """Whether `exc` is an allocation failure (GPU or CPU) rather than a bug."""
     if isinstance(exc, torch.OutOfMemoryError):
         return True
-    # cuBLAS / Triton / driver allocation failures surface as plain RuntimeErrors
     text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "cublas_status_alloc_failed" in text)
+    return isinstance(exc, RuntimeError) and any(t in text for t in _OOM_TEXTS)
+
+
+def _is_cpu_oom(error_text: str) -> bool:
+    text = error_text.lower()
+    return "defaultcpuallocator" in text or "alloc_cpu.cpp" in text
 
 
 def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOMContext(),
@@ -205,7 +220,7 @@ def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOM
 @contextlib.contextmanager
 def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader | None = None,
           block_index: int | None = None) -> Iterator[None]:
-    """Run a stage; an out-of-memory error inside becomes a LongMediaOOM with the report."""
+    """Run a stage; an allocation failure inside (GPU or CPU) becomes a LongMediaOOM with the report."""
     if name not in PHASES:
         raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {name!r}")
     try:

@@ -20,7 +20,7 @@ import torch
 
 from ..h3 import lattice as L
 from ..errors import LongMediaInputError
-from ..limits import MAX_SEED
+from ..limits import MAX_PASS_SEED, MAX_SEED
 from .timeline import Segment, SegmentPlan
 
 __all__ = ["SeamError", "job_latent_shapes", "check_job_latent", "pass_latents", "new_content",
@@ -164,13 +164,20 @@ def assemble(plan: SegmentPlan, passes: Sequence[tuple[torch.Tensor, torch.Tenso
     return result
 
 
+
+
 def segment_seeds(count: int, seed: int, pinned: Sequence[int] | None = None) -> tuple[int, ...]:
-    """Seeds of `count` passes: `pinned` first, then seed + index (mod 2**64) for the rest."""
+    """Seeds of `count` passes: `pinned` first, then the noise's seed for pass 0 (as stock sampling uses it) and
+    seed + index for later passes, wrapped into [0, MAX_PASS_SEED] (mod 2**64 - 1) so seed + 1 stays a seed."""
     pinned = tuple(pinned or ())
     if len(pinned) > count:
         raise LongMediaInputError("seeds", pinned, f"at most {count} pinned seeds (one per segment)",
                                   "Drop the extra seeds.")
     for i, s in enumerate(pinned):
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
-            raise LongMediaInputError(f"seeds[{i}]", s, f"an integer from 0 to {MAX_SEED}", "Use ComfyUI seeds.")
-    return pinned + tuple((int(seed) + i) % (MAX_SEED + 1) for i in range(len(pinned), count))
+        high = MAX_SEED if i == 0 else MAX_PASS_SEED
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= high:
+            raise LongMediaInputError(f"seeds[{i}]", s, f"an integer from 0 to {high}",
+                                      "Use ComfyUI seeds; a later pass's seed must leave room for ComfyUI's seed + 1.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise LongMediaInputError("noise_seed", seed, f"an integer from 0 to {MAX_SEED}", "Use a RandomNoise seed.")
+    return pinned + tuple(seed if i == 0 else (seed + i) % (MAX_PASS_SEED + 1) for i in range(len(pinned), count))

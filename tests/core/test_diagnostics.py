@@ -107,7 +107,7 @@ def test_unknown_phase_is_refused():
     with pytest.raises(UnknownPhaseError, match="before_block_0"):
         with phase("decode"):
             pass
-    assert len(PHASES) == 6
+    assert len(PHASES) == 7
 
 
 def test_context_from_a_plan():

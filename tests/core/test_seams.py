@@ -180,7 +180,8 @@ def test_keyframe_audio_is_cut_to_the_pass_track_and_clips_must_fit():
 def test_segment_seeds_derive_pin_and_wrap():
     assert seams.segment_seeds(3, 10) == (10, 11, 12)
     assert seams.segment_seeds(3, 10, (7,)) == (7, 11, 12)
-    assert seams.segment_seeds(3, MAX_SEED) == (MAX_SEED, 0, 1)
+    assert seams.segment_seeds(3, MAX_SEED) == (MAX_SEED, 1, 2)        # later passes wrap below MAX_SEED
+    assert seams.segment_seeds(3, MAX_SEED - 1) == (MAX_SEED - 1, 0, 1)
     with pytest.raises(LongMediaInputError) as info:
         seams.segment_seeds(2, 0, (1, 2, 3))
     assert info.value.input_name == "seeds"

@@ -165,7 +165,7 @@ def test_audio_slices_can_differ_from_stock_by_one():
 
 def test_seeds_pinned_and_wrapping():
     plan = plan_segments(30.0, segment_seconds=10.0)
-    assert plan.count == 4 and segment_seeds(plan.count, MAX_SEED, (11, 12)) == (11, 12, 1, 2)  # seed + index, mod 2**64
+    assert plan.count == 4 and segment_seeds(plan.count, MAX_SEED, (11, 12)) == (11, 12, 2, 3)  # seed + index, mod 2**64 - 1
     assert segment_seeds(plan.count, 5) == (5, 6, 7, 8)
 
 
@@ -245,7 +245,8 @@ def test_plans_tile_the_timeline(total, seg, k, seed):
     assume(first - 5 + context <= L.MAX_STOCK_FRAMES)
     plan = plan_segments(total_frames=total, segment_seconds=seg, context_frames=context)
     check_plan(plan, total)
-    assert segment_seeds(plan.count, seed) == tuple((seed + i) % 2 ** 64 for i in range(plan.count))
+    assert segment_seeds(plan.count, seed) == tuple(seed if i == 0 else (seed + i) % (2 ** 64 - 1)
+                                                    for i in range(plan.count))
     assert len({s.pass_frames for s in plan.segments[1:-1]}) <= 1          # fixed segments, only the last trimmed
 
 

@@ -10,6 +10,7 @@ from longmedia.h3 import lattice as L
 from longmedia.job.geometry import build_geometry
 from longmedia.errors import LongMediaInputError
 from longmedia.job.setup_plan import MediaInput, SetupRequest, check_soundtracks, plan_setup
+from longmedia.job.preflight import MAX_PASS_ROWS
 
 
 def stock_frames(seconds):
@@ -41,9 +42,14 @@ def test_ten_seconds_snaps_to_243_frames_and_says_so():
 @given(seconds=st.floats(0.04, 150.0), w=st.integers(1, 64), h=st.integers(1, 64))
 @settings(max_examples=60, deadline=None)
 def test_one_pass_matches_stock_snapping_and_geometry(seconds, w, h):
+    geometry = build_geometry(w * 32, h * 32, seconds=seconds, text_tokens=17)
+    if geometry.seq_len > MAX_PASS_ROWS:   # over the hard cap: refused, naming the length input
+        with pytest.raises(LongMediaInputError, match="seconds="):
+            plan_setup(SetupRequest(w * 32, h * 32, seconds, prompt_tokens=17))
+        return
     plan = plan_setup(SetupRequest(w * 32, h * 32, seconds, prompt_tokens=17))
     assert plan.total_frames == stock_frames(seconds) and L.is_lattice_frames(plan.total_frames)
-    assert plan.geometry == build_geometry(w * 32, h * 32, seconds=seconds, text_tokens=17)
+    assert plan.geometry == geometry
 
 
 @pytest.mark.parametrize("name,value,fix", [("width", 1000, "992 or 1024"), ("height", 770, "768 or 800"),

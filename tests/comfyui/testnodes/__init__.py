@@ -3,6 +3,7 @@
 - LongMediaTestTinyCLIP: a tiny random-weight H3 text encoder (CLIP) built in-process; feed it to the
   stock CLIPTextEncode to get CONDITIONING in the stock H3 layout.
 - LongMediaTestLoadConditioning: CONDITIONING from a file written by `save_conditioning`.
+- LongMediaTestAudio: an AUDIO of random noise, `seconds` long (0 gives a 0-sample waveform).
 - LongMediaTestSaveLatent: writes a LATENT's raw tensors (every stream of a nested AV latent) to a
   safetensors file in the output directory, so a test can read them back.
 """
@@ -62,6 +63,23 @@ class LongMediaTestLoadConditioning:
         return (_tiny().load_conditioning(full),)
 
 
+class LongMediaTestAudio:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ("AUDIO",)
+    FUNCTION = "build"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"seconds": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 60.0, "step": 0.01}),
+                             "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})}}
+
+    def build(self, seconds, seed):
+        import torch
+
+        wave = torch.randn(1, 2, round(seconds * 32000), generator=torch.Generator().manual_seed(seed)) * 0.1
+        return ({"waveform": wave, "sample_rate": 32000},)
+
+
 class LongMediaTestSaveLatent:
     CATEGORY = "longmedia/testing"
     RETURN_TYPES = ()
@@ -99,9 +117,11 @@ NODE_CLASS_MAPPINGS = {
     "LongMediaTestTinyCLIP": LongMediaTestTinyCLIP,
     "LongMediaTestLoadConditioning": LongMediaTestLoadConditioning,
     "LongMediaTestSaveLatent": LongMediaTestSaveLatent,
+    "LongMediaTestAudio": LongMediaTestAudio,
 }
 NODE_DISPLAY_NAME_MAPPINGS = {
     "LongMediaTestTinyCLIP": "LongMedia Test: Tiny H3 Text Encoder",
     "LongMediaTestLoadConditioning": "LongMedia Test: Load Conditioning",
     "LongMediaTestSaveLatent": "LongMedia Test: Save Raw Latent",
+    "LongMediaTestAudio": "LongMedia Test: Noise Audio",
 }

@@ -1,0 +1,135 @@
+"""Pre-flight checks of a LongMedia job, before any allocation or GPU work; every error names a node input.
+
+Pure functions over plain values (sizes, shapes, the plan), so tests need neither ComfyUI nor tensors:
+
+* `check_job_latent` (Setup): the whole job's AV latent, counted in bytes before it is allocated, against
+  the hard cap `MAX_JOB_LATENT_BYTES` and the RAM the machine has available.
+* `check_pass_rows` (Setup and Sampler): the packed rows of one pass against the hard cap `MAX_PASS_ROWS`.
+* `check_job_value`, `check_latent_matches_job` (Sampler): what arrived on `job`, and the latent's canvas
+  and length against the job's.
+* `check_conditioning_widths` (Sampler): every conditioning's hidden width against the model's text_dim.
+* `check_plan_runs` (Sampler): a plan that cannot run is an error; one that may run past its budget
+  because a manual value says so is a warning for the text output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import LongMediaInputError
+from ..h3 import lattice as L
+from ..h3.profiles import gib
+from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
+from .job import LongMediaJob
+
+GIB = 2 ** 30
+LATENT_VALUE_BYTES = 4                # ComfyUI's empty latents are float32 (intermediate dtype)
+VIDEO_CHANNELS, AUDIO_CHANNELS = 24, 32
+LATENT_COPIES = 3                     # a run holds the job latent, its output and its denoised output
+
+
+def job_latent_bytes(width: int, height: int, frames: int) -> int:
+    """Bytes of the float32 AV latent ComfyUI allocates for `frames` (17k+5) frames at width x height."""
+    video = VIDEO_CHANNELS * L.latent_frames(frames) * (height // L.VAE_SPATIAL) * (width // L.VAE_SPATIAL)
+    audio = AUDIO_CHANNELS * L.AUDIO_ROWS_PER_FRAME * L.target_audio_frames(frames)
+    return (video + audio) * LATENT_VALUE_BYTES
+
+
+def check_job_latent(width: int, height: int, seconds: float, frames: int,
+                     ram_available_bytes: int | None = None) -> int:
+    """The job latent's bytes, or a LongMediaInputError naming width/height/seconds, the size and the cap."""
+    need = job_latent_bytes(width, height, frames)
+    cap, why = MAX_JOB_LATENT_BYTES, f"the {gib(MAX_JOB_LATENT_BYTES)} hard cap"
+    if ram_available_bytes is not None and ram_available_bytes // LATENT_COPIES < cap:
+        cap = ram_available_bytes // LATENT_COPIES
+        why = (f"a third of the {gib(ram_available_bytes)} of RAM available now (a run holds the latent, "
+               "its output and its denoised output)")
+    if need <= cap:
+        return need
+    per_second = job_latent_bytes(width, height, L.frames_for_seconds(1.0) + L.CLIP_FRAMES) / 1.5
+    fits_seconds = max(0.0, cap / per_second)
+    raise LongMediaInputError(
+        "seconds", seconds,
+        f"a whole-job latent within {why}: width={width}, height={height}, seconds={seconds:g} ({frames} "
+        f"frames) needs {gib(need)} for the job's latent",
+        f"Lower width/height or seconds (about {fits_seconds:.0f} s fits at {width}x{height}).")
+
+
+def check_pass_rows(rows: int, width: int, height: int, frames: int, *, name: str, value: object) -> int:
+    """`rows` packed rows of one pass within MAX_PASS_ROWS, else an error naming `name` (the input to change)."""
+    if rows <= MAX_PASS_ROWS:
+        return rows
+    per_frame = max(1, rows // max(1, frames))
+    most = L.snap_frames_down(max(L.MIN_FRAMES, MAX_PASS_ROWS // per_frame))
+    raise LongMediaInputError(
+        name, value,
+        f"at most {MAX_PASS_ROWS} packed rows per pass (the hard cap); {width}x{height} with {frames} frames "
+        f"in one pass is {rows} rows",
+        f"Lower width/height, or set segment_seconds so that each pass (its new frames plus continuation_frames) "
+        f"has at most {most} frames ({most / L.FPS:.1f} s) at this size.")
+
+
+def check_job_value(job: object) -> LongMediaJob | None:
+    """`job` as LongMedia Setup's job, or None when unconnected; anything else is an error naming `job`."""
+    if job is None or isinstance(job, LongMediaJob):
+        return job
+    # the same class under a second import name (the pack as custom_nodes.<folder>.longmedia and as longmedia)
+    if type(job).__name__ == LongMediaJob.__name__ and all(hasattr(job, a) for a in ("geometry", "segments")):
+        return job
+    raise LongMediaInputError("job", type(job).__name__, "LongMedia Setup's job output (LONGMEDIA_JOB) or nothing",
+                              "Connect Setup's job output to job, or leave job unconnected.")
+
+
+def check_latent_matches_job(job: LongMediaJob, video_shape: tuple[int, ...], audio_shape: tuple[int, ...]) -> None:
+    """The latent's canvas and length must be the job's (Setup's latent output for this job)."""
+    g = job.geometry
+    width, height = video_shape[4] * L.VAE_SPATIAL, video_shape[3] * L.VAE_SPATIAL
+    fix = "Connect LongMedia Setup's latent output for this job, or rebuild the job at the latent's size."
+    if (width, height) != (g.width, g.height):
+        raise LongMediaInputError("latent", f"{width}x{height} px",
+                                  f"the job's canvas {g.width}x{g.height} px (Setup's width and height)", fix)
+    frames = g.total_frames or g.frames
+    want_t, want_a = L.latent_frames(frames), L.target_audio_frames(frames)
+    if (video_shape[2], audio_shape[-1]) != (want_t, want_a):
+        got = L.pixel_frames(video_shape[2])
+        raise LongMediaInputError("latent", f"{got} frames ({video_shape[2]} video / {audio_shape[-1]} audio latent "
+                                            "frames)",
+                                  f"the job's {frames} frames ({want_t} video / {want_a} audio latent frames)", fix)
+
+
+def check_conditioning_widths(widths: Mapping[str, tuple[int, ...]], text_dim: int) -> None:
+    """Every conditioning list's hidden width (its entries' last dim) must be the model's text_dim."""
+    for name, found in widths.items():
+        wrong = sorted({w for w in found if w != text_dim})
+        if wrong:
+            raise LongMediaInputError(
+                name, f"{wrong[0]}-wide conditioning",
+                f"conditioning {text_dim} wide (this model's text_dim); {name} is {wrong[0]} wide",
+                f"Encode {name} with the text encoder that belongs to this model (the H3 Qwen3-VL CLIP), "
+                "or load the model that matches this text encoder.")
+
+
+def check_plan_runs(plan, requested_memory_mode: str, manual_reserve_mb: int | None) -> tuple[str, ...]:
+    """Refuse a plan that cannot run; warnings (for the text output) for one that runs past its budget.
+
+    `plan`: an ExecutionPlan. auto with no mode fitting is an error (the run would run out of memory);
+    a mode the user chose wins over the prediction and runs with a warning.
+    """
+    if plan.fits:
+        return ()
+    need, usable = plan.memory.activation_need_bytes, plan.usable_bytes
+    budget = f"{gib(usable)} usable of the {gib(plan.budget_bytes)} budget of {plan.device.name}"
+    if requested_memory_mode != "auto":
+        return ((f"does NOT fit: memory_mode={requested_memory_mode} needs {gib(need)} of {budget}; it runs "
+                 "because you chose the mode (auto would refuse it): expect an out-of-memory report"),)
+    if manual_reserve_mb is not None and need <= plan.budget_bytes:
+        raise LongMediaInputError("vram_activation_reserve_mb", manual_reserve_mb,
+                                  f"a reserve that leaves room for the pass: it needs {gib(need)} with {budget}",
+                                  "Lower vram_activation_reserve_mb, or leave it at -1 (auto).")
+    s = plan.segment_suggestion
+    seg = f"set Setup's segment_seconds to {s.seconds:g}" if s is not None and s.seconds > 0 else "use segments"
+    g = plan.geometry
+    raise LongMediaInputError(
+        "latent", f"{g.width}x{g.height}, {g.frames} frames, {g.seq_len} packed rows",
+        f"a pass that fits in some memory mode: even {plan.memory_mode} needs {gib(need)} of {budget}",
+        f"Lower width/height or {seg}; or pick memory_mode=ultra_low_vram to run it anyway.")
