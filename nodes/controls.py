@@ -21,12 +21,24 @@ MANUAL_HELP = {
     "step_boundary_cleanup_mb": "At each sampler step boundary, clean up when less than this many MB are free.",
 }
 
-MEMORY_HELP = ("auto (recommended): the least constrained mode whose predicted peak fits your card. normal: stock "
-               "block math. low_vram: exact streamed attention and chunked MLP (about a third of the activations). "
-               "ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
-ATTENTION_HELP = ("auto (recommended): the fastest exact attention that fits; Sol only when nothing exact fits. "
-                  "existing: keep ComfyUI's installed attention. sol: approximate block-sparse attention at a "
-                  "fixed tau. scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
+# The qkv/out-proj chunk sizes serve every streamed attention, not only Sol: their labels drop the old prefix
+# (the input names, which workflows and API prompts use, stay).
+LABELS = {"sol_qkv_chunk_tokens": "qkv_chunk_tokens", "sol_out_proj_chunk_tokens": "out_proj_chunk_tokens"}
+
+MEMORY_HELP = ("How the blocks run (one line per option):\n"
+               "- auto (recommended): the least constrained mode whose predicted peak fits your card.\n"
+               "- normal: stock block math.\n"
+               "- low_vram: exact streamed attention and chunked MLP (about a third of the activations).\n"
+               "- ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
+ATTENTION_HELP = ("Which attention runs (one line per option):\n"
+                  "- auto (recommended): the fastest exact attention that fits; Sol only when nothing exact fits.\n"
+                  "- existing: keep ComfyUI's installed attention.\n"
+                  "- sol: approximate block-sparse attention at a fixed tau.\n"
+                  "- scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
+OUTPUT_HELP = {
+    "output": "The sampled AV latent (video and audio), for VAEDecode / VAEDecodeAudio or the next LongMedia stage.",
+    "denoised_output": "The model's denoised estimate at the last step (as SamplerCustomAdvanced's denoised_output).",
+}
 
 
 def memory_inputs() -> list:
@@ -54,10 +66,16 @@ def memory_inputs() -> list:
                                               "exact_kv_and_rows: their query rows too; off: route them like video."),
     ]
     for name, low, high, zero_ok, fix in PLAN_TYPES.MANUAL_CONTROLS:
-        inputs.append(io.Int.Input(name, default=AUTO, min=AUTO, max=high, advanced=True, optional=True,
-                                   tooltip=f"{MANUAL_HELP.get(name, name)} -1 = auto (the planner decides). "
+        inputs.append(io.Int.Input(name, display_name=LABELS.get(name), default=AUTO, min=AUTO, max=high,
+                                   advanced=True, optional=True,
+                                   tooltip=f"auto (-1): the planner decides. {MANUAL_HELP.get(name, name)} "
                                            + ("0 = stock path for that stage. " if zero_ok else "") + fix))
     return inputs
+
+
+def latent_outputs() -> list:
+    """output and denoised_output, with their tooltips (Sampler, Hi-Res and Refiner)."""
+    return [io.Latent.Output(display_name=name, tooltip=help) for name, help in OUTPUT_HELP.items()]
 
 
 def plan_request(kwargs: dict):
