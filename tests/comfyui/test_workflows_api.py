@@ -178,6 +178,23 @@ def test_t2va_30s_segmented_runs(comfy_server):
     assert len(report["segments"]) == 2, "the Sampler should run one pass per segment of the job"
 
 
+def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
+    """A 3-pass job: the Sampler's websocket `progress` events form one bar over passes x steps, never going back."""
+    prompt = tiny_rewrite(load_example("t2va_30s_segmented"), "wf_progress.safetensors")
+    prompt[node_id(prompt, "LongMediaSetup")]["inputs"].update(seconds=3.5, segment_seconds=1.0)
+    entry, messages = comfy_server.run_watching(prompt, timeout=300)
+    sampler = node_id(prompt, "LongMediaSampler")
+    job = entry["outputs"][node_id(prompt, "LongMediaSetup")]["longmedia_job"][0]
+    passes, steps = job["segments"]["count"], TINY_STEPS["BasicScheduler"]
+    assert passes == 3, job["segments"]
+    events = [(m["data"]["value"], m["data"]["max"]) for m in messages
+              if m.get("type") == "progress" and m["data"].get("node") == sampler]
+    assert events, [m.get("type") for m in messages]
+    assert {total for _, total in events} == {passes * steps}, events
+    values = [value for value, _ in events]
+    assert values == sorted(values) and values[-1] == passes * steps, events
+
+
 # --- our stage nodes through /prompt ----------------------------------------------------------------------------
 
 STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner")
