@@ -166,8 +166,12 @@ class Browser:
     def console_text(self, since: int = 0) -> str:
         return "\n".join(f"[{e.kind} {e.level}] {e.text} {e.where}" for e in self.console(since))[-6000:]
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, path: Path, scale: float = 1.0) -> Path:
+        params = {"format": "png"}
+        if scale != 1.0:   # the whole viewport, scaled (smaller files for docs)
+            size = self.eval("[window.innerWidth, window.innerHeight]")
+            params["clip"] = {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": scale}
+        data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 

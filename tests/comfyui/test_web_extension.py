@@ -11,6 +11,7 @@ or point LONGMEDIA_CHROMIUM at a binary).
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -54,7 +55,7 @@ PAGE_JS = r"""
     if (!LiteGraph.vueNodesMode) return names.filter((n) => node.isWidgetVisible(widget(node, n)));
     const el = document.querySelector(`[data-node-id="${node.id}"]`);
     const lines = new Set((el?.innerText ?? "").split("\n").map((t) => t.trim()));
-    return names.filter((n) => lines.has(n));
+    return names.filter((n) => lines.has(widget(node, n).label || n));
   };
   // Setup (2 segments) -> Sampler -> Hi-Res -> Refiner on the tiny checkpoint, every stage streamed (low_vram).
   const buildTiny = (seed) => {
@@ -125,6 +126,30 @@ PAGE_JS = r"""
       await settle(); seen.reloaded_low_vram = visible(app.graph.nodes.find((n) => n.type === "LongMediaSampler"));
       return seen;
     },
+    // After a run: the "why" list opening grows the panel and closing shrinks it; a changed input marks it stale.
+    async panelBehaviour(id) {
+      const node = app.graph.getNodeById(id), w = widget(node, REPORT), details = panel(node).querySelector("details");
+      const height = () => w.computeLayoutSize?.(node)?.minHeight ?? w.options.getMinHeight();
+      const out = { in_panel: !w.options.hideInPanel, serialize: w.serialize !== false && w.options.serialize !== false };
+      out.closed = [height(), node.size[1]];
+      details.open = true; await settle(); out.open = [height(), node.size[1]];
+      details.open = false; await settle(); out.reclosed = [height(), node.size[1]];
+      out.stale_before = panel(node).innerText.includes("stale");
+      set(node, "memory_mode", "ultra_low_vram"); await settle();
+      out.stale_after = panel(node).innerText.includes("stale");
+      set(node, "memory_mode", "low_vram"); await settle();
+      return out;
+    },
+    // Each node's box (title included), its height and the height its content needs; Setup's input sockets.
+    layout() {
+      return app.graph.nodes.map((n) => {
+        const b = n.getBounding ? Array.from(n.getBounding()) : [n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT,
+                                                                   n.size[0], n.size[1] + LiteGraph.NODE_TITLE_HEIGHT];
+        return { id: n.id, type: n.type, title: n.title, box: b, size: Array.from(n.size),
+                 content: LiteGraph.vueNodesMode ? null : Array.from(n.computeSize()),
+                 inputs: (n.inputs ?? []).filter((i) => !i.widget).map((i) => i.name) };
+      });
+    },
     async runTiny() {
       const n = buildTiny(Date.now() % 1000000007), ours = [n.lm, n.hires, n.refiner];
       const out = { error: null, panels: {} };
@@ -158,6 +183,48 @@ PAGE_JS = r"""
   };
 })();
 """
+
+
+DOC_IMAGES = REPO_ROOT / "docs" / "img"
+DOC_ENV = "LONGMEDIA_DOC_SCREENSHOTS"   # =1: also write the README's screenshots into docs/img/
+SLACK_PX = 8                            # web/longmedia.js: a node this much taller than its content is oversized
+
+
+def doc_screenshot(page: Browser, name: str, capsys) -> Path | None:
+    """The README's screenshot `name` (half scale), written to docs/img/ only when LONGMEDIA_DOC_SCREENSHOTS=1."""
+    if os.environ.get(DOC_ENV) != "1":
+        return None
+    DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+    path = page.screenshot(DOC_IMAGES / name, scale=0.5)
+    with capsys.disabled():
+        print(f"\n[web] doc screenshot: {path}")
+    return path
+
+
+def expected_setup_sockets(family: str, linked: set[str]) -> list[str]:
+    """Setup's frame/reference sockets in the UI: the family's, reference slots up to one past the last connected."""
+    if family == "fl2va":
+        return ["first_frame", "last_frame"]
+    if family != "ref2va":
+        return []
+    out = []
+    for prefixes, count in ((("ref_image_",), 9), (("ref_video_", "ref_video_audio_"), 3), (("ref_audio_",), 3)):
+        last = max((int(n[len(p):]) for n in linked for p in prefixes if n[len(p):].isdigit() and n.startswith(p)),
+                   default=0)
+        out += [f"{p}{i}" for i in range(1, min(count, last + 1) + 1) for p in prefixes]
+    return out
+
+
+def overlaps(layout: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of nodes whose boxes (title bar included) intersect."""
+    out = []
+    for i, a in enumerate(layout):
+        ax, ay, aw, ah = a["box"]
+        for b in layout[i + 1:]:
+            bx, by, bw, bh = b["box"]
+            if ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah:
+                out.append((f"{a['type']} {a['title']!r}", f"{b['type']} {b['title']!r}"))
+    return out
 
 
 def screenshot(page: Browser, path: Path, capsys) -> Path:
@@ -247,7 +314,9 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
     assert "2 segments" in panels["LongMediaSetup"]["text"], panels
     for node_type in stages:
         report = history[str(panels[node_type]["id"])]["longmedia_report"][0]
-        run = report["segments"][0]["run"] if node_type == "LongMediaSampler" else report
+        # a segmented Sampler shows its largest pass (the most packed rows), labelled
+        run = (max((s["run"] for s in report["segments"]), key=lambda r: r["plan"]["geometry"]["seq_len"])
+               if node_type == "LongMediaSampler" else report)
         text, plan = panels[node_type]["text"], run["plan"]
         assert f"mode {plan['memory_mode']} (set by hand)" in text, (node_type, text)
         assert f"attention {run['attention_backend']} (exact" in text, (node_type, text)
@@ -257,7 +326,18 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
         assert f"why ({len(plan['reasons'])})" in text, (node_type, text)
     sampler = panels["LongMediaSampler"]["text"]
     assert "segments 2 passes" in sampler and "drift s/step" in sampler, sampler
+    assert "(largest pass, #" in sampler and "pass\tframes\tcontext\trows" in sampler, sampler
+    setup = panels["LongMediaSetup"]["text"]
+    assert "pass\tframes\tcontext\tnew -> result\tseed" in setup and " | " not in setup, setup
     assert screenshot(page, shots / f"{page.renderer}_report.png", capsys).stat().st_size > 20_000
+    if page.renderer == "classic":
+        doc_screenshot(page, "plan_panel.png", capsys)
+    seen = page.eval(f"window.longmediaTest.panelBehaviour({panels['LongMediaSampler']['id']})")
+    assert not seen["in_panel"] and not seen["serialize"], seen
+    assert seen["open"][0] > seen["closed"][0] and seen["reclosed"][0] == seen["closed"][0], seen
+    if page.renderer == "classic":   # Nodes 2.0 sizes the node from the DOM
+        assert seen["open"][1] > seen["closed"][1] and seen["reclosed"][1] < seen["open"][1], seen
+    assert not seen["stale_before"] and seen["stale_after"], seen
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
@@ -297,6 +377,24 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
         if node["memory_mode"] is not None:
             assert node["manual_visible"] == (node["memory_mode"] != "auto"), node
             assert node["sol_visible"] == (node["attention_mode"] in ("sol", "scheduled_sol")), node
+    layout = page.eval("window.longmediaTest.layout()")
+    assert overlaps(layout) == [], overlaps(layout)
+    if page.renderer == "classic":   # the canvas computes node sizes (Nodes 2.0 sizes nodes from the DOM)
+        saved = {n["id"]: n["size"] for n in data["nodes"]}
+        for node in layout:
+            if str(node["type"]).startswith("LongMedia"):
+                assert node["size"][1] <= node["content"][1] + SLACK_PX, f"{node} is taller than its content"
+                assert abs(saved[node["id"]][1] - node["content"][1]) <= SLACK_PX, \
+                    f"{workflow} saves {node['type']} at {saved[node['id']]}, its content needs {node['content']}"
+    setup = next(n for n in layout if n["type"] == "LongMediaSetup")
+    family = next(n for n in data["nodes"] if n["type"] == "LongMediaSetup")["widgets_values"][3]
+    refs = [name for name in setup["inputs"] if name.startswith("ref_") or name.endswith("_frame")]
+    linked = {i["name"] for n in data["nodes"] if n["type"] == "LongMediaSetup" for i in n["inputs"]
+              if i.get("link") is not None}
+    assert refs == expected_setup_sockets(family, linked), (family, setup["inputs"])
+    assert setup["inputs"].index("positive") < setup["inputs"].index("negative"), setup["inputs"]
     page.eval("window.longmediaTest.fitView()")
     screenshot(page, shots / f"{page.renderer}_{Path(workflow).stem}.png", capsys)
+    if page.renderer == "classic" and workflow == "ref2va_hires_refiner.json":
+        doc_screenshot(page, "nodes.png", capsys)
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
