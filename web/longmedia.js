@@ -305,7 +305,7 @@ function formatSegmented(entry) {
   for (const row of rows) if (row[0] === "sequence") row[1] += ` (${label})`;
   const p = entry.plan ?? {};
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
-  rows.push(["segments", `${plural(segs.length, "pass")}${length}; the plan above is the ${label}`]);
+  rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
   const table = {
     head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak"],
     rows: segs.map((s) => [`#${s.index}`, String(s.pass_frames), String(s.context_frames), String(rowsOf(s) || "?"),

@@ -166,11 +166,11 @@ class Browser:
     def console_text(self, since: int = 0) -> str:
         return "\n".join(f"[{e.kind} {e.level}] {e.text} {e.where}" for e in self.console(since))[-6000:]
 
-    def screenshot(self, path: Path, scale: float = 1.0) -> Path:
+    def screenshot(self, path: Path, clip: dict | None = None) -> Path:
+        """The viewport as PNG, or only `clip` ({x, y, width, height} in CSS px)."""
         params = {"format": "png"}
-        if scale != 1.0:   # the whole viewport, scaled (smaller files for docs)
-            size = self.eval("[window.innerWidth, window.innerHeight]")
-            params["clip"] = {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": scale}
+        if clip is not None:
+            params["clip"] = {**clip, "scale": 1}
         data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path

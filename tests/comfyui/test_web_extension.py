@@ -99,6 +99,27 @@ PAGE_JS = r"""
       await settle(); await sleep(500);
     },
     buildTiny: () => { buildTiny(1); return app.graph.serialize(); },
+    // Zoom so that the nodes of `types` fill the view from its top-left; their screen rect (CSS px) for a clip.
+    async frame(types, zoom) {
+      const nodes = app.graph.nodes.filter((n) => types.includes(n.type));
+      const boxes = nodes.map((n) => Array.from(n.getBounding()));
+      const x0 = Math.min(...boxes.map((b) => b[0])), y0 = Math.min(...boxes.map((b) => b[1]));
+      const x1 = Math.max(...boxes.map((b) => b[0] + b[2])), y1 = Math.max(...boxes.map((b) => b[1] + b[3]));
+      // the "missing models" notice (no models in the test server) would cover the right-hand nodes
+      for (const el of document.querySelectorAll("body *")) {
+        if (el.children.length || !/errors? found/.test(el.textContent ?? "")) continue;
+        let box = el;
+        while (box.parentElement && !["fixed", "absolute"].includes(getComputedStyle(box).position)) box = box.parentElement;
+        box.style.visibility = "hidden";
+      }
+      const ds = app.canvas.ds, left = 240, top = 110;   // clear of the canvas toolbar
+      ds.scale = zoom; ds.offset[0] = left / zoom - x0; ds.offset[1] = top / zoom - y0;
+      await settle(); await sleep(500);
+      const rect = app.canvas.canvas.getBoundingClientRect();
+      return { x: rect.left + left - 10, y: rect.top + top - 10,
+               width: Math.min((x1 - x0) * zoom + 20, innerWidth - rect.left - left),
+               height: Math.min((y1 - y0) * zoom + 20, innerHeight - rect.top - top) };
+    },
     // [on screen, height in graph units] of each node's plan panel (DOM widgets off screen are not shown)
     panelBoxes: (ids) => ids.map((id) => {
       const el = panel(app.graph.getNodeById(id));
@@ -189,12 +210,14 @@ DOC_ENV = "LONGMEDIA_DOC_SCREENSHOTS"   # =1: also write the README's screenshot
 SLACK_PX = 8                            # web/longmedia.js: a node this much taller than its content is oversized
 
 
-def doc_screenshot(page: Browser, name: str, capsys) -> Path | None:
-    """The README's screenshot `name` (half scale), written to docs/img/ only when LONGMEDIA_DOC_SCREENSHOTS=1."""
+def doc_screenshot(page: Browser, name: str, types: list[str], zoom: float, capsys) -> Path | None:
+    """The README's screenshot `name`: the nodes of `types` at `zoom`, written to docs/img/ only when
+    LONGMEDIA_DOC_SCREENSHOTS=1."""
     if os.environ.get(DOC_ENV) != "1":
         return None
     DOC_IMAGES.mkdir(parents=True, exist_ok=True)
-    path = page.screenshot(DOC_IMAGES / name, scale=0.5)
+    clip = page.eval(f"window.longmediaTest.frame({json.dumps(types)}, {zoom})")
+    path = page.screenshot(DOC_IMAGES / name, clip=clip)
     with capsys.disabled():
         print(f"\n[web] doc screenshot: {path}")
     return path
@@ -347,7 +370,7 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
     assert "pass\tframes\tcontext\tnew -> result\tseed" in setup and " | " not in setup, setup
     assert screenshot(page, shots / f"{page.renderer}_report.png", capsys).stat().st_size > 20_000
     if page.renderer == "classic":
-        doc_screenshot(page, "plan_panel.png", capsys)
+        doc_screenshot(page, "plan_panel.png", ["LongMediaSampler", "LongMediaHiRes"], 0.8, capsys)
     seen = page.eval(f"window.longmediaTest.panelBehaviour({panels['LongMediaSampler']['id']})")
     assert not seen["in_panel"] and not seen["serialize"], seen
     assert seen["open"][0] > seen["closed"][0] and seen["reclosed"][0] == seen["closed"][0], seen
@@ -414,5 +437,6 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
     page.eval("window.longmediaTest.fitView()")
     screenshot(page, shots / f"{page.renderer}_{Path(workflow).stem}.png", capsys)
     if page.renderer == "classic" and workflow == "ref2va_hires_refiner.json":
-        doc_screenshot(page, "nodes.png", capsys)
+        doc_screenshot(page, "nodes.png", ["LongMediaSetup", "CFGGuider", "LongMediaSampler", "LongMediaHiRes",
+                                           "LongMediaRefiner"], 0.55, capsys)
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
