@@ -10,8 +10,10 @@ from ..longmedia.attention.schedule import SolSettings
 AUTO = -1
 MANUAL_HELP = {
     "mlp_chunk_tokens": "Rows per SwiGLU MLP chunk: smaller holds less of fc1's output at once.",
-    "sol_qkv_chunk_tokens": "Rows per K/V projection chunk and per query chunk of the streamed attention.",
-    "sol_out_proj_chunk_tokens": "Rows per out-projection call inside a query chunk.",
+    "sol_qkv_chunk_tokens": "qkv_chunk_tokens (input sol_qkv_chunk_tokens; every streamed attention, not only "
+                            "Sol): rows per K/V projection chunk and per query chunk.",
+    "sol_out_proj_chunk_tokens": "out_proj_chunk_tokens (input sol_out_proj_chunk_tokens; every streamed "
+                                 "attention): rows per out-projection call inside a query chunk.",
     "vram_activation_reserve_mb": "VRAM kept free beside the predicted peak (allocator slack, other models).",
     "inter_block_vram_guard_mb": "After a block, clean up when less than this many MB are free.",
     "inter_block_guard_cooldown_blocks": "Blocks skipped after an inter-block clean-up.",

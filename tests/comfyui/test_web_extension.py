@@ -146,6 +146,27 @@ PAGE_JS = r"""
       await settle(); seen.reloaded_low_vram = visible(app.graph.nodes.find((n) => n.type === "LongMediaSampler"));
       return seen;
     },
+    // Setup's sockets as the family changes and pictures connect; the prompt box with positive connected or not.
+    async setupWalk() {
+      app.graph.clear();
+      const setup = add("LongMediaSetup", [400, 0]), clip = add("LongMediaTestTinyCLIP", [0, 0]);
+      const enc = add("CLIPTextEncode", [0, 200]), image = add("EmptyImage", [0, 400]);
+      const sockets = () => setup.inputs.filter((i) => !i.widget).map((i) => i.name);
+      const promptShown = () => visible(setup).includes("prompt");
+      const seen = {};
+      await settle(); seen.t2va = sockets(); seen.prompt_free = promptShown();
+      clip.connect(0, enc, enc.findInputSlot("clip")); enc.connect(0, setup, setup.findInputSlot("positive"));
+      await settle(); seen.prompt_with_positive = promptShown();
+      seen.prompt_flagged_hidden = !!widget(setup, "prompt").options.hidden;
+      set(setup, "family", "fl2va"); await settle(); seen.fl2va = sockets();
+      set(setup, "family", "ref2va"); await settle(); seen.ref2va = sockets();
+      image.connect(0, setup, setup.findInputSlot("ref_image_1")); await settle(); seen.ref2va_one = sockets();
+      set(setup, "family", "t2va"); await settle(); seen.t2va_linked = sockets();
+      const link = app.graph.links.get?.(setup.inputs.find((i) => i.name === "ref_image_1").link)
+                   ?? app.graph.links[setup.inputs.find((i) => i.name === "ref_image_1").link];
+      seen.link_slot_ok = setup.inputs[link.target_slot].name === "ref_image_1";
+      return seen;
+    },
     // After a run: the "why" list opening grows the panel and closing shrinks it; a changed input marks it stale.
     async panelBehaviour(id) {
       const node = app.graph.getNodeById(id), w = widget(node, REPORT), details = panel(node).querySelector("details");
@@ -336,6 +357,23 @@ def test_controls_follow_the_modes(page):
     assert seen["serialized"] == ["auto", "auto", 1.3, 0.8, "cosine", 16384, 0.2, "exact_kv"] + [-1] * 10
     assert seen["prompt_inputs"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS)
     assert seen["options"] == [list(MEMORY_MODES), list(ATTENTION_MODES)]
+    assert unexpected(page.console(mark)) == [], page.console_text(mark)
+
+
+def test_setup_shows_the_sockets_its_family_uses(page):
+    mark = page.mark()
+    seen = page.eval("window.longmediaTest.setupWalk()")
+    common = ["positive", "negative", "clip", "vae", "audio_vae"]
+    assert seen["t2va"] == common, seen            # no reference or frame socket in text-to-AV
+    assert seen["fl2va"] == common + ["first_frame", "last_frame"], seen
+    assert seen["ref2va"] == common + ["ref_image_1", "ref_video_1", "ref_video_audio_1", "ref_audio_1"], seen
+    assert seen["ref2va_one"] == common + ["ref_image_1", "ref_image_2", "ref_video_1", "ref_video_audio_1",
+                                           "ref_audio_1"], seen
+    assert seen["t2va_linked"] == common + ["ref_image_1"], seen   # a connected socket never disappears
+    assert seen["link_slot_ok"], seen
+    assert seen["prompt_free"] and seen["prompt_flagged_hidden"], seen
+    if page.renderer == "classic":   # Nodes 2.0 does not re-read a widget's hidden flag on a connection change
+        assert not seen["prompt_with_positive"], seen
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
