@@ -148,20 +148,20 @@ class ComfyServer:
         messages: list[dict] = []
 
         async def listen() -> None:
-            async with aiohttp.ClientSession(trust_env=False) as session:
-                async with session.ws_connect(f"ws://{HOST}:{self.port}/ws?clientId={client_id}") as ws:
-                    reply = await (await session.post(f"{self.url}/prompt", json={
-                        "prompt": dict(prompt), "client_id": client_id})).json()
-                    if reply.get("node_errors") or "prompt_id" not in reply:
-                        raise ComfyHarnessError(f"prompt refused: {json.dumps(reply)[:4000]}")
-                    messages.append({"type": "submitted", "data": {"prompt_id": reply["prompt_id"]}})
-                    async for msg in ws:
-                        if msg.type != aiohttp.WSMsgType.TEXT:
-                            continue   # binary frames: previews and progress text
-                        data = json.loads(msg.data)
-                        messages.append(data)
-                        if data.get("type") in ("execution_success", "execution_error", "execution_interrupted"):
-                            return
+            url = f"ws://{HOST}:{self.port}/ws?clientId={client_id}"
+            async with aiohttp.ClientSession(trust_env=False) as session, session.ws_connect(url) as ws:
+                reply = await (await session.post(f"{self.url}/prompt", json={
+                    "prompt": dict(prompt), "client_id": client_id})).json()
+                if reply.get("node_errors") or "prompt_id" not in reply:
+                    raise ComfyHarnessError(f"prompt refused: {json.dumps(reply)[:4000]}")
+                messages.append({"type": "submitted", "data": {"prompt_id": reply["prompt_id"]}})
+                async for msg in ws:
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        continue   # binary frames: previews and progress text
+                    data = json.loads(msg.data)
+                    messages.append(data)
+                    if data.get("type") in ("execution_success", "execution_error", "execution_interrupted"):
+                        return
 
         asyncio.run(asyncio.wait_for(listen(), timeout))
         entry = self.wait(messages[0]["data"]["prompt_id"], timeout)
