@@ -10,8 +10,10 @@ from ..longmedia.attention.schedule import SolSettings
 AUTO = -1
 MANUAL_HELP = {
     "mlp_chunk_tokens": "Rows per SwiGLU MLP chunk: smaller holds less of fc1's output at once.",
-    "sol_qkv_chunk_tokens": "Rows per K/V projection chunk and per query chunk of the streamed attention.",
-    "sol_out_proj_chunk_tokens": "Rows per out-projection call inside a query chunk.",
+    "sol_qkv_chunk_tokens": "qkv_chunk_tokens (input sol_qkv_chunk_tokens; every streamed attention, not only "
+                            "Sol): rows per K/V projection chunk and per query chunk.",
+    "sol_out_proj_chunk_tokens": "out_proj_chunk_tokens (input sol_out_proj_chunk_tokens; every streamed "
+                                 "attention): rows per out-projection call inside a query chunk.",
     "vram_activation_reserve_mb": "VRAM kept free beside the predicted peak (allocator slack, other models).",
     "inter_block_vram_guard_mb": "After a block, clean up when less than this many MB are free (streamed modes only).",
     "inter_block_guard_cooldown_blocks": "Blocks skipped after an inter-block clean-up (streamed modes only).",
@@ -26,12 +28,24 @@ MANUAL_HELP = {
                                  "higher cleans up more often (against fragmentation)."),
 }
 
-MEMORY_HELP = ("auto (recommended): the least constrained mode whose predicted peak fits your card. normal: stock "
-               "block math. low_vram: exact streamed attention and chunked MLP (about a third of the activations). "
-               "ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
-ATTENTION_HELP = ("auto (recommended): the fastest exact attention that fits; Sol only when nothing exact fits. "
-                  "existing: keep ComfyUI's installed attention. sol: approximate block-sparse attention at a "
-                  "fixed tau. scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
+# The qkv/out-proj chunk sizes serve every streamed attention, not only Sol: their labels drop the old prefix
+# (the input names, which workflows and API prompts use, stay).
+LABELS = {"sol_qkv_chunk_tokens": "qkv_chunk_tokens", "sol_out_proj_chunk_tokens": "out_proj_chunk_tokens"}
+
+MEMORY_HELP = ("How the blocks run (one line per option):\n"
+               "- auto (recommended): the least constrained mode whose predicted peak fits your card.\n"
+               "- normal: stock block math.\n"
+               "- low_vram: exact streamed attention and chunked MLP (about a third of the activations).\n"
+               "- ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
+ATTENTION_HELP = ("Which attention runs (one line per option):\n"
+                  "- auto (recommended): the fastest exact attention that fits; Sol only when nothing exact fits.\n"
+                  "- existing: keep ComfyUI's installed attention.\n"
+                  "- sol: approximate block-sparse attention at a fixed tau.\n"
+                  "- scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
+OUTPUT_HELP = {
+    "output": "The sampled AV latent (video and audio), for VAEDecode / VAEDecodeAudio or the next LongMedia stage.",
+    "denoised_output": "The model's denoised estimate at the last step (as SamplerCustomAdvanced's denoised_output).",
+}
 
 
 def memory_inputs() -> list:
@@ -59,10 +73,16 @@ def memory_inputs() -> list:
                                               "exact_kv_and_rows: their query rows too; off: route them like video."),
     ]
     for name, low, high, zero_ok, fix in PLAN_TYPES.MANUAL_CONTROLS:
-        inputs.append(io.Int.Input(name, default=AUTO, min=AUTO, max=high, advanced=True, optional=True,
-                                   tooltip=f"{MANUAL_HELP.get(name, name)} -1 = auto (the planner decides). "
+        inputs.append(io.Int.Input(name, display_name=LABELS.get(name), default=AUTO, min=AUTO, max=high,
+                                   advanced=True, optional=True,
+                                   tooltip=f"auto (-1): the planner decides. {MANUAL_HELP.get(name, name)} "
                                            + ("0 = stock path for that stage. " if zero_ok else "") + fix))
     return inputs
+
+
+def latent_outputs() -> list:
+    """output and denoised_output, with their tooltips (Sampler, Hi-Res and Refiner)."""
+    return [io.Latent.Output(display_name=name, tooltip=help) for name, help in OUTPUT_HELP.items()]
 
 
 def plan_request(kwargs: dict):

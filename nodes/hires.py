@@ -6,7 +6,8 @@ from comfy_api.latest import io
 
 from ..longmedia.comfy.stages import run_hires
 from ..longmedia.h3.latent_resample import METHODS
-from .controls import memory_inputs, plan_request
+from .controls import latent_outputs, memory_inputs, plan_request
+from .report_output import report_output
 
 
 class LongMediaHiRes(io.ComfyNode):
@@ -45,8 +46,7 @@ class LongMediaHiRes(io.ComfyNode):
                 *memory_inputs(),
             ],
             outputs=[
-                io.Latent.Output(display_name="output"),
-                io.Latent.Output(display_name="denoised_output"),
+                *latent_outputs(),
                 io.String.Output(display_name="report", tooltip="The new plan, the resize and what was measured (JSON)."),
             ],
         )
@@ -57,6 +57,4 @@ class LongMediaHiRes(io.ComfyNode):
         result = run_hires(noise, guider, sampler, sigmas, latent, plan_request(controls), scale=scale,
                            denoise=denoise, method=method, upscaler=upscaler, renoise_sigma=renoise_sigma,
                            keep_audio=keep_audio)
-        report = result.report
-        return io.NodeOutput(result.output, result.denoised, report.to_json(),
-                             ui={"longmedia_report": [report.to_dict() | {"summary": report.summary_lines()}]})
+        return report_output(result)

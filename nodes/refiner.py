@@ -6,7 +6,8 @@ import comfy.samplers
 from comfy_api.latest import io
 
 from ..longmedia.comfy.stages import run_refiner
-from .controls import memory_inputs, plan_request
+from .controls import latent_outputs, memory_inputs, plan_request
+from .report_output import report_output
 
 
 class LongMediaRefiner(io.ComfyNode):
@@ -35,8 +36,7 @@ class LongMediaRefiner(io.ComfyNode):
                 *memory_inputs(),
             ],
             outputs=[
-                io.Latent.Output(display_name="output"),
-                io.Latent.Output(display_name="denoised_output"),
+                *latent_outputs(),
                 io.String.Output(display_name="report", tooltip="The plan and what was measured (JSON)."),
             ],
         )
@@ -45,6 +45,4 @@ class LongMediaRefiner(io.ComfyNode):
     def execute(cls, noise, guider, sampler, latent, scheduler, steps, denoise, sigmas=None, **controls) -> io.NodeOutput:
         result = run_refiner(noise, guider, sampler, latent, plan_request(controls), sigmas=sigmas,
                              scheduler=scheduler, steps=steps, denoise=denoise)
-        report = result.report
-        return io.NodeOutput(result.output, result.denoised, report.to_json(),
-                             ui={"longmedia_report": [report.to_dict() | {"summary": report.summary_lines()}]})
+        return report_output(result)

@@ -7,7 +7,8 @@ from comfy_api.latest import io
 from ..longmedia.comfy.inputs import job_for_latent
 from ..longmedia.comfy.sampler import run_sampler
 from ..longmedia.comfy.segmented import run_segmented
-from .controls import memory_inputs, plan_request
+from .controls import latent_outputs, memory_inputs, plan_request
+from .report_output import report_output
 
 Job = io.Custom("LONGMEDIA_JOB")
 
@@ -31,8 +32,7 @@ class LongMediaSampler(io.ComfyNode):
                 *memory_inputs(),
             ],
             outputs=[
-                io.Latent.Output(display_name="output"),
-                io.Latent.Output(display_name="denoised_output"),
+                *latent_outputs(),
                 io.String.Output(display_name="report", tooltip="The plan and what was measured, as JSON."),
             ],
         )
@@ -44,6 +44,4 @@ class LongMediaSampler(io.ComfyNode):
             result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments)
         else:
             result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
-        report = result.report
-        return io.NodeOutput(result.output, result.denoised, report.to_json(),
-                             ui={"longmedia_report": [report.to_dict() | {"summary": report.summary_lines()}]})
+        return report_output(result)

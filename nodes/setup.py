@@ -5,6 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..longmedia.comfy.setup import run_setup
+from ..longmedia.errors import LongMediaInputError
 from ..longmedia.h3.references import REFERENCE_BUDGETS
 from ..longmedia.segments.timeline import MAX_SEGMENT_SECONDS
 from ..longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
@@ -39,7 +40,6 @@ class LongMediaSetup(io.ComfyNode):
             description="MiniMax H3 job setup: size, duration (snapped to 17k+5 frames at 24 fps), t2va / fl2va / "
                         "ref2va conditioning through the stock H3 nodes, reference budget and segments.",
             inputs=[
-                io.Conditioning.Input("negative", tooltip="Negative prompt (CLIPTextEncode), passed through as is."),
                 io.Int.Input("width", default=1344, min=32, max=16384, step=32, tooltip="Video width in pixels (multiple of 32)."),
                 io.Int.Input("height", default=768, min=32, max=16384, step=32, tooltip="Video height in pixels (multiple of 32)."),
                 io.Float.Input("seconds", default=10.0, min=0.2, max=3600.0, step=0.5,
@@ -53,7 +53,12 @@ class LongMediaSetup(io.ComfyNode):
                              tooltip="Frames each later segment re-reads from the previous one (17k+5: 5, 22, 39 ...)."),
                 io.Conditioning.Input("positive", optional=True,
                                       tooltip="Prompt conditioning (CLIPTextEncode) for t2va/fl2va. Or leave it "
-                                              "unconnected and connect clip + prompt (required for ref2va)."),
+                                              "unconnected and connect clip + prompt (required for ref2va); "
+                                              "when it is connected the prompt box is not used."),
+                # optional only so that it follows `positive` (ComfyUI lists required inputs first); execute
+                # refuses a job without it
+                io.Conditioning.Input("negative", optional=True,
+                                      tooltip="Negative prompt (CLIPTextEncode), passed through as is. Required."),
                 io.Clip.Input("clip", optional=True,
                               tooltip="H3 text encoder: Setup encodes `prompt` with the references / first-last "
                                       "frames shown to Qwen, as the stock H3 nodes do."),
@@ -68,17 +73,22 @@ class LongMediaSetup(io.ComfyNode):
                 *_reference_inputs(),
             ],
             outputs=[
-                io.Conditioning.Output(display_name="positive"),
-                io.Conditioning.Output(display_name="negative"),
+                io.Conditioning.Output(display_name="positive",
+                                       tooltip="The prompt conditioning with the job's frames or references (for the "
+                                               "guider)."),
+                io.Conditioning.Output(display_name="negative", tooltip="The negative conditioning, as connected."),
                 io.Latent.Output(display_name="latent", tooltip="The whole job's AV latent (segmented jobs too)."),
                 Job.Output(display_name="job", tooltip="For LongMedia Sampler / Hi-Res / Refiner."),
             ],
         )
 
     @classmethod
-    def execute(cls, negative, width, height, seconds, family, reference_budget, segment_seconds, continuation_frames,
-                positive=None, clip=None, prompt="", vae=None, audio_vae=None, ref_image_size="match",
+    def execute(cls, width, height, seconds, family, reference_budget, segment_seconds, continuation_frames,
+                positive=None, negative=None, clip=None, prompt="", vae=None, audio_vae=None, ref_image_size="match",
                 first_frame=None, last_frame=None, **references) -> io.NodeOutput:
+        if negative is None:
+            raise LongMediaInputError("negative", None, "a CONDITIONING (CLIPTextEncode)",
+                                      "Connect a negative prompt; an empty CLIPTextEncode is fine.")
         result = run_setup(positive, negative, width=width, height=height, seconds=seconds, family=family,
                            reference_budget=reference_budget, segment_seconds=segment_seconds,
                            continuation_frames=continuation_frames, ref_image_size=ref_image_size, clip=clip,

@@ -6,7 +6,11 @@
 //   is drawn as a compact text panel under the node's widgets;
 // - the ten manual VRAM controls (INT inputs whose default and minimum are -1 = auto) stay hidden until
 //   memory_mode is not auto, and the Sol schedule inputs (sol_*) until attention_mode is sol or
-//   scheduled_sol; the node's own "Show Advanced" toggle shows them all.
+//   scheduled_sol; the node's own "Show Advanced" toggle shows them all; a manual control at -1 reads "auto";
+// - Setup shows only the sockets its family uses (frames for fl2va, reference slots for ref2va: the connected
+//   ones and one free slot of each kind), and hides the prompt box while `positive` is connected;
+// - a node loaded taller than its content shrinks to it; the plan panel follows its open "why" list, is
+//   left out of the properties panel, and is marked stale when the node's inputs change after the run.
 // Only our node types' prototypes and widgets are touched; nothing global is patched.
 
 import { app } from "../../scripts/app.js";
@@ -22,8 +26,13 @@ const MAX_REASONS = 24;
 const REPORT_WIDTH = 420;     // px: wide enough for the peak line at 11 px monospace
 const CHAR_PX = 6.7;          // width of one 11 px monospace character
 const LINE_PX = 15;           // 11 px font at line-height 1.35
-const MAX_PANEL_PX = 320;     // longer reports scroll
+const MAX_PANEL_PX = 720;     // longer reports scroll
 const PANEL_MARGIN_PX = 10;   // the frontend's margin around a DOM widget
+const SLACK_PX = 8;           // a loaded node taller than its content by more than this shrinks
+const STALE_CLASS = "longmedia-stale";
+// Setup's sockets by family: frame inputs for fl2va, reference slots for ref2va (kind -> [prefixes of one slot]).
+const FRAME_INPUTS = ["first_frame", "last_frame"];
+const REFERENCE_KINDS = { picture: ["ref_image_"], video: ["ref_video_", "ref_video_audio_"], audio: ["ref_audio_"] };
 
 /** Names of the manual VRAM controls and of the Sol schedule inputs in a V1 node definition. */
 export function classifyInputs(nodeData) {
@@ -105,6 +114,29 @@ function fitHeight(node) {
   node.setDirtyCanvas?.(true, true);
 }
 
+/** A node (loaded from a workflow) taller than its content shrinks to it; a shorter one is left alone. */
+export function shrinkToContent(node) {
+  if (globalThis.LiteGraph?.vueNodesMode) return;
+  const wanted = node.computeSize?.();
+  if (wanted && node.size && node.size[1] > wanted[1] + SLACK_PX) fitHeight(node);
+}
+
+// The manual controls keep -1 as their value (workflows and API prompts use it); the canvas shows "auto".
+function showAuto(node, names) {
+  for (const name of names) {
+    const widget = widgetByName(node, name);
+    if (!widget || Object.getOwnPropertyDescriptor(widget, "_displayValue")) continue;
+    const proto = Object.getPrototypeOf(widget);
+    const own = Object.getOwnPropertyDescriptor(proto, "_displayValue") ??
+      Object.getOwnPropertyDescriptor(Object.getPrototypeOf(proto) ?? {}, "_displayValue");
+    if (!own?.get) continue;   // not a canvas number widget of this frontend
+    Object.defineProperty(widget, "_displayValue", {
+      configurable: true,
+      get() { return this.value === -1 && !this.computedDisabled ? "auto" : own.get.call(this); },
+    });
+  }
+}
+
 // The node's own "Show Advanced" toggle (context menu on the canvas, footer button in Nodes 2.0) sets
 // node.showAdvanced; re-apply visibility after it, keeping the frontend's own accessor in the chain.
 function watchShowAdvanced(node, groups) {
@@ -124,18 +156,96 @@ function watchShowAdvanced(node, groups) {
   });
 }
 
-function watchModes(node, groups) {
-  for (const name of ["memory_mode", "attention_mode"]) {
-    const widget = widgetByName(node, name);
-    if (!widget || widget.longmediaWatched) continue;
+// Every control's callback: the mode controls re-apply visibility, Setup's family its sockets, and any change
+// after a run marks the plan panel stale.
+function watchWidgets(node, groups) {
+  for (const widget of node.widgets ?? []) {
+    if (widget.name === REPORT_WIDGET || widget.longmediaWatched) continue;
     const callback = widget.callback;
     widget.callback = function (...args) {
       const result = callback?.apply(this, args);
-      applyVisibility(node, groups);
+      if (widget.name === "memory_mode" || widget.name === "attention_mode") applyVisibility(node, groups);
+      if (widget.name === "family") applySetupSockets(node);
+      if (node.longmediaReport) markStale(node);
       return result;
     };
     widget.longmediaWatched = true;
   }
+}
+
+function linkOf(graph, id) {
+  if (id == null || !graph?.links) return undefined;
+  return typeof graph.links.get === "function" ? graph.links.get(id) : graph.links[id];
+}
+
+/** The Setup sockets `family` uses: frame inputs, or the reference slots up to one past the last connected. */
+export function setupSockets(family, linkedNames, slotCounts) {
+  const wanted = new Set();
+  if (family === "fl2va") FRAME_INPUTS.forEach((n) => wanted.add(n));
+  if (family === "ref2va") {
+    for (const [kind, prefixes] of Object.entries(REFERENCE_KINDS)) {
+      let last = 0;
+      for (const name of linkedNames) {
+        const prefix = prefixes.find((p) => name.startsWith(p) && /^\d+$/.test(name.slice(p.length)));
+        if (prefix) last = Math.max(last, Number(name.slice(prefix.length)));
+      }
+      const shown = Math.min(slotCounts[kind] ?? 0, last + 1);
+      for (let i = 1; i <= shown; i++) prefixes.forEach((p) => wanted.add(`${p}${i}`));
+    }
+  }
+  return wanted;
+}
+
+// Setup's frame and reference sockets, in schema order, with their types: name -> type.
+function managedSockets(nodeData) {
+  const optional = nodeData?.input?.optional ?? {};
+  const order = nodeData?.input_order?.optional ?? Object.keys(optional);
+  const prefixes = Object.values(REFERENCE_KINDS).flat();
+  const out = new Map();
+  for (const name of order) {
+    const isRef = prefixes.some((p) => name.startsWith(p) && /^\d+$/.test(name.slice(p.length)));
+    if (FRAME_INPUTS.includes(name) || isRef) out.set(name, optional[name][0]);
+  }
+  return out;
+}
+
+function slotCounts(managed) {
+  const counts = {};
+  for (const [kind, prefixes] of Object.entries(REFERENCE_KINDS)) {
+    counts[kind] = [...managed.keys()].filter((n) => n.startsWith(prefixes[0]) &&
+      /^\d+$/.test(n.slice(prefixes[0].length))).length;
+  }
+  return counts;
+}
+
+/** Setup: add and remove its frame/reference sockets to match the family (a connected socket always stays). */
+export function applySetupSockets(node) {
+  const managed = managedSockets(node.constructor?.nodeData);
+  if (!managed.size || !node.inputs) return;
+  const family = widgetByName(node, "family")?.value;
+  const linked = node.inputs.filter((s) => s.link != null).map((s) => s.name);
+  const wanted = setupSockets(family, linked, slotCounts(managed));
+  linked.filter((n) => managed.has(n)).forEach((n) => wanted.add(n));
+  const present = new Map(node.inputs.filter((s) => managed.has(s.name)).map((s) => [s.name, s]));
+  const same = present.size === wanted.size && [...wanted].every((n) => present.has(n));
+  if (!same) {
+    const hollow = globalThis.LiteGraph?.SlotShape?.HollowCircle ?? 7;
+    const keep = node.inputs.filter((s) => !managed.has(s.name));
+    const shown = [...managed.keys()].filter((n) => wanted.has(n)).map((name) =>
+      present.get(name) ?? { name, localized_name: name, label: name, type: managed.get(name), link: null,
+                             shape: hollow });
+    node.inputs.splice(0, node.inputs.length, ...keep, ...shown);
+    node.inputs.forEach((slot, index) => {
+      const link = linkOf(node.graph, slot.link);
+      if (link) link.target_slot = index;
+    });
+  }
+  // the prompt box is not used while positive conditioning is connected
+  const prompt = widgetByName(node, "prompt");
+  const positive = node.inputs.some((s) => s.name === "positive" && s.link != null);
+  const promptChanged = !!prompt && !!prompt.hidden !== positive;
+  if (promptChanged) setState(prompt, positive, false);
+  if (!same || promptChanged) fitHeight(node);
 }
 
 function gib(bytes) {
@@ -193,27 +303,55 @@ function notesOf(run) {
   return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
 }
 
-// A segmented Sampler run: entry.plan is the segment plan, each entry.segments[i].run a run report.
+// A segmented Sampler run: entry.plan is the segment plan, each entry.segments[i].run a run report. The rows
+// describe the largest pass (the most packed rows: the one that sets the memory), labelled; a table lists all.
 function formatSegmented(entry) {
   const segs = entry.segments;
-  const runs = segs.map((s) => s.run ?? {});
-  const first = runs[0].plan ?? {};
-  const device = Math.max(0, ...runs.map((r) => r.measured_device_bytes ?? 0));
-  const rows = planRows(first, runs[0], entry.measured_peak_bytes, device);
+  const rowsOf = (s) => s.run?.plan?.geometry?.seq_len ?? 0;
+  const largest = segs.reduce((best, s) => (rowsOf(s) > rowsOf(best) ? s : best), segs[0]);
+  const run = largest.run ?? {};
+  const device = Math.max(0, ...segs.map((s) => s.run?.measured_device_bytes ?? 0));
+  const rows = planRows(run.plan ?? {}, run, entry.measured_peak_bytes, device);
+  const label = `largest pass, #${largest.index} of ${segs.length}`;
+  for (const row of rows) if (row[0] === "sequence") row[1] += ` (${label})`;
   const p = entry.plan ?? {};
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
   rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
-  for (const s of segs) {
-    const sps = typeof s.seconds_per_step === "number" ? `${s.seconds_per_step.toFixed(2)} s/step` : "";
-    const peak = s.peak_bytes > 0 ? `peak ${gib(s.peak_bytes)}` : "";
-    const mode = s.run?.plan?.memory_mode ?? "";
-    const parts = [`${s.pass_frames} frames (${s.context_frames} context)`, mode, sps, peak].filter(Boolean);
-    rows.push([`  #${s.index}`, parts.join(", ")]);
-  }
-  if (segs.length > 1) rows.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
+  const table = {
+    head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak"],
+    rows: segs.map((s) => [`#${s.index}`, String(s.pass_frames), String(s.context_frames), String(rowsOf(s) || "?"),
+                           s.run?.plan?.memory_mode ?? "", typeof s.seconds_per_step === "number"
+                             ? s.seconds_per_step.toFixed(2) : "", s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a"]),
+  };
+  const tail = [];
+  if (segs.length > 1) tail.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
+  const runs = segs.map((s) => s.run ?? {});
   const warnings = [...new Set(runs.flatMap((r) => (r.plan?.warnings ?? []).map(String)))];
   const notes = [...new Set(runs.flatMap(notesOf)), ...(entry.notes ?? []).map(String)];
-  return { rows, warnings, notes, reasons: (first.reasons ?? []).map(String) };
+  return { rows, table, tail, warnings, notes, reasons: (run.plan?.reasons ?? []).map(String) };
+}
+
+// Setup's summary: text lines, with its segment table ("a | b | c" lines, the first one the header) as a table
+// of the columns a reader needs (the latent and audio ranges go to each row's tooltip).
+const SETUP_COLUMNS = { "seg": "pass", "pass frames": "frames", "context": "context",
+                        "new frames -> result frames": "new -> result", "seed": "seed" };
+
+export function splitSummary(lines) {
+  const text = [];
+  let head = null;
+  const rows = [];
+  const titles = [];
+  for (const line of lines) {
+    const cells = line.split(" | ").map((c) => c.trim());
+    if (cells.length < 3) { text.push(line); continue; }
+    if (!head) { head = cells; continue; }
+    const keep = head.map((h, i) => (h in SETUP_COLUMNS ? i : -1)).filter((i) => i >= 0);
+    rows.push(keep.map((i) => cells[i] ?? ""));
+    titles.push(head.map((h, i) => `${h}: ${cells[i] ?? ""}`).join("\n"));
+  }
+  if (!head) return { lines: text };
+  const table = { head: head.filter((h) => h in SETUP_COLUMNS).map((h) => SETUP_COLUMNS[h]), rows, titles };
+  return { lines: text, table };
 }
 
 /** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). */
@@ -223,7 +361,8 @@ export function formatReport(entry) {
   }
   const plan = entry?.plan;
   if (!plan || typeof plan !== "object") {
-    return { rows: [], warnings: [], notes: [], reasons: [], lines: (entry?.summary ?? []).map(String) };
+    const { lines, table } = splitSummary((entry?.summary ?? []).map(String));
+    return { rows: [], warnings: [], notes: [], reasons: [], lines, table };
   }
   const rows = planRows(plan, entry, entry.measured_peak_bytes);
   const g = plan.geometry ?? {};
@@ -245,19 +384,43 @@ function element(tag, text, style) {
   return el;
 }
 
+function renderTable(table) {
+  const el = element("table", undefined, "border-collapse:collapse;margin:3px 0;font:inherit");
+  const head = element("tr");
+  for (const h of table.head) head.append(element("th", h, "text-align:left;padding:0 8px 0 0;opacity:.65;font-weight:normal"));
+  el.append(head);
+  table.rows.forEach((cells, i) => {
+    const tr = element("tr");
+    if (table.titles?.[i]) tr.title = table.titles[i];
+    for (const c of cells) tr.append(element("td", c, "padding:0 8px 0 0;white-space:nowrap"));
+    el.append(tr);
+  });
+  return el;
+}
+
 function renderReport(container, entries) {
   container.replaceChildren();
+  const banner = element("div", "stale: inputs changed since this run (queue again to update)",
+                         "display:none;color:#e8b04b;font-weight:bold");
+  banner.className = STALE_CLASS;
+  container.append(banner);
   entries.forEach((entry, index) => {
-    const { rows, warnings = [], notes = [], reasons = [], lines = [] } = formatReport(entry);
+    const { rows, table, tail = [], warnings = [], notes = [], reasons = [], lines = [] } = formatReport(entry);
     if (entries.length > 1) {
       container.append(element("div", `pass ${index + 1} of ${entries.length}`, "font-weight:bold;opacity:.8"));
     }
-    for (const [label, text] of rows) {
+    for (const [label, text] of [...rows, ...(table ? [] : tail)]) {
       const line = element("div");
       line.append(element("span", `${label} `, "opacity:.65"), element("span", text));
       container.append(line);
     }
     for (const text of lines) container.append(element("div", text));
+    if (table) container.append(renderTable(table));
+    for (const [label, text] of table ? tail : []) {
+      const line = element("div");
+      line.append(element("span", `${label} `, "opacity:.65"), element("span", text));
+      container.append(line);
+    }
     for (const text of warnings) container.append(element("div", `! ${text}`, "color:#e8b04b"));
     for (const text of notes) container.append(element("div", `- ${text}`, "opacity:.8"));
     if (reasons.length) {
@@ -273,15 +436,42 @@ function renderReport(container, entries) {
   container.title = entries.flatMap((e) => e?.summary ?? []).join("\n");
 }
 
-// Panel height from its visible lines (the reasons sit folded in <details>), wrapped at the node's width.
+// Panel height from its visible lines (an open "why" list counts its reasons), wrapped at the node's width.
 function reportHeight(container, width) {
   const perLine = Math.max(20, Math.floor((width - 40) / CHAR_PX));
+  const count = (text) => Math.max(1, Math.ceil(text.length / perLine));
   let lines = 0;
   for (const child of container.children) {
-    const text = child.tagName === "DETAILS" ? "why" : child.textContent;
-    lines += Math.max(1, Math.ceil(text.length / perLine));
+    if (child.classList?.contains(STALE_CLASS)) lines += child.style.display === "none" ? 0 : count(child.textContent);
+    else if (child.tagName === "DETAILS") {
+      lines += 1;
+      if (child.open) for (const item of [...child.children].slice(1)) lines += count(item.textContent);
+    } else if (child.tagName === "TABLE") lines += child.rows.length;
+    else lines += count(child.textContent);
   }
   return Math.min(MAX_PANEL_PX, 2 * PANEL_MARGIN_PX + 12 + LINE_PX * lines);
+}
+
+// Sizes the panel to its content and the node to its widgets; `grow` keeps a node the user made larger.
+function fitPanel(node, widget, grow = true) {
+  widget.longmediaSetHeight(reportHeight(widget.element, Math.max(node.size?.[0] ?? 0, REPORT_WIDTH)));
+  const wanted = node.computeSize?.();
+  if (wanted && node.size) {
+    const height = grow ? Math.max(node.size[1], wanted[1]) : wanted[1];
+    node.setSize([Math.max(node.size[0], wanted[0], REPORT_WIDTH), height]);
+  }
+  node.setDirtyCanvas?.(true, true);
+}
+
+/** Marks the node's plan panel stale (inputs changed after the run) or fresh. */
+export function markStale(node, stale = true) {
+  const widget = widgetByName(node, REPORT_WIDGET);
+  const banner = widget?.element?.querySelector?.(`.${STALE_CLASS}`);
+  if (!banner || (banner.style.display !== "none") === stale) return;
+  banner.style.display = stale ? "" : "none";
+  widget.element.classList.toggle(STALE_CLASS, stale);
+  widget.element.style.opacity = stale ? "0.6" : "";
+  fitPanel(node, widget);
 }
 
 /** Draws (or redraws) the plan panel of `node` from a `longmedia_report` list. */
@@ -295,18 +485,21 @@ export function showReport(node, entries) {
       "border-radius:6px;background:rgba(0,0,0,.25);color:var(--input-text,#ddd);user-select:text");
     container.className = "longmedia-report";
     let height = 4 * LINE_PX;
+    // hideInPanel: the properties panel lists the node's inputs, not this read-only view
     widget = node.addDOMWidget(REPORT_WIDGET, "longmedia_report", container, {
-      serialize: false, hideOnZoom: true, getMinHeight: () => height, getMaxHeight: () => height,
+      serialize: false, hideOnZoom: true, hideInPanel: true, getMinHeight: () => height,
+      getMaxHeight: () => height,
     });
     widget.serialize = false;
+    widget.options = widget.options ?? {};
+    widget.options.hideInPanel = true;
     widget.longmediaSetHeight = (h) => { height = h; };
+    // opening or closing "why" resizes the panel and the node (closing gives the space back)
+    container.addEventListener("toggle", () => fitPanel(node, widget, false), true);
   }
   renderReport(widget.element, list);
-  widget.longmediaSetHeight(reportHeight(widget.element, Math.max(node.size?.[0] ?? 0, REPORT_WIDTH)));
   node.longmediaReport = list;
-  const wanted = node.computeSize?.();
-  if (wanted) node.setSize([Math.max(node.size[0], wanted[0], REPORT_WIDTH), Math.max(node.size[1], wanted[1])]);
-  node.setDirtyCanvas?.(true, true);
+  fitPanel(node, widget);
 }
 
 // The plan report of Sampler / Hi-Res / Refiner, or Setup's job summary (its `text` beside `longmedia_job`).
@@ -323,6 +516,8 @@ app.registerExtension({
   name: EXTENSION_NAME,
   classifyInputs,
   formatReport,
+  setupSockets,
+  splitSummary,
 
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (typeof nodeData?.name !== "string" || !nodeData.name.startsWith(NODE_PREFIX)) return;
@@ -332,9 +527,11 @@ app.registerExtension({
     const onNodeCreated = proto.onNodeCreated;
     proto.onNodeCreated = function (...args) {
       const result = onNodeCreated?.apply(this, args);
-      watchModes(this, groups);
+      watchWidgets(this, groups);
       watchShowAdvanced(this, groups);
       applyVisibility(this, groups);
+      showAuto(this, groups.manual);
+      applySetupSockets(this);
       return result;
     };
 
@@ -342,6 +539,8 @@ app.registerExtension({
     proto.onConfigure = function (...args) {
       const result = onConfigure?.apply(this, args);
       applyVisibility(this, groups);
+      applySetupSockets(this);
+      shrinkToContent(this);
       return result;
     };
 
@@ -349,6 +548,18 @@ app.registerExtension({
     proto.onConnectionsChange = function (...args) {
       const result = onConnectionsChange?.apply(this, args);
       applyVisibility(this, groups);
+      if (!app.configuringGraph) {
+        // after the connection settles: a new reference slot appears, an emptied one goes
+        requestAnimationFrame(() => applySetupSockets(this));
+        if (this.longmediaReport) markStale(this);
+      }
+      return result;
+    };
+
+    const onWidgetChanged = proto.onWidgetChanged;
+    proto.onWidgetChanged = function (...args) {
+      const result = onWidgetChanged?.apply(this, args);
+      if (this.longmediaReport && args[0] !== REPORT_WIDGET) markStale(this);
       return result;
     };
 

@@ -12,6 +12,7 @@ job's exact length, so a single VAE decode gives the clip. ComfyUI is imported i
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import time
@@ -202,9 +203,12 @@ def _segment_guider(guider, conds: dict, routed: dict, index: int, context: dict
 
     def sampler_sample(executor, model_wrap, sigmas, extra_args, callback, *args, **kwargs):
         def step_callback(step, x0, x, total_steps):
-            out = callback(step, x0, x, total_steps) if callback is not None else None
-            progress(step + 1)
-            return out
+            # the pass's callback (previews, and its progress bar) sees the job's overall step, so the node
+            # shows one bar that rises over every pass instead of one bar per pass beside an overall one
+            if callback is None:
+                return None
+            overall_step, overall_total = progress(step)
+            return callback(overall_step, x0, x, overall_total)
 
         device = torch.device(g.model_patcher.load_device)
         start = time.perf_counter()
@@ -225,6 +229,26 @@ def _job_latent(fn, *args):
     """fn(*args) on the job's latents in RAM; an allocation failure becomes the OOM report (phase job_latent)."""
     with phase("job_latent", reader=comfy_memory_reader()):
         return fn(*args)
+
+
+def _overall_step(step: int, *, offset: int, total: int) -> tuple[int, int]:
+    """A pass's step as (the job's step, the job's step count): what the pass's sampler callback reports."""
+    return min(offset + step, total - 1), total
+
+
+def _show_pass(seg, count: int) -> None:
+    """The pass now running, as the node's progress text (beside its one overall bar) when a server runs it."""
+    from comfy_execution.utils import get_executing_context
+
+    context = get_executing_context()
+    if context is None:   # called in-process, outside a prompt
+        return
+    from server import PromptServer
+
+    server = getattr(PromptServer, "instance", None)
+    if server is not None:
+        server.send_progress_text(f"pass {seg.index + 1} of {count}: {seg.pass_frames} frames "
+                                  f"({seg.context_frames} context)", context.node_id)
 
 
 def _seeded(noise, seed: int):
@@ -295,7 +319,6 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     """
     import comfy.model_management
     import comfy.nested_tensor
-    import comfy.utils
 
     video, audio = _check_inputs(guider, sigmas, latent, plan)
     forecast = forecast_segments(guider, sigmas, latent, request, plan, device_profile)
@@ -307,7 +330,6 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     context_keys = tuple(conds) if context_on_negative else ("positive",)
     steps = int(sigmas.shape[-1]) - 1
     total = plan.count * steps
-    bar = comfy.utils.ProgressBar(total)
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
     result = denoised = None
     records = []
@@ -316,8 +338,9 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         offset = seg.index * steps
         context = seams.context_keyframe(seg, *result) if seg.index else None
         probe = _Probe(guider.model_patcher.load_device)
+        _show_pass(seg, plan.count)
         g = _segment_guider(guider, conds, routed, seg.index, context, context_keys, probe,
-                            lambda done, offset=offset: bar.update_absolute(min(offset + done, total), total))
+                            functools.partial(_overall_step, offset=offset, total=total))
         pass_v, pass_a = _job_latent(seams.pass_latents, seg, video, audio)
         seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
         run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
@@ -329,7 +352,6 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
                                 _job_latent(seams.empty_result, plan, den_v, den_a))
         seams.place(seg, result, out_v, out_a)
         seams.place(seg, denoised, den_v, den_a)
-        bar.update_absolute(offset + steps, total)
         records.append(SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
                                      seg.video_latent_range, seg.audio_range, steps, probe.seconds, probe.baseline,
                                      run.report))

@@ -166,8 +166,12 @@ class Browser:
     def console_text(self, since: int = 0) -> str:
         return "\n".join(f"[{e.kind} {e.level}] {e.text} {e.where}" for e in self.console(since))[-6000:]
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, path: Path, clip: dict | None = None) -> Path:
+        """The viewport as PNG, or only `clip` ({x, y, width, height} in CSS px)."""
+        params = {"format": "png"}
+        if clip is not None:
+            params["clip"] = {**clip, "scale": 1}
+        data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 

@@ -138,6 +138,36 @@ class ComfyServer:
         raise_on_error(entry)
         return entry
 
+    def run_watching(self, prompt: Mapping[str, Any], timeout: float = 120.0) -> tuple[dict, list[dict]]:
+        """run(), listening on the websocket: the history entry and the JSON messages the server sent this client."""
+        import asyncio
+
+        import aiohttp
+
+        client_id = uuid.uuid4().hex
+        messages: list[dict] = []
+
+        async def listen() -> None:
+            url = f"ws://{HOST}:{self.port}/ws?clientId={client_id}"
+            async with aiohttp.ClientSession(trust_env=False) as session, session.ws_connect(url) as ws:
+                reply = await (await session.post(f"{self.url}/prompt", json={
+                    "prompt": dict(prompt), "client_id": client_id})).json()
+                if reply.get("node_errors") or "prompt_id" not in reply:
+                    raise ComfyHarnessError(f"prompt refused: {json.dumps(reply)[:4000]}")
+                messages.append({"type": "submitted", "data": {"prompt_id": reply["prompt_id"]}})
+                async for msg in ws:
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        continue   # binary frames: previews and progress text
+                    data = json.loads(msg.data)
+                    messages.append(data)
+                    if data.get("type") in ("execution_success", "execution_error", "execution_interrupted"):
+                        return
+
+        asyncio.run(asyncio.wait_for(listen(), timeout))
+        entry = self.wait(messages[0]["data"]["prompt_id"], timeout)
+        raise_on_error(entry)
+        return entry, messages[1:]
+
     def output_path(self, name: str) -> Path:
         return self.base / "output" / name
 

@@ -11,7 +11,7 @@ or point LONGMEDIA_CHROMIUM at a binary).
 from __future__ import annotations
 
 import json
-import random
+import os
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ PAGE_JS = r"""
     if (!LiteGraph.vueNodesMode) return names.filter((n) => node.isWidgetVisible(widget(node, n)));
     const el = document.querySelector(`[data-node-id="${node.id}"]`);
     const lines = new Set((el?.innerText ?? "").split("\n").map((t) => t.trim()));
-    return names.filter((n) => lines.has(n));
+    return names.filter((n) => lines.has(widget(node, n).label || n));
   };
   // Setup (2 segments) -> Sampler -> Hi-Res -> Refiner on the tiny checkpoint, every stage streamed (low_vram).
   const buildTiny = (seed) => {
@@ -99,6 +99,27 @@ PAGE_JS = r"""
       await settle(); await sleep(500);
     },
     buildTiny: () => { buildTiny(1); return app.graph.serialize(); },
+    // Zoom so that the nodes of `types` fill the view from its top-left; their screen rect (CSS px) for a clip.
+    async frame(types, zoom) {
+      const nodes = app.graph.nodes.filter((n) => types.includes(n.type));
+      const boxes = nodes.map((n) => Array.from(n.getBounding()));
+      const x0 = Math.min(...boxes.map((b) => b[0])), y0 = Math.min(...boxes.map((b) => b[1]));
+      const x1 = Math.max(...boxes.map((b) => b[0] + b[2])), y1 = Math.max(...boxes.map((b) => b[1] + b[3]));
+      // the "missing models" notice (no models in the test server) would cover the right-hand nodes
+      for (const el of document.querySelectorAll("body *")) {
+        if (el.children.length || !/errors? found/.test(el.textContent ?? "")) continue;
+        let box = el;
+        while (box.parentElement && !["fixed", "absolute"].includes(getComputedStyle(box).position)) box = box.parentElement;
+        box.style.visibility = "hidden";
+      }
+      const ds = app.canvas.ds, left = 240, top = 110;   // clear of the canvas toolbar
+      ds.scale = zoom; ds.offset[0] = left / zoom - x0; ds.offset[1] = top / zoom - y0;
+      await settle(); await sleep(500);
+      const rect = app.canvas.canvas.getBoundingClientRect();
+      return { x: rect.left + left - 10, y: rect.top + top - 10,
+               width: Math.min((x1 - x0) * zoom + 20, innerWidth - rect.left - left),
+               height: Math.min((y1 - y0) * zoom + 20, innerHeight - rect.top - top) };
+    },
     // [on screen, height in graph units] of each node's plan panel (DOM widgets off screen are not shown)
     panelBoxes: (ids) => ids.map((id) => {
       const el = panel(app.graph.getNodeById(id));
@@ -124,6 +145,51 @@ PAGE_JS = r"""
       await app.loadGraphData(app.graph.serialize(), true, true, "longmedia-mode-walk");
       await settle(); seen.reloaded_low_vram = visible(app.graph.nodes.find((n) => n.type === "LongMediaSampler"));
       return seen;
+    },
+    // Setup's sockets as the family changes and pictures connect; the prompt box with positive connected or not.
+    async setupWalk() {
+      app.graph.clear();
+      const setup = add("LongMediaSetup", [400, 0]), clip = add("LongMediaTestTinyCLIP", [0, 0]);
+      const enc = add("CLIPTextEncode", [0, 200]), image = add("EmptyImage", [0, 400]);
+      const sockets = () => setup.inputs.filter((i) => !i.widget).map((i) => i.name);
+      const promptShown = () => visible(setup).includes("prompt");
+      const seen = {};
+      await settle(); seen.t2va = sockets(); seen.prompt_free = promptShown();
+      clip.connect(0, enc, enc.findInputSlot("clip")); enc.connect(0, setup, setup.findInputSlot("positive"));
+      await settle(); seen.prompt_with_positive = promptShown();
+      seen.prompt_flagged_hidden = !!widget(setup, "prompt").options.hidden;
+      set(setup, "family", "fl2va"); await settle(); seen.fl2va = sockets();
+      set(setup, "family", "ref2va"); await settle(); seen.ref2va = sockets();
+      image.connect(0, setup, setup.findInputSlot("ref_image_1")); await settle(); seen.ref2va_one = sockets();
+      set(setup, "family", "t2va"); await settle(); seen.t2va_linked = sockets();
+      const link = app.graph.links.get?.(setup.inputs.find((i) => i.name === "ref_image_1").link)
+                   ?? app.graph.links[setup.inputs.find((i) => i.name === "ref_image_1").link];
+      seen.link_slot_ok = setup.inputs[link.target_slot].name === "ref_image_1";
+      return seen;
+    },
+    // After a run: the "why" list opening grows the panel and closing shrinks it; a changed input marks it stale.
+    async panelBehaviour(id) {
+      const node = app.graph.getNodeById(id), w = widget(node, REPORT), details = panel(node).querySelector("details");
+      const height = () => w.computeLayoutSize?.(node)?.minHeight ?? w.options.getMinHeight();
+      const out = { in_panel: !w.options.hideInPanel, serialize: w.serialize !== false && w.options.serialize !== false };
+      out.closed = [height(), node.size[1]];
+      details.open = true; await settle(); out.open = [height(), node.size[1]];
+      details.open = false; await settle(); out.reclosed = [height(), node.size[1]];
+      out.stale_before = panel(node).innerText.includes("stale");
+      set(node, "memory_mode", "ultra_low_vram"); await settle();
+      out.stale_after = panel(node).innerText.includes("stale");
+      set(node, "memory_mode", "low_vram"); await settle();
+      return out;
+    },
+    // Each node's box (title included), its height and the height its content needs; Setup's input sockets.
+    layout() {
+      return app.graph.nodes.map((n) => {
+        const b = n.getBounding ? Array.from(n.getBounding()) : [n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT,
+                                                                   n.size[0], n.size[1] + LiteGraph.NODE_TITLE_HEIGHT];
+        return { id: n.id, type: n.type, title: n.title, box: b, size: Array.from(n.size),
+                 content: LiteGraph.vueNodesMode ? null : Array.from(n.computeSize()),
+                 inputs: (n.inputs ?? []).filter((i) => !i.widget).map((i) => i.name) };
+      });
     },
     async runTiny() {
       const n = buildTiny(Date.now() % 1000000007), ours = [n.lm, n.hires, n.refiner];
@@ -158,6 +224,67 @@ PAGE_JS = r"""
   };
 })();
 """
+
+
+DOC_IMAGES = REPO_ROOT / "docs" / "img"
+DOC_ENV = "LONGMEDIA_DOC_SCREENSHOTS"   # =1: also write the README's screenshots into docs/img/
+SLACK_PX = 8                            # web/longmedia.js: a node this much taller than its content is oversized
+
+
+def doc_screenshot(page: Browser, name: str, types: list[str], zoom: float, capsys) -> Path | None:
+    """The README's screenshot `name`: the nodes of `types` at `zoom`, written to docs/img/ only when
+    LONGMEDIA_DOC_SCREENSHOTS=1."""
+    if os.environ.get(DOC_ENV) != "1":
+        return None
+    DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+    clip = page.eval(f"window.longmediaTest.frame({json.dumps(types)}, {zoom})")
+    path = page.screenshot(DOC_IMAGES / name, clip=clip)
+    with capsys.disabled():
+        print(f"\n[web] doc screenshot: {path}")
+    return path
+
+
+def expected_setup_sockets(family: str, linked: set[str]) -> list[str]:
+    """Setup's frame/reference sockets in the UI: the family's, reference slots up to one past the last connected."""
+    if family == "fl2va":
+        return ["first_frame", "last_frame"]
+    if family != "ref2va":
+        return []
+    out = []
+    for prefixes, count in ((("ref_image_",), 9), (("ref_video_", "ref_video_audio_"), 3), (("ref_audio_",), 3)):
+        last = max((int(n[len(p):]) for n in linked for p in prefixes if n[len(p):].isdigit() and n.startswith(p)),
+                   default=0)
+        out += [f"{p}{i}" for i in range(1, min(count, last + 1) + 1) for p in prefixes]
+    return out
+
+
+UPDATE_ENV = "LONGMEDIA_UPDATE_WORKFLOWS"   # =1: save the sizes the canvas computes into workflows/*.json
+KEEP_SIZE = ("LoadImage", "SaveVideo", "MarkdownNote", "CLIPTextEncode")   # previews and text boxes keep theirs
+
+
+def save_computed_sizes(workflow: str, layout: list[dict]) -> None:
+    """Each node's computed height (and at least its computed width) into the workflow file; then re-run
+    tools/layout_workflows.py to place the nodes at their new sizes."""
+    path = REPO_ROOT / "workflows" / workflow
+    data = json.loads(path.read_text(encoding="utf-8"))
+    by_id = {str(n["id"]): n for n in layout}
+    for node in data["nodes"]:
+        seen = by_id.get(str(node["id"]))
+        if seen and seen["content"] and node["type"] not in KEEP_SIZE:
+            node["size"] = [max(node["size"][0], round(seen["content"][0])), round(seen["content"][1])]
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def overlaps(layout: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of nodes whose boxes (title bar included) intersect."""
+    out = []
+    for i, a in enumerate(layout):
+        ax, ay, aw, ah = a["box"]
+        for b in layout[i + 1:]:
+            bx, by, bw, bh = b["box"]
+            if ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah:
+                out.append((f"{a['type']} {a['title']!r}", f"{b['type']} {b['title']!r}"))
+    return out
 
 
 def screenshot(page: Browser, path: Path, capsys) -> Path:
@@ -233,6 +360,23 @@ def test_controls_follow_the_modes(page):
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
+def test_setup_shows_the_sockets_its_family_uses(page):
+    mark = page.mark()
+    seen = page.eval("window.longmediaTest.setupWalk()")
+    common = ["positive", "negative", "clip", "vae", "audio_vae"]
+    assert seen["t2va"] == common, seen            # no reference or frame socket in text-to-AV
+    assert seen["fl2va"] == common + ["first_frame", "last_frame"], seen
+    assert seen["ref2va"] == common + ["ref_image_1", "ref_video_1", "ref_video_audio_1", "ref_audio_1"], seen
+    assert seen["ref2va_one"] == common + ["ref_image_1", "ref_image_2", "ref_video_1", "ref_video_audio_1",
+                                           "ref_audio_1"], seen
+    assert seen["t2va_linked"] == common + ["ref_image_1"], seen   # a connected socket never disappears
+    assert seen["link_slot_ok"], seen
+    assert seen["prompt_free"] and seen["prompt_flagged_hidden"], seen
+    if page.renderer == "classic":   # Nodes 2.0 does not re-read a widget's hidden flag on a connection change
+        assert not seen["prompt_with_positive"], seen
+    assert unexpected(page.console(mark)) == [], page.console_text(mark)
+
+
 def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
     """Setup -> Sampler (2 segments) -> Hi-Res -> Refiner through the UI: each shows what its report says."""
     mark = page.mark()
@@ -247,7 +391,9 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
     assert "2 segments" in panels["LongMediaSetup"]["text"], panels
     for node_type in stages:
         report = history[str(panels[node_type]["id"])]["longmedia_report"][0]
-        run = report["segments"][0]["run"] if node_type == "LongMediaSampler" else report
+        # a segmented Sampler shows its largest pass (the most packed rows), labelled
+        run = (max((s["run"] for s in report["segments"]), key=lambda r: r["plan"]["geometry"]["seq_len"])
+               if node_type == "LongMediaSampler" else report)
         text, plan = panels[node_type]["text"], run["plan"]
         assert f"mode {plan['memory_mode']} (set by hand)" in text, (node_type, text)
         assert f"attention {run['attention_backend']} (exact" in text, (node_type, text)
@@ -257,20 +403,31 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
         assert f"why ({len(plan['reasons'])})" in text, (node_type, text)
     sampler = panels["LongMediaSampler"]["text"]
     assert "segments 2 passes" in sampler and "drift s/step" in sampler, sampler
+    assert "(largest pass, #" in sampler and "pass\tframes\tcontext\trows" in sampler, sampler
+    setup = panels["LongMediaSetup"]["text"]
+    assert "pass\tframes\tcontext\tnew -> result\tseed" in setup and " | " not in setup, setup
     assert screenshot(page, shots / f"{page.renderer}_report.png", capsys).stat().st_size > 20_000
+    if page.renderer == "classic":
+        doc_screenshot(page, "plan_panel.png", ["LongMediaSampler", "LongMediaHiRes"], 0.8, capsys)
+    seen = page.eval(f"window.longmediaTest.panelBehaviour({panels['LongMediaSampler']['id']})")
+    assert not seen["in_panel"] and not seen["serialize"], seen
+    assert seen["open"][0] > seen["closed"][0] and seen["reclosed"][0] == seen["closed"][0], seen
+    if page.renderer == "classic":   # Nodes 2.0 sizes the node from the DOM
+        assert seen["open"][1] > seen["closed"][1] and seen["reclosed"][1] < seen["open"][1], seen
+    assert not seen["stale_before"] and seen["stale_after"], seen
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
 def provide_pictures(workflow: dict, input_dir: Path) -> None:
-    """Seeded random pictures for the workflow's LoadImage nodes (the user's own files in real use)."""
-    from PIL import Image
+    """The workflow's LoadImage pictures, copied from workflows/input/ (every picture a workflow loads is shipped)."""
+    import shutil
 
-    rng = random.Random(0)
     for node in workflow["nodes"]:
         name = (node.get("widgets_values") or [None])[0]
-        if node.get("type") == "LoadImage" and isinstance(name, str) and not (input_dir / name).exists():
-            pixels = bytes(rng.randrange(256) for _ in range(64 * 64 * 3))
-            Image.frombytes("RGB", (64, 64), pixels).save(input_dir / name)
+        if node.get("type") == "LoadImage":
+            shipped = REPO_ROOT / "workflows" / "input" / str(name)
+            assert shipped.is_file(), f"{name} is loaded by a workflow but not shipped in workflows/input/"
+            shutil.copyfile(shipped, input_dir / name)
 
 
 def _workflow_files() -> list[Path]:
@@ -297,6 +454,27 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
         if node["memory_mode"] is not None:
             assert node["manual_visible"] == (node["memory_mode"] != "auto"), node
             assert node["sol_visible"] == (node["attention_mode"] in ("sol", "scheduled_sol")), node
+    layout = page.eval("window.longmediaTest.layout()")
+    if page.renderer == "classic" and os.environ.get(UPDATE_ENV) == "1":
+        save_computed_sizes(workflow, layout)
+    assert overlaps(layout) == [], overlaps(layout)
+    if page.renderer == "classic":   # the canvas computes node sizes (Nodes 2.0 sizes nodes from the DOM)
+        saved = {str(n["id"]): n["size"] for n in data["nodes"]}
+        for node in layout:
+            if str(node["type"]).startswith("LongMedia"):
+                assert node["size"][1] <= node["content"][1] + SLACK_PX, f"{node} is taller than its content"
+                assert abs(saved[str(node["id"])][1] - node["content"][1]) <= SLACK_PX, \
+                    f"{workflow} saves {node['type']} at {saved[str(node['id'])]}, its content needs {node['content']}"
+    setup = next(n for n in layout if n["type"] == "LongMediaSetup")
+    family = next(n for n in data["nodes"] if n["type"] == "LongMediaSetup")["widgets_values"][3]
+    refs = [name for name in setup["inputs"] if name.startswith("ref_") or name.endswith("_frame")]
+    linked = {i["name"] for n in data["nodes"] if n["type"] == "LongMediaSetup" for i in n["inputs"]
+              if i.get("link") is not None}
+    assert refs == expected_setup_sockets(family, linked), (family, setup["inputs"])
+    assert setup["inputs"].index("positive") < setup["inputs"].index("negative"), setup["inputs"]
     page.eval("window.longmediaTest.fitView()")
     screenshot(page, shots / f"{page.renderer}_{Path(workflow).stem}.png", capsys)
+    if page.renderer == "classic" and workflow == "ref2va_hires_refiner.json":
+        doc_screenshot(page, "nodes.png", ["LongMediaSetup", "CFGGuider", "LongMediaSampler", "LongMediaHiRes",
+                                           "LongMediaRefiner"], 0.55, capsys)
     assert unexpected(page.console(mark)) == [], page.console_text(mark)

@@ -178,6 +178,38 @@ def test_t2va_30s_segmented_runs(comfy_server):
     assert len(report["segments"]) == 2, "the Sampler should run one pass per segment of the job"
 
 
+def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
+    """A 3-pass job: the Sampler's websocket `progress` events form one bar over passes x steps, never going back."""
+    prompt = tiny_rewrite(load_example("t2va_30s_segmented"), "wf_progress.safetensors")
+    prompt[node_id(prompt, "LongMediaSetup")]["inputs"].update(seconds=3.5, segment_seconds=1.0)
+    entry, messages = comfy_server.run_watching(prompt, timeout=300)
+    sampler = node_id(prompt, "LongMediaSampler")
+    job = entry["outputs"][node_id(prompt, "LongMediaSetup")]["longmedia_job"][0]
+    passes, steps = job["segments"]["count"], TINY_STEPS["BasicScheduler"]
+    assert passes == 3, job["segments"]
+    events = [(m["data"]["value"], m["data"]["max"]) for m in messages
+              if m.get("type") == "progress" and m["data"].get("node") == sampler]
+    assert events, [m.get("type") for m in messages]
+    assert {total for _, total in events} == {passes * steps}, events
+    values = [value for value, _ in events]
+    assert values == sorted(values) and values[-1] == passes * steps, events
+
+
+def test_every_node_has_help_the_info_tab_finds(comfy_server):
+    """The frontend's Info tab fetches /extensions/<pack>/docs/<node id>.md for a custom node (no 404)."""
+    import urllib.request
+
+    ours = [k for k, v in comfy_server.object_info().items() if v.get("python_module") == PACK_MODULE]
+    assert sorted(ours) == ["LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler", "LongMediaSetup"]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for node in ours:
+        url = f"{comfy_server.url}/extensions/{harness.PACK_LINK_NAME}/docs/{node}.md"
+        with opener.open(url, timeout=10) as reply:
+            text = reply.read().decode("utf-8")
+        title = comfy_server.object_info()[node]["display_name"]
+        assert reply.status == 200 and text.startswith(f"# {title}\n"), (node, text[:80])
+
+
 # --- our stage nodes through /prompt ----------------------------------------------------------------------------
 
 STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner")
