@@ -111,6 +111,17 @@ def progress_from_options(transformer_options: Mapping[str, Any] | None) -> floa
     return sigma_progress(sigma, schedule)
 
 
+def _merge_text_runs(table: tuple) -> tuple:
+    """Adjacent text rows as one segment: a table may split the text into runs (text_token_tags)."""
+    out: list = []
+    for a, b, kind in table:
+        if out and kind == "text" and out[-1][2] == "text" and out[-1][1] == a:
+            out[-1] = (out[-1][0], b, "text")
+        else:
+            out.append((a, b, kind))
+    return tuple(out)
+
+
 def _segments_for(seq_len: int, segments: Iterable[tuple[int, int, str]] | None) -> tuple | None:
     """The segment table for this call's packed sequence, else None (e.g. the text refiner's call).
 
@@ -119,7 +130,7 @@ def _segments_for(seq_len: int, segments: Iterable[tuple[int, int, str]] | None)
     """
     if segments is None:
         return None
-    table = tuple((int(a), int(b), str(kind)) for a, b, kind in segments)
+    table = _merge_text_runs(tuple((int(a), int(b), str(kind)) for a, b, kind in segments))
     if not table:
         return None
     delta = seq_len - table[-1][1]

@@ -80,3 +80,27 @@ def test_all_heads_streaming_is_bitwise_against_comfy_on_cpu(comfy):
                     attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
                     cast_small=patch.comfy_cast_small)
     assert torch.equal(out, stock)
+
+
+def masked_segments(g, s, mod_rows):
+    """A masked job's table (ComfyUI 0.38+): text split into tag runs, per-token rows on the audio and video spans."""
+    return [(0, 17, 4), (17, 29, 1), (29, 40, 4), (40, 120, 0),
+            (120, 200, torch.randint(0, mod_rows, (80,), generator=g)),
+            (200, s, torch.randint(0, mod_rows, (s - 200,), generator=g))]
+
+
+@pytest.mark.parametrize("chunks", [ChunkSizes(64, 0, 64), ChunkSizes(50, 13, 77), ChunkSizes(128, 0, 40, 2),
+                                    ChunkSizes(97, 31, 0, 1), ChunkSizes(0, 0, 33)])
+def test_streamed_matches_comfy_block_with_per_token_rows(comfy, chunks):
+    _, _, patch = comfy
+    block, x, t_emb, _, rope = make(comfy, torch.float32, "disable_weight_init", seed=11)
+    segments = masked_segments(torch.Generator().manual_seed(5), x.shape[0], mod_rows=3 * t_emb.shape[0])
+    assert sum(b - a for a, b, _ in segments) == x.shape[0]
+    with torch.inference_mode():
+        stock = block(x.clone(), t_emb, segments, rope, transformer_options={})
+        uniform = block(x.clone(), t_emb, [(a, b, 0) for a, b, _ in segments], rope, transformer_options={})
+        out = run_block(block, x.clone(), t_emb, segments, rope, chunks=chunks,
+                        attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
+                        interrupt=patch.comfy_interrupt, cast_small=patch.comfy_cast_small)
+    assert rel(stock, uniform) > 1e-3  # the per-token rows matter
+    assert rel(out, stock) <= 1e-5, chunks
