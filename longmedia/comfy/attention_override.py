@@ -25,6 +25,21 @@ from ..attention.schedule import sigma_progress
 
 OVERRIDE_KEY = "optimized_attention_override"
 SEGMENTS_KEY = "longmedia_segments"
+LAYOUT_KEY = "minimax_h3_layout"  # ComfyUI 0.38+: the current call's PackedLayout, published by the model
+
+
+def host_layout_segments(options: Mapping[str, Any] | None, seq_len: int | None = None) -> tuple | None:
+    """The packed segment table ComfyUI publishes for this call (transformer_options[LAYOUT_KEY]), or None.
+
+    Absent on ComfyUI before 0.38 and outside H3; a layout for another sequence length is not used.
+    """
+    segments = getattr((options or {}).get(LAYOUT_KEY), "segments", None)
+    if not segments:
+        return None
+    table = tuple((int(a), int(b), str(kind)) for a, b, kind in segments)
+    if seq_len is not None and table[-1][1] != seq_len:
+        return None
+    return table
 """transformer_options key for H3's packed segment table ((start, stop, kind), ...): store a tuple
 (ComfyUI's option merging extends lists)."""
 
@@ -193,7 +208,9 @@ class LongMediaAttentionOverride:
         backend = self.choice.exact_backend if tau is None else self.choice.backend
         segments = None
         if tau is not None and self.choice.sol is not None and self.choice.sol.sinks_keys:
-            given = self.segments if self.segments is not None else (options or {}).get(SEGMENTS_KEY)
+            given = host_layout_segments(options, seq_len)
+            if given is None:
+                given = self.segments if self.segments is not None else (options or {}).get(SEGMENTS_KEY)
             segments = _segments_for(seq_len, given)
             if segments is None:
                 warnings.warn(SolSegmentsWarning(

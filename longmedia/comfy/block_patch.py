@@ -16,6 +16,11 @@ from ..execution.chunks import ChunkSizes
 from ..execution.streamed_block import run_block
 
 AttentionFactory = Callable[[dict, int], Callable]  # (transformer_options, heads) -> AttentionFn
+LAYOUT_KEY = "minimax_h3_layout"
+
+
+class HandedAttentionError(RuntimeError):
+    """A patch ahead of ours handed the block its own attention module, which the streamed executor cannot run."""
 
 
 def comfy_weights():
@@ -56,6 +61,13 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
 
     def replace(args: dict, extra: dict) -> dict:
         topts = args.get("transformer_options", {})
+        if args.get("attention") is not None:
+            raise HandedAttentionError(
+                f"DiT block {index} was handed its own attention module (args['attention'], as ComfyUI's "
+                "BlockSparseAttention node does); LongMedia's streamed executor computes attention per query "
+                "chunk and cannot run it. Remove that node from the model path, or set memory_mode=normal.")
+        if "layout" in args and LAYOUT_KEY not in topts:  # ComfyUI 0.38+ hands the packed layout here too
+            topts = {**topts, LAYOUT_KEY: args["layout"]}
         if on_block is not None:
             on_block(index, "start")
         x = run_block(block, args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"], chunks=chunks,

@@ -118,7 +118,9 @@ def _device_profile(load_device) -> DeviceProfile:
 
 
 def _attention_factory(plan: ExecutionPlan, segments):
-    from .attention_override import existing_attention_fn, progress_from_options
+    """(transformer_options, heads) -> attention for the streamed blocks; Sol's sinks come from the layout
+    ComfyUI publishes for the call (0.38+: transformer_options["minimax_h3_layout"]), else the planned table."""
+    from .attention_override import existing_attention_fn, host_layout_segments, progress_from_options
 
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
@@ -126,7 +128,9 @@ def _attention_factory(plan: ExecutionPlan, segments):
     from ..attention.dispatcher import build_attention_fn
 
     def factory(topts, heads):
-        return build_attention_fn(choice, progress=progress_from_options(topts), segments=segments,
+        table = host_layout_segments(topts)
+        return build_attention_fn(choice, progress=progress_from_options(topts),
+                                  segments=table if table is not None else segments,
                                   existing=existing_attention_fn(topts, heads))
 
     return factory
@@ -152,6 +156,9 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
     blocks = g.model_patcher.model.diffusion_model.blocks
+    if blocks and getattr(blocks[0].attn, "to_gate_compress", None) is not None:
+        run.notes.append("VSA gate (gate_compress checkpoint): left unused, as ComfyUI's dense attention leaves it; "
+                         "only BlockSparseAttention's vsa method reads it")
     streamed: tuple[int, ...] = ()
     if not plan.chunks.is_stock:
         factory, on_block = _attention_factory(plan, segments), _on_block(run)

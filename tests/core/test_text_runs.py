@@ -39,3 +39,15 @@ def test_sol_table_merges_text_runs_and_shifts_for_another_prompt_length():
     assert merged[0] == (0, 50, "text") and merged[1:] == tuple(runs[3:])
     shorter = _segments_for(runs[-1][1] - 7, runs)
     assert shorter[0] == (0, 43, "text") and shorter[1][0] == 43 and shorter[-1][1] == runs[-1][1] - 7
+
+
+def test_host_layout_segments_prefer_the_published_layout():
+    from types import SimpleNamespace
+
+    from longmedia.comfy.attention_override import LAYOUT_KEY, host_layout_segments
+
+    layout = SimpleNamespace(segments=[(0, 50, "text"), (50, 90, "audio"), (90, 330, "video")], seq_len=330)
+    assert host_layout_segments({LAYOUT_KEY: layout}) == ((0, 50, "text"), (50, 90, "audio"), (90, 330, "video"))
+    assert host_layout_segments({LAYOUT_KEY: layout}, 330)[-1] == (90, 330, "video")
+    assert host_layout_segments({LAYOUT_KEY: layout}, 200) is None  # another call's layout
+    assert host_layout_segments({}) is None and host_layout_segments(None) is None
