@@ -140,7 +140,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
-    from .block_patch import comfy_interrupt, comfy_weights, streamed_replacement
+    from .block_patch import comfy_interrupt, comfy_weights, outside_malloc_graph, streamed_replacement
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
     from .residency import residency_boundary
@@ -170,9 +170,8 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         streamed = tuple(range(len(blocks)))
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
-        g.model_patcher.add_object_patch("diffusion_model.final_layer.forward",
-                                         chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt,
-                                                               weights=comfy_weights()))
+        forward = chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt, weights=comfy_weights())
+        g.model_patcher.add_object_patch("diffusion_model.final_layer.forward", outside_malloc_graph(forward))
     if plan.attention.choice is not None and plan.attention.backend != "existing":
         from .attention_override import install_attention_override
 
