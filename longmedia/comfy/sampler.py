@@ -20,6 +20,8 @@ import torch
 from . import inputs as comfy_job
 from ..report.oom import LongMediaOOM, OOMContext, phase, report_for
 from .memory_facts import comfy_memory_reader, dynamic_vram_active
+from .sparse_attention_node import block_sparse_evidence
+from .sparse_attention_node import reconcile as reconcile_block_sparse
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
 from ..planning.types import ExecutionPlan, PlanRequest
@@ -103,7 +105,9 @@ def plan_for(guider, latent, sigmas, request: PlanRequest, device_profile: Devic
     segments = comfy_job.stock_segments(video, audio, positive)
     geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
     device = device_profile or _device_profile(guider.model_patcher.load_device)
-    return make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request), segments
+    plan = make_plan(ModelProfile.from_module(model, name="loaded H3"), device, geometry, request)
+    evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
+    return reconcile_block_sparse(plan, evidence), segments
 
 
 def _device_profile(load_device) -> DeviceProfile:
