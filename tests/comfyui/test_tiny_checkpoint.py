@@ -53,6 +53,10 @@ def test_loader_detects_tiny_variant_as_minimax_h3(comfy_inprocess, tiny_checkpo
     # from tensor shapes alone, and with the metadata config ComfyUI also reads
     assert _without_gate(comfy.model_detection.detect_unet_config(sd, "", metadata=None)) == EXPECTED_CONFIG
     assert _without_gate(comfy.model_detection.detect_unet_config(sd, "", metadata=metadata)) == EXPECTED_CONFIG
+    model = loaded[variant].model
+    assert type(model).__name__ == "MiniMaxH3"
+    config = {k: v for k, v in model.model_config.unet_config.items() if k != "dtype"}
+    assert _without_gate(config) == EXPECTED_CONFIG
 
 
 def _without_gate(config: dict) -> dict:
@@ -76,10 +80,6 @@ def test_gate_compress_variant_is_detected_and_loads(comfy_inprocess, tmp_path):
     gate = patcher.model.diffusion_model.blocks[0].attn.to_gate_compress
     assert torch.equal(gate.weight.float(), sd["blocks.0.attn.to_gate_compress.weight"].float())
 
-    model = loaded[variant].model
-    assert type(model).__name__ == "MiniMaxH3"
-    config = {k: v for k, v in model.model_config.unet_config.items() if k != "dtype"}
-    assert config == EXPECTED_CONFIG
     assert set(model.diffusion_model.state_dict().keys()) == set(sd.keys())  # nothing missing or left over
 
 
