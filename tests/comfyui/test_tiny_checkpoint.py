@@ -57,6 +57,7 @@ def test_loader_detects_tiny_variant_as_minimax_h3(comfy_inprocess, tiny_checkpo
     assert type(model).__name__ == "MiniMaxH3"
     config = {k: v for k, v in model.model_config.unet_config.items() if k != "dtype"}
     assert _without_gate(config) == EXPECTED_CONFIG
+    assert set(model.diffusion_model.state_dict().keys()) == set(sd.keys())  # nothing missing or left over
 
 
 def _without_gate(config: dict) -> dict:
@@ -79,8 +80,8 @@ def test_gate_compress_variant_is_detected_and_loads(comfy_inprocess, tmp_path):
     patcher = comfy_inprocess.sd.load_diffusion_model(str(path))
     gate = patcher.model.diffusion_model.blocks[0].attn.to_gate_compress
     assert torch.equal(gate.weight.float(), sd["blocks.0.attn.to_gate_compress.weight"].float())
+    assert set(patcher.model.diffusion_model.state_dict().keys()) == set(sd.keys())
 
-    assert set(model.diffusion_model.state_dict().keys()) == set(sd.keys())  # nothing missing or left over
 
 
 def test_int8_variant_loads_block_linears_as_quantized_tensors(loaded):
