@@ -137,11 +137,21 @@ function showAuto(node, names) {
   }
 }
 
+// The descriptor of `key` on `obj` or up its prototype chain (newer frontends, 1.53, keep showAdvanced as
+// a class accessor over the node's tracked state: the Nodes 2.0 view reads that state, not a field).
+function propertyDescriptor(obj, key) {
+  for (let o = obj; o; o = Object.getPrototypeOf(o)) {
+    const d = Object.getOwnPropertyDescriptor(o, key);
+    if (d) return d;
+  }
+  return undefined;
+}
+
 // The node's own "Show Advanced" toggle (context menu on the canvas, footer button in Nodes 2.0) sets
 // node.showAdvanced; re-apply visibility after it, keeping the frontend's own accessor in the chain.
 function watchShowAdvanced(node, groups) {
-  const own = Object.getOwnPropertyDescriptor(node, "showAdvanced");
-  if (own && !own.configurable) return;
+  const own = propertyDescriptor(node, "showAdvanced");
+  if (own && Object.hasOwn(node, "showAdvanced") && !own.configurable) return;
   let stored = node.showAdvanced;
   const get = own?.get ? () => own.get.call(node) : () => stored;
   const set = own?.set ? (v) => own.set.call(node, v) : (v) => { stored = v; };

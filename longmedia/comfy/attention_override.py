@@ -25,6 +25,21 @@ from ..attention.schedule import sigma_progress
 
 OVERRIDE_KEY = "optimized_attention_override"
 SEGMENTS_KEY = "longmedia_segments"
+LAYOUT_KEY = "minimax_h3_layout"  # ComfyUI 0.38+: the current call's PackedLayout, published by the model
+
+
+def host_layout_segments(options: Mapping[str, Any] | None, seq_len: int | None = None) -> tuple | None:
+    """The packed segment table ComfyUI publishes for this call (transformer_options[LAYOUT_KEY]), or None.
+
+    Absent on ComfyUI before 0.38 and outside H3; a layout for another sequence length is not used.
+    """
+    segments = getattr((options or {}).get(LAYOUT_KEY), "segments", None)
+    if not segments:
+        return None
+    table = tuple((int(a), int(b), str(kind)) for a, b, kind in segments)
+    if seq_len is not None and table[-1][1] != seq_len:
+        return None
+    return table
 """transformer_options key for H3's packed segment table ((start, stop, kind), ...): store a tuple
 (ComfyUI's option merging extends lists)."""
 
@@ -111,6 +126,17 @@ def progress_from_options(transformer_options: Mapping[str, Any] | None) -> floa
     return sigma_progress(sigma, schedule)
 
 
+def _merge_text_runs(table: tuple) -> tuple:
+    """Adjacent text rows as one segment: a table may split the text into runs (text_token_tags)."""
+    out: list = []
+    for a, b, kind in table:
+        if out and kind == "text" and out[-1][2] == "text" and out[-1][1] == a:
+            out[-1] = (out[-1][0], b, "text")
+        else:
+            out.append((a, b, kind))
+    return tuple(out)
+
+
 def _segments_for(seq_len: int, segments: Iterable[tuple[int, int, str]] | None) -> tuple | None:
     """The segment table for this call's packed sequence, else None (e.g. the text refiner's call).
 
@@ -119,7 +145,7 @@ def _segments_for(seq_len: int, segments: Iterable[tuple[int, int, str]] | None)
     """
     if segments is None:
         return None
-    table = tuple((int(a), int(b), str(kind)) for a, b, kind in segments)
+    table = _merge_text_runs(tuple((int(a), int(b), str(kind)) for a, b, kind in segments))
     if not table:
         return None
     delta = seq_len - table[-1][1]
@@ -183,7 +209,9 @@ class LongMediaAttentionOverride:
         backend = self.choice.exact_backend if tau is None else self.choice.backend
         segments = None
         if tau is not None and self.choice.sol is not None and self.choice.sol.sinks_keys:
-            given = (options or {}).get(SEGMENTS_KEY) or self.segments  # this call's own table first
+            given = host_layout_segments(options, seq_len)   # the host's published layout (0.38+) first,
+            if given is None:                                 # then this call's own table, then the install's
+                given = (options or {}).get(SEGMENTS_KEY) or self.segments
             segments = _segments_for(seq_len, given)
             if segments is None:
                 warnings.warn(SolSegmentsWarning(

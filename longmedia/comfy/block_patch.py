@@ -16,6 +16,11 @@ from ..execution.chunks import ChunkSizes
 from ..execution.streamed_block import run_block
 
 AttentionFactory = Callable[[dict, int], Callable]  # (transformer_options, heads) -> AttentionFn
+LAYOUT_KEY = "minimax_h3_layout"
+
+
+class HandedAttentionError(RuntimeError):
+    """A patch ahead of ours handed the block its own attention module, which the streamed executor cannot run."""
 
 
 def comfy_weights():
@@ -43,6 +48,21 @@ def comfy_cast_small(w, like):
     return comfy.model_management.cast_to(w, device=like.device)
 
 
+def malloc_graph_paused() -> contextlib.AbstractContextManager:
+    """ComfyUI's `pause_malloc_graph()` where it exists (0.38+), else a no-op context.
+
+    From 0.38 the model's forward runs inside a comfy-aimdo malloc graph (CUDA with dynamic VRAM) and
+    every block gets its own recorded allocation scope. Our chunk buffers (K/V, per-chunk activations,
+    the final layer's row chunks) must not be recorded into it: their sizes follow our plan, not the
+    stock block, so the streamed block and the chunked final layer run with recording paused. On the
+    CPU, with dynamic VRAM off, or with --disable-comfy-compiler the host's pause is itself a no-op.
+    """
+    import comfy.model_prefetch
+
+    pause = getattr(comfy.model_prefetch, "pause_malloc_graph", None)
+    return pause() if pause is not None else contextlib.nullcontext()
+
+
 def comfy_interrupt():
     import comfy.model_management
 
@@ -56,13 +76,33 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
 
     def replace(args: dict, extra: dict) -> dict:
         topts = args.get("transformer_options", {})
+        if args.get("attention") is not None:
+            raise HandedAttentionError(
+                f"DiT block {index} was handed its own attention module (args['attention'], as ComfyUI's "
+                "BlockSparseAttention node does); LongMedia's streamed executor computes attention per query "
+                "chunk and cannot run it. Remove that node from the model path, or set memory_mode=normal.")
+        if "layout" in args and LAYOUT_KEY not in topts:  # ComfyUI 0.38+ hands the packed layout here too
+            topts = {**topts, LAYOUT_KEY: args["layout"]}
         if on_block is not None:
             on_block(index, "start")
-        x = run_block(block, args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"], chunks=chunks,
-                      attention=attention_factory(topts, block.attn.heads), weights=comfy_weights(),
-                      interrupt=comfy_interrupt, cast_small=comfy_cast_small, phase=phase)
+        with malloc_graph_paused():
+            x = run_block(block, args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"], chunks=chunks,
+                          attention=attention_factory(topts, block.attn.heads), weights=comfy_weights(),
+                          interrupt=comfy_interrupt, cast_small=comfy_cast_small, phase=phase)
         if on_block is not None:
             on_block(index, "end")
         return {"img": x}
 
     return replace
+
+
+def outside_malloc_graph(forward: Callable) -> Callable:
+    """`forward` run with ComfyUI's malloc graph recording paused (see `malloc_graph_paused`), same signature."""
+    import functools
+
+    @functools.wraps(forward)
+    def paused(*args, **kwargs):
+        with malloc_graph_paused():
+            return forward(*args, **kwargs)
+
+    return paused

@@ -27,6 +27,8 @@ from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .residency import residency_boundary
+from .sparse_attention_node import block_sparse_evidence
+from .sparse_attention_node import reconcile as reconcile_block_sparse
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
 from ..planning.types import ExecutionPlan, PlanRequest
@@ -131,6 +133,8 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
     else:
         device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
     plan = make_plan(profile, device, geometry, request)
+    evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
+    plan = reconcile_block_sparse(plan, evidence)
     if check_runs:
         check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)
     return plan, segments
@@ -158,11 +162,12 @@ def _device_profile(load_device) -> DeviceProfile:
 def _attention_factory(plan: ExecutionPlan, segments):
     """(transformer_options, heads) -> the AttentionFn of one streamed block call.
 
-    Sol's sinks follow this call's own packed table (transformer_options[SEGMENTS_KEY], set per model
-    call by the DIFFUSION_MODEL wrapper: the negative prompt's call has its own text length, guides and
-    references); the plan's table (the positive prompt's) is the fallback.
+    Sol's sinks follow this call's own packed table: the layout ComfyUI publishes for the call (0.38+:
+    transformer_options["minimax_h3_layout"]), else transformer_options[SEGMENTS_KEY] (set per model call by
+    the DIFFUSION_MODEL wrapper: the negative prompt's call has its own text length, guides and references);
+    the plan's table (the positive prompt's) is the last fallback.
     """
-    from .attention_override import SEGMENTS_KEY, existing_attention_fn, progress_from_options
+    from .attention_override import SEGMENTS_KEY, existing_attention_fn, host_layout_segments, progress_from_options
 
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
@@ -170,7 +175,9 @@ def _attention_factory(plan: ExecutionPlan, segments):
     from ..attention.dispatcher import build_attention_fn
 
     def factory(topts, heads):
-        table = topts.get(SEGMENTS_KEY) or segments
+        table = host_layout_segments(topts)
+        if table is None:
+            table = topts.get(SEGMENTS_KEY) or segments
         return build_attention_fn(choice, progress=progress_from_options(topts), segments=table,
                                   seq_len=table[-1][1] if table else None,
                                   existing=existing_attention_fn(topts, heads))
@@ -187,7 +194,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
-    from .block_patch import comfy_interrupt, streamed_replacement
+    from .block_patch import comfy_interrupt, comfy_weights, outside_malloc_graph, streamed_replacement
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
     from .attention_override import SEGMENTS_KEY
@@ -203,6 +210,9 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
     blocks = g.model_patcher.model.diffusion_model.blocks
+    if blocks and getattr(blocks[0].attn, "to_gate_compress", None) is not None:
+        run.notes.append("VSA gate (gate_compress checkpoint): left unused, as ComfyUI's dense attention leaves it; "
+                         "only BlockSparseAttention's vsa method reads it")
     streamed: tuple[int, ...] = ()
     run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
     if not plan.chunks.is_stock:
@@ -215,8 +225,8 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         streamed = tuple(range(len(blocks)))
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
-        g.model_patcher.add_object_patch("diffusion_model.final_layer.forward",
-                                         chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt))
+        forward = chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt, weights=comfy_weights())
+        g.model_patcher.add_object_patch("diffusion_model.final_layer.forward", outside_malloc_graph(forward))
     if plan.attention.choice is not None and plan.attention.backend != "existing":
         from .attention_override import install_attention_override
 

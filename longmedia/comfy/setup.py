@@ -158,8 +158,10 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     with phase("job_latent", reader=comfy_memory_reader()):   # counted above; RAM can still run out meanwhile
         latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":
-        cond = h3.MiniMaxH3ReferenceToVideo.execute(clip, vae, audio_vae, prompt, width, height, plan.pass_frames,
-                                                    ref_image_size, **prepared_references(refs, plan)).result[0]
+        # keywords: ComfyUI 0.38 made vae/audio_vae optional and moved them after ref_image_size
+        cond = h3.MiniMaxH3ReferenceToVideo.execute(clip=clip, vae=vae, audio_vae=audio_vae, prompt=prompt, width=width,
+                                                    height=height, length=plan.pass_frames, ref_image_size=ref_image_size,
+                                                    **prepared_references(refs, plan)).result[0]
     elif family == "fl2va" and clip is not None:
         cond = h3.MiniMaxH3ImageToVideo.execute(clip, vae, prompt, width, height, plan.total_frames,
                                                 first_frame=first_frame, last_frame=last_frame).result[0]

@@ -1,5 +1,8 @@
 """H3's per-segment adaLN modulation and gated residual, in place; shared by the streamed executor and
-the clean-room reference block (tests/comfyui checks both against ComfyUI's `DiTBlock`)."""
+the clean-room reference block (tests/comfyui checks both against ComfyUI's `DiTBlock`).
+
+A segment's row is an int (one modulation row for the whole segment) or a per-token LongTensor of
+b - a rows (ComfyUI 0.38+ with a denoise mask): `vecs[row]` is then [b - a, hidden], one row per token."""
 
 from __future__ import annotations
 

@@ -32,16 +32,18 @@ from .linear import LinearWeight, WeightAccess, plain_weights
 from .modulation import gate_, modulate_
 from .rope import norm_rope_, norm_rope_pair_
 
-Segments = list[tuple[int, int, int]]
+Segments = list[tuple[int, int, "int | torch.Tensor"]]
+"""(start, stop, row): row is one adaLN modulation row, or (ComfyUI 0.38+, masked jobs) a per-token
+LongTensor of stop - start rows. A segment table may hold several text runs (text_token_tags)."""
 
 
 def _clip(segments: Segments, start: int, stop: int) -> Segments:
-    """Segments intersected with rows [start, stop), re-based to the chunk."""
+    """Segments intersected with rows [start, stop), re-based to the chunk; per-token rows sliced to match."""
     out = []
     for a, b, row in segments:
         lo, hi = max(a, start), min(b, stop)
         if lo < hi:
-            out.append((lo - start, hi - start, row))
+            out.append((lo - start, hi - start, row[lo - a:hi - a] if isinstance(row, torch.Tensor) else row))
     return out
 
 

@@ -241,8 +241,9 @@ def detect_dims(entries: Iterable[TensorEntry], formats: dict[str, str], metadat
         num_blocks=_count_blocks(by_name, p + "blocks."),
         refiner_blocks=_count_blocks(by_name, p + "token_refiner.blocks."),
         text_dim=shape("condition_proj.weight", 2)[1],
-        video_channels=shape("final_layer.video_out.weight")[0] // 4,
-        audio_channels=shape("final_layer.audio_out.weight")[0],
+        # from the patch projections' inputs: a PDD head bank stacks n heads in final_layer.*_out rows
+        video_channels=shape("video_patch_proj.weight", 2)[1] // 4,
+        audio_channels=shape("audio_patch_proj.weight", 2)[1],
         rope_inv_freq_len=shape("rope.inv_freq")[0],
         time_embed_dim=(shape("adaln_t_table")[1] if p + "adaln_t_table" in by_name
                         else shape("time_embedder.proj_out.weight")[0]),

@@ -1,8 +1,13 @@
 """Tiny random-weight MiniMax H3 checkpoints in ComfyUI's state-dict layout.
 
-`python -m longmedia.testing.tiny_h3 OUT_DIR [--variant bf16|fp32|int8 ...] [--seed N] [--blocks N]`
-writes `tiny_h3_<variant>.safetensors` files that ComfyUI's own loaders detect as `minimax_h3`
-(UNETLoader / `comfy.sd.load_diffusion_model`).
+`python -m longmedia.testing.tiny_h3 OUT_DIR [--variant bf16|fp32|int8 ...] [--seed N] [--blocks N]
+[--pdd-heads N] [--gate-compress]` writes `tiny_h3_<variant>.safetensors` files that ComfyUI's own
+loaders detect as `minimax_h3` (UNETLoader / `comfy.sd.load_diffusion_model`).
+
+Upstream-generation features (ComfyUI 0.38.x): `pdd_heads=n > 1` stacks n output heads by rows in
+`final_layer.video_out`/`audio_out` (a PDD head bank: head 0 full, 1..n-1 offsets, scaled small);
+`gate_compress=True` adds every block's VSA gate `blocks.N.attn.to_gate_compress.weight`
+[heads*head_dim, hidden]. Such files are named `tiny_h3_<variant>_pdd<n>` / `_gate`.
 
 Every tensor is drawn from its own generator seeded by (seed, key), so the variants hold the same
 model: bf16 is the fp32 weights rounded, int8 is the bf16 file with the block linears quantised
@@ -41,6 +46,8 @@ BIAS_STD = 0.02
 NORM_WEIGHT_STD = 0.1
 ROPE_THETA = 10000.0
 INT8_FORMAT = "int8_tensorwise"
+MAX_PDD_HEADS = 64
+PDD_OFFSET_SCALE = 0.2
 QUANTISED_LINEARS = ("attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2")
 """Linears of each DiT block (`blocks.N.`) stored INT8 in the int8 variant; the refiner stays bf16."""
 
@@ -70,7 +77,8 @@ def _linear(prefix: str, out_f: int, in_f: int, *, bias: bool, fp32: bool = Fals
         yield TensorSpec(f"{prefix}.bias", (out_f,), "adaln_bias" if adaln else "bias", fp32)
 
 
-def _transformer_block(prefix: str, dims: H3Dims, *, adaln: bool) -> Iterator[TensorSpec]:
+def _transformer_block(prefix: str, dims: H3Dims, *, adaln: bool, gate_compress: bool = False
+                       ) -> Iterator[TensorSpec]:
     h = dims.hidden
     yield TensorSpec(f"{prefix}.norm1.weight", (h,), "norm")
     yield TensorSpec(f"{prefix}.norm2.weight", (h,), "norm")
@@ -78,6 +86,8 @@ def _transformer_block(prefix: str, dims: H3Dims, *, adaln: bool) -> Iterator[Te
     yield TensorSpec(f"{prefix}.attn.q_norm.weight", (dims.head_dim,), "norm")
     yield TensorSpec(f"{prefix}.attn.k_norm.weight", (dims.head_dim,), "norm")
     yield from _linear(f"{prefix}.attn.out_proj", h, dims.inner, bias=False)
+    if gate_compress:
+        yield from _linear(f"{prefix}.attn.to_gate_compress", dims.inner, h, bias=False)
     yield from _linear(f"{prefix}.mlp.fc1", 2 * dims.ffn, h, bias=False)
     yield from _linear(f"{prefix}.mlp.fc2", h, dims.ffn, bias=False)
     if adaln:
@@ -85,9 +95,11 @@ def _transformer_block(prefix: str, dims: H3Dims, *, adaln: bool) -> Iterator[Te
 
 
 def tensor_specs(dims: H3Dims = TINY_DIMS, *, timestep_input_dim: int = TIMESTEP_INPUT_DIM,
-                 time_embed_hidden: int = TIME_EMBED_HIDDEN) -> tuple[TensorSpec, ...]:
+                 time_embed_hidden: int = TIME_EMBED_HIDDEN, pdd_heads: int = 1,
+                 gate_compress: bool = False) -> tuple[TensorSpec, ...]:
     """Every tensor of an H3 checkpoint at `dims`, in ComfyUI's `MiniMaxH3Model` key layout."""
     validate_dims(dims)
+    _check_pdd_heads(pdd_heads)
     h, ted = dims.hidden, dims.time_embed_dim
     patch_dim = dims.video_channels * math.prod(VIDEO_PATCH)
     specs: list[TensorSpec] = []
@@ -101,11 +113,11 @@ def tensor_specs(dims: H3Dims = TINY_DIMS, *, timestep_input_dim: int = TIMESTEP
         specs += _transformer_block(f"token_refiner.blocks.{i}", dims, adaln=False)
     specs.append(TensorSpec("token_refiner.final_norm.weight", (h,), "norm"))
     for i in range(dims.num_blocks):
-        specs += _transformer_block(f"blocks.{i}", dims, adaln=True)
+        specs += _transformer_block(f"blocks.{i}", dims, adaln=True, gate_compress=gate_compress)
     specs.append(TensorSpec("final_layer.norm.weight", (h,), "norm"))
     specs += _linear("final_layer.adaln_proj.linear", 2 * h, ted, bias=True, adaln=True)
-    specs += _linear("final_layer.video_out", patch_dim, h, bias=True, fp32=True)
-    specs += _linear("final_layer.audio_out", dims.audio_channels, h, bias=True, fp32=True)
+    specs += _linear("final_layer.video_out", pdd_heads * patch_dim, h, bias=True, fp32=True)
+    specs += _linear("final_layer.audio_out", pdd_heads * dims.audio_channels, h, bias=True, fp32=True)
     return tuple(specs)
 
 
@@ -124,6 +136,21 @@ def validate_dims(dims: H3Dims) -> None:
             f"head_dim={dims.head_dim}: lower rope_inv_freq_len to <= {dims.head_dim // 6}")
     if dims.head_dim % 2:
         raise TinyH3Error(f"dims.head_dim must be even (split-half rope), got {dims.head_dim}")
+
+
+def _check_pdd_heads(pdd_heads: int) -> None:
+    if not isinstance(pdd_heads, int) or isinstance(pdd_heads, bool) or not 1 <= pdd_heads <= MAX_PDD_HEADS:
+        raise TinyH3Error(f"pdd_heads must be an integer in 1..{MAX_PDD_HEADS} (1 = a plain head), got {pdd_heads!r}")
+
+
+def _bank_offsets_scaled(spec: TensorSpec, value: torch.Tensor, pdd_heads: int) -> torch.Tensor:
+    """A PDD bank's heads 1..n-1 are offsets from head 0: keep them small."""
+    if pdd_heads == 1 or not spec.key.startswith(("final_layer.video_out.", "final_layer.audio_out.")):
+        return value
+    rows = spec.shape[0] // pdd_heads
+    value = value.clone()
+    value[rows:] *= PDD_OFFSET_SCALE
+    return value
 
 
 def key_seed(seed: int, key: str) -> int:
@@ -182,14 +209,15 @@ def _check_variant(variant: str) -> None:
 
 
 def tiny_h3_state_dict(dims: H3Dims = TINY_DIMS, *, variant: str = "bf16", seed: int = 0,
-                       timestep_input_dim: int = TIMESTEP_INPUT_DIM,
-                       time_embed_hidden: int = TIME_EMBED_HIDDEN) -> dict[str, torch.Tensor]:
+                       timestep_input_dim: int = TIMESTEP_INPUT_DIM, time_embed_hidden: int = TIME_EMBED_HIDDEN,
+                       pdd_heads: int = 1, gate_compress: bool = False) -> dict[str, torch.Tensor]:
     """The checkpoint's tensors in memory (what `write_tiny_h3` saves), keyed as ComfyUI loads them."""
     _check_variant(variant)
     store = torch.float32 if variant == "fp32" else torch.bfloat16
     out: dict[str, torch.Tensor] = {}
-    for spec in tensor_specs(dims, timestep_input_dim=timestep_input_dim, time_embed_hidden=time_embed_hidden):
-        value = master_tensor(spec, seed)
+    for spec in tensor_specs(dims, timestep_input_dim=timestep_input_dim, time_embed_hidden=time_embed_hidden,
+                             pdd_heads=pdd_heads, gate_compress=gate_compress):
+        value = _bank_offsets_scaled(spec, master_tensor(spec, seed), pdd_heads)
         if spec.fp32:
             out[spec.key] = value.to(torch.float32).contiguous()
             continue
@@ -236,12 +264,14 @@ def tiny_h3_metadata(dims: H3Dims = TINY_DIMS, *, variant: str = "bf16", seed: i
     return {"config": json.dumps(config, sort_keys=True), "longmedia_tiny_h3": json.dumps(provenance, sort_keys=True)}
 
 
-def default_filename(variant: str) -> str:
-    return f"tiny_h3_{variant}.safetensors"
+def default_filename(variant: str, pdd_heads: int = 1, gate_compress: bool = False) -> str:
+    suffix = (f"_pdd{pdd_heads}" if pdd_heads > 1 else "") + ("_gate" if gate_compress else "")
+    return f"tiny_h3_{variant}{suffix}.safetensors"
 
 
 def write_tiny_h3(path: str | Path, *, dims: H3Dims = TINY_DIMS, variant: str = "bf16", seed: int = 0,
-                  timestep_input_dim: int = TIMESTEP_INPUT_DIM, time_embed_hidden: int = TIME_EMBED_HIDDEN) -> Path:
+                  timestep_input_dim: int = TIMESTEP_INPUT_DIM, time_embed_hidden: int = TIME_EMBED_HIDDEN,
+                  pdd_heads: int = 1, gate_compress: bool = False) -> Path:
     """Write one tiny checkpoint and return its file path.
 
     `path` ending in `.safetensors` is the file itself; anything else is a directory (created if
@@ -252,10 +282,11 @@ def write_tiny_h3(path: str | Path, *, dims: H3Dims = TINY_DIMS, variant: str = 
     _check_variant(variant)
     path = Path(path)
     if path.suffix != ".safetensors":
-        path = path / default_filename(variant)
+        path = path / default_filename(variant, pdd_heads, gate_compress)
     path.parent.mkdir(parents=True, exist_ok=True)
     kwargs = {"timestep_input_dim": timestep_input_dim, "time_embed_hidden": time_embed_hidden}
-    tensors = tiny_h3_state_dict(dims, variant=variant, seed=seed, **kwargs)
+    tensors = tiny_h3_state_dict(dims, variant=variant, seed=seed, pdd_heads=pdd_heads, gate_compress=gate_compress,
+                                 **kwargs)
     save_file(tensors, str(path), metadata=tiny_h3_metadata(dims, variant=variant, seed=seed, **kwargs))
     return path
 
@@ -273,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--head-dim", type=int, default=TINY_DIMS.head_dim)
     parser.add_argument("--ffn", type=int, default=TINY_DIMS.ffn)
     parser.add_argument("--text-dim", type=int, default=TINY_DIMS.text_dim)
+    parser.add_argument("--pdd-heads", type=int, default=1, help=f"PDD output heads per stream, 1..{MAX_PDD_HEADS}")
+    parser.add_argument("--gate-compress", action="store_true", help="add the VSA gate to every block's attention")
     args = parser.parse_args(argv)
     dims = H3Dims(hidden=args.hidden, heads=args.heads, head_dim=args.head_dim, ffn=args.ffn,
                   num_blocks=args.blocks, refiner_blocks=args.refiner_blocks, text_dim=args.text_dim,
@@ -280,10 +313,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                   rope_inv_freq_len=TINY_DIMS.rope_inv_freq_len, time_embed_dim=TINY_DIMS.time_embed_dim)
     try:
         validate_dims(dims)
+        _check_pdd_heads(args.pdd_heads)
     except TinyH3Error as err:
         parser.error(str(err))
     for variant in args.variant or VARIANTS:
-        path = write_tiny_h3(args.out_dir, dims=dims, variant=variant, seed=args.seed)
+        path = write_tiny_h3(args.out_dir, dims=dims, variant=variant, seed=args.seed, pdd_heads=args.pdd_heads,
+                             gate_compress=args.gate_compress)
         print(f"{path} ({path.stat().st_size} bytes)")
     return 0
 

@@ -29,11 +29,12 @@ def comfy():
     return h3, comfy.ops, comfy_patch
 
 
-def make(comfy, dtype, ops_name, seed=0):
+def make(comfy, dtype, ops_name, seed=0, **block_kwargs):
     h3, ops, _ = comfy
     g = torch.Generator().manual_seed(seed)
     hidden, heads, head_dim, ffn, t_dim = 96, 4, 32, 192, 40
-    block = h3.DiTBlock(hidden, heads, head_dim, ffn, t_dim, 1e-5, 1e-5, dtype=dtype, operations=getattr(ops, ops_name))
+    block = h3.DiTBlock(hidden, heads, head_dim, ffn, t_dim, 1e-5, 1e-5, dtype=dtype, operations=getattr(ops, ops_name),
+                        **block_kwargs)
     with torch.no_grad():
         for name, p in block.named_parameters():
             r = torch.randn(p.shape, generator=g)
@@ -80,3 +81,58 @@ def test_all_heads_streaming_is_bitwise_against_comfy_on_cpu(comfy):
                     attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
                     cast_small=patch.comfy_cast_small)
     assert torch.equal(out, stock)
+
+
+def masked_segments(g, s, mod_rows):
+    """A masked job's table (ComfyUI 0.38+): text split into tag runs, per-token rows on the audio and video spans."""
+    return [(0, 17, 4), (17, 29, 1), (29, 40, 4), (40, 120, 0),
+            (120, 200, torch.randint(0, mod_rows, (80,), generator=g)),
+            (200, s, torch.randint(0, mod_rows, (s - 200,), generator=g))]
+
+
+@pytest.mark.parametrize("chunks", [ChunkSizes(64, 0, 64), ChunkSizes(50, 13, 77), ChunkSizes(128, 0, 40, 2),
+                                    ChunkSizes(97, 31, 0, 1), ChunkSizes(0, 0, 33)])
+def test_streamed_matches_comfy_block_with_per_token_rows(comfy, chunks):
+    _, _, patch = comfy
+    block, x, t_emb, _, rope = make(comfy, torch.float32, "disable_weight_init", seed=11)
+    segments = masked_segments(torch.Generator().manual_seed(5), x.shape[0], mod_rows=3 * t_emb.shape[0])
+    assert sum(b - a for a, b, _ in segments) == x.shape[0]
+    with torch.inference_mode():
+        stock = block(x.clone(), t_emb, segments, rope, transformer_options={})
+        uniform = block(x.clone(), t_emb, [(a, b, 0) for a, b, _ in segments], rope, transformer_options={})
+        out = run_block(block, x.clone(), t_emb, segments, rope, chunks=chunks,
+                        attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
+                        interrupt=patch.comfy_interrupt, cast_small=patch.comfy_cast_small)
+    assert rel(stock, uniform) > 1e-3  # the per-token rows matter
+    assert rel(out, stock) <= 1e-5, chunks
+
+
+def test_vsa_gate_is_left_alone_as_the_host_does(comfy):
+    """A gate_compress checkpoint's VSA gate is unused by dense attention (only BlockSparseAttention vsa reads it)."""
+    import inspect
+
+    h3, _, patch = comfy
+    if "gate_compress" not in inspect.signature(h3.DiTBlock.__init__).parameters:
+        pytest.skip("this ComfyUI's DiTBlock has no gate_compress (the VSA gate, ComfyUI 0.38+)")
+    block, x, t_emb, segments, rope = make(comfy, torch.float32, "disable_weight_init", seed=4, gate_compress=True)
+    assert block.attn.to_gate_compress is not None and block.attn.to_gate_compress.weight.abs().sum() > 0
+    with torch.inference_mode():
+        stock = block(x.clone(), t_emb, segments, rope, transformer_options={})
+        out = run_block(block, x.clone(), t_emb, segments, rope, chunks=ChunkSizes(64, 0, 64),
+                        attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
+                        cast_small=patch.comfy_cast_small)
+    assert rel(stock, x) > 1e-3 and rel(out, stock) <= 1e-5
+
+
+def test_handed_attention_module_is_refused_by_name(comfy):
+    from longmedia.comfy.block_patch import HandedAttentionError, streamed_replacement
+
+    _, _, patch = comfy
+    block, x, t_emb, segments, rope = make(comfy, torch.float32, "disable_weight_init", seed=6)
+    fn = streamed_replacement(block, 0, ChunkSizes(64, 0, 64), patch.existing_attention)
+    args = {"img": x.clone(), "t_emb": t_emb, "mod_segments": segments, "rope_freqs": rope, "transformer_options": {}}
+    with torch.inference_mode():
+        stock = block(x.clone(), t_emb, segments, rope, transformer_options={})
+        assert rel(fn(dict(args), {})["img"], stock) <= 1e-5
+        with pytest.raises(HandedAttentionError, match="BlockSparseAttention"):
+            fn({**args, "attention": lambda h, **kw: h}, {})

@@ -156,8 +156,9 @@ def _stock_refs(h3, width, height, length, sizing, ref_images=(), ref_videos=(),
     videos = {f"ref_video_{i + 1}": _image(*s, seed=20 + i) for i, s in enumerate(ref_videos)}
     tracks = {f"ref_video_audio_{i + 1}": _audio(a, 30 + i) for i, a in enumerate(ref_video_audios) if a}
     audios = {f"ref_audio_{i + 1}": _audio(a, 40 + i) for i, a in enumerate(ref_audios)}
-    out = h3.nodes.MiniMaxH3ReferenceToVideo.execute(h3.clip, FakeVideoVAE(), FakeAudioVAE(), PROMPT, width, height,
-                                                     length, sizing, ref_images=images, ref_videos=videos,
+    out = h3.nodes.MiniMaxH3ReferenceToVideo.execute(clip=h3.clip, vae=FakeVideoVAE(), audio_vae=FakeAudioVAE(),
+                                                     prompt=PROMPT, width=width, height=height, length=length,
+                                                     ref_image_size=sizing, ref_images=images, ref_videos=videos,
                                                      ref_video_audios=tracks, ref_audios=audios)
     return out[0], out[1]
 

@@ -196,7 +196,8 @@ def test_ref2va_max_budget_equals_the_stock_node(env):
     result = setup(env, family="ref2va", clip=env["clip"], prompt="<Picture 1>", vae=vae, audio_vae=avae,
                    reference_budget="max", references=refs)
     cond, _ = env["h3n"].MiniMaxH3ReferenceToVideo.execute(
-        env["clip"], vae, avae, "<Picture 1>", W, H, FRAMES, "match", ref_images={"ref_image_1": refs["ref_image_1"]},
+        clip=env["clip"], vae=vae, audio_vae=avae, prompt="<Picture 1>", width=W, height=H, length=FRAMES,
+        ref_image_size="match", ref_images={"ref_image_1": refs["ref_image_1"]},
         ref_audios={"ref_audio_1": refs["ref_audio_1"]}).result
     assert torch.equal(result.positive[0][0], cond[0][0])
     for a, b in zip(result.positive[0][1]["minimax_refs"], cond[0][1]["minimax_refs"]):

@@ -51,14 +51,37 @@ def test_loader_detects_tiny_variant_as_minimax_h3(comfy_inprocess, tiny_checkpo
 
     sd, metadata = comfy.utils.load_torch_file(str(tiny_checkpoints[variant]), return_metadata=True)
     # from tensor shapes alone, and with the metadata config ComfyUI also reads
-    assert comfy.model_detection.detect_unet_config(sd, "", metadata=None) == EXPECTED_CONFIG
-    assert comfy.model_detection.detect_unet_config(sd, "", metadata=metadata) == EXPECTED_CONFIG
-
+    assert _without_gate(comfy.model_detection.detect_unet_config(sd, "", metadata=None)) == EXPECTED_CONFIG
+    assert _without_gate(comfy.model_detection.detect_unet_config(sd, "", metadata=metadata)) == EXPECTED_CONFIG
     model = loaded[variant].model
     assert type(model).__name__ == "MiniMaxH3"
     config = {k: v for k, v in model.model_config.unet_config.items() if k != "dtype"}
-    assert config == EXPECTED_CONFIG
+    assert _without_gate(config) == EXPECTED_CONFIG
     assert set(model.diffusion_model.state_dict().keys()) == set(sd.keys())  # nothing missing or left over
+
+
+def _without_gate(config: dict) -> dict:
+    """ComfyUI 0.38+ also reports gate_compress (the VSA gate); a plain tiny checkpoint has none."""
+    assert config.pop("gate_compress", False) is False
+    return config
+
+
+def test_gate_compress_variant_is_detected_and_loads(comfy_inprocess, tmp_path):
+    import comfy.model_detection
+    import comfy.utils
+
+    from longmedia.testing.tiny_h3 import write_tiny_h3
+
+    path = write_tiny_h3(tmp_path, variant="fp32", gate_compress=True)
+    sd = comfy.utils.load_torch_file(str(path))
+    if "gate_compress" not in comfy.model_detection.detect_unet_config(sd, ""):
+        pytest.skip("this ComfyUI does not detect gate_compress checkpoints (the VSA gate, ComfyUI 0.38+)")
+    assert comfy.model_detection.detect_unet_config(sd, "")["gate_compress"] is True
+    patcher = comfy_inprocess.sd.load_diffusion_model(str(path))
+    gate = patcher.model.diffusion_model.blocks[0].attn.to_gate_compress
+    assert torch.equal(gate.weight.float(), sd["blocks.0.attn.to_gate_compress.weight"].float())
+    assert set(patcher.model.diffusion_model.state_dict().keys()) == set(sd.keys())
+
 
 
 def test_int8_variant_loads_block_linears_as_quantized_tensors(loaded):

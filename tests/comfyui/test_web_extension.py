@@ -140,7 +140,9 @@ PAGE_JS = r"""
       toggle(); await look("hide_advanced");
       seen.serialized = node.serialize().widgets_values;
       seen.prompt_inputs = Object.keys((await app.graphToPrompt()).output[node.id].inputs);
-      seen.options = [widget(node, "memory_mode").options.values, widget(node, "attention_mode").options.values];
+      // newer frontends (1.53) hand combo values over as an array-like object: compare the values
+      const values = (name) => Array.from(Object.values(widget(node, name).options.values));
+      seen.options = [values("memory_mode"), values("attention_mode")];
       set(node, "memory_mode", "low_vram");
       await app.loadGraphData(app.graph.serialize(), true, true, "longmedia-mode-walk");
       await settle(); seen.reloaded_low_vram = visible(app.graph.nodes.find((n) => n.type === "LongMediaSampler"));
