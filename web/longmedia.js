@@ -344,7 +344,7 @@ function formatSegmented(entry) {
 // Setup's summary: text lines, with its segment table ("a | b | c" lines, the first one the header) as a table
 // of the columns a reader needs (the latent and audio ranges go to each row's tooltip).
 const SETUP_COLUMNS = { "seg": "pass", "pass frames": "frames", "context": "context",
-                        "new frames -> result frames": "new -> result", "seed": "seed" };
+                        "new frames -> result frames": "new -> result" };
 
 export function splitSummary(lines) {
   const text = [];
