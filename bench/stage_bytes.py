@@ -70,6 +70,7 @@ def video_decode_rows(torch, device, smoke: bool):
         formula = F.video_decode_activation_bytes(frames, w, h, dims, dtype.itemsize)
         stock = F.stock_video_decode_estimate(frames, w, h, dtype.itemsize)
         rows.append((f"video decode {w}x{h}, {frames} frames", peak, formula, stock, sec))
+        print("measured", rows[-1], flush=True)
     return rows
 
 
@@ -99,6 +100,7 @@ def text_encoder_rows(torch, device, smoke: bool):
         formula = F.text_encoder_activation_bytes(tokens, dims, dtype.itemsize,
                                                   materialised_scores=device.type == "cpu")
         rows.append((f"text encoder, {tokens} tokens", peak, formula, None, sec))
+        print("measured", rows[-1], flush=True)
     return rows
 
 
