@@ -24,7 +24,7 @@ import torch
 from .backends import default_registry
 from .protocol import AttentionFn
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext, Capability
-from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_segments, tau_at
+from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
 
 MODES = ("auto", "existing", "sol", "scheduled_sol")
 QUERY_ROW_LADDER = (16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64)
@@ -355,12 +355,12 @@ def call_extra_bytes(choice: AttentionChoice, *, query_rows: int, heads: int, he
 
 
 def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None, seq_len: int | None = None,
-                       segments: Iterable[tuple[int, int, str]] | None = None, existing: AttentionFn | None = None,
+                       row_spans: Iterable[tuple[int, int, str]] | None = None, existing: AttentionFn | None = None,
                        sm_scale: float | None = None, registry: BackendRegistry | None = None,
                        force_exact: bool = False) -> AttentionFn:
     """The AttentionFn for one sampler step (Sol's tau depends on `progress`, see AttentionChoice.tau_at).
 
-    seq_len: keys of the calls it will serve (default: the choice's). segments: H3's packed segment
+    seq_len: keys of the calls it will serve (default: the choice's). row_spans: H3's packed segment
     table, needed when the choice runs Sol with sinks on. existing: ComfyUI's attention as an
     AttentionFn (comfy_override.existing_attention_fn), for `existing`. force_exact: run exact_backend.
     """
@@ -370,11 +370,11 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
         return registry.build(choice.exact_backend, BuildContext(existing=existing, sm_scale=sm_scale))
     sinks: tuple[tuple[int, int], ...] = ()
     if choice.sol is not None and choice.sol.sinks_keys:
-        if segments is None:
+        if row_spans is None:
             raise SolSettingsError(
                 f"sol_sink_conditioning={choice.sol.sink_conditioning!r} needs H3's packed segment table "
-                f"(segments=[(start, stop, kind), ...]); pass it, or set sol_sink_conditioning='off'")
-        sinks = sink_ranges_from_segments(segments)
+                f"(row_spans=[(start, stop, kind), ...]); pass it, or set sol_sink_conditioning='off'")
+        sinks = sink_ranges_from_row_spans(row_spans)
     rows = sinks if choice.sol is not None and choice.sol.sinks_rows else ()
     return registry.build(choice.backend, BuildContext(tau=tau, sink_ranges=sinks, exact_query_ranges=rows,
                                                        sm_scale=sm_scale))

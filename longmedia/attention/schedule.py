@@ -162,15 +162,15 @@ def sigma_progress(sigma: object, sigmas: object) -> float:
     return 0.0 if before_start else 1.0
 
 
-def sink_ranges_from_segments(segments: Iterable[Sequence[object]],
+def sink_ranges_from_row_spans(row_spans: Iterable[Sequence[object]],
                               kinds: Iterable[str] = SINK_KINDS) -> tuple[tuple[int, int], ...]:
-    """Packed key ranges [start, stop) that stay exact: H3 segments of `kinds`, adjacent ones merged.
+    """Packed key ranges [start, stop) that stay exact: H3 row_spans of `kinds`, adjacent ones merged.
 
-    `segments` is H3's packed segment table: (start, stop, kind) rows with kinds from SEGMENT_KINDS.
+    `row_spans` is H3's packed segment table: (start, stop, kind) rows with kinds from SEGMENT_KINDS.
     """
     keep = frozenset(kinds)
     ranges: list[tuple[int, int]] = []
-    for row in segments:
+    for row in row_spans:
         if len(row) != 3:
             raise SolSettingsError(f"segment rows must be (start, stop, kind), got {row!r}")
         start, stop, kind = row

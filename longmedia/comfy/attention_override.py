@@ -24,19 +24,19 @@ from ..attention.registry import BackendRegistry
 from ..attention.schedule import sigma_progress
 
 OVERRIDE_KEY = "optimized_attention_override"
-SEGMENTS_KEY = "longmedia_segments"
+ROW_SPANS_KEY = "longmedia_row_spans"
 LAYOUT_KEY = "minimax_h3_layout"  # ComfyUI 0.38+: the current call's PackedLayout, published by the model
 
 
-def host_layout_segments(options: Mapping[str, Any] | None, seq_len: int | None = None) -> tuple | None:
+def host_layout_row_spans(options: Mapping[str, Any] | None, seq_len: int | None = None) -> tuple | None:
     """The packed segment table ComfyUI publishes for this call (transformer_options[LAYOUT_KEY]), or None.
 
     Absent on ComfyUI before 0.38 and outside H3; a layout for another sequence length is not used.
     """
-    segments = getattr((options or {}).get(LAYOUT_KEY), "segments", None)
-    if not segments:
+    row_spans = getattr((options or {}).get(LAYOUT_KEY), "segments", None)
+    if not row_spans:
         return None
-    table = tuple((int(a), int(b), str(kind)) for a, b, kind in segments)
+    table = tuple((int(a), int(b), str(kind)) for a, b, kind in row_spans)
     if seq_len is not None and table[-1][1] != seq_len:
         return None
     return table
@@ -137,15 +137,15 @@ def _merge_text_runs(table: tuple) -> tuple:
     return tuple(out)
 
 
-def _segments_for(seq_len: int, segments: Iterable[tuple[int, int, str]] | None) -> tuple | None:
+def _row_spans_for(seq_len: int, row_spans: Iterable[tuple[int, int, str]] | None) -> tuple | None:
     """The segment table for this call's packed sequence, else None (e.g. the text refiner's call).
 
     A table made for another prompt length (cond vs uncond) is shifted: only the leading text
     segment differs between them, everything after it moves by the difference.
     """
-    if segments is None:
+    if row_spans is None:
         return None
-    table = _merge_text_runs(tuple((int(a), int(b), str(kind)) for a, b, kind in segments))
+    table = _merge_text_runs(tuple((int(a), int(b), str(kind)) for a, b, kind in row_spans))
     if not table:
         return None
     delta = seq_len - table[-1][1]
@@ -164,13 +164,13 @@ class LongMediaAttentionOverride:
     Routed: mask None, skip_reshape=True, batch 1, no GQA. Passed through (to `previous`, the override
     installed before ours, or ComfyUI's installed attention): every other call, and calls whose
     backend is `existing`. Sol needs the packed segment table unless its sinks are off: the call's own
-    (transformer_options[SEGMENTS_KEY]) first, else the override's, shifted to the call's length;
+    (transformer_options[ROW_SPANS_KEY]) first, else the override's, shifted to the call's length;
     without one the call runs the exact backend and warns once.
     """
 
     choice: AttentionChoice
     previous: Callable[..., torch.Tensor] | None = None
-    segments: tuple[tuple[int, int, str], ...] | None = None
+    row_spans: tuple[tuple[int, int, str], ...] | None = None
     registry: BackendRegistry | None = None
 
     def __call__(self, func: Callable[..., torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -207,22 +207,22 @@ class LongMediaAttentionOverride:
         progress = progress_from_options(options) if self.choice.scheduled else None
         tau = self.choice.tau_at(progress, seq_len)
         backend = self.choice.exact_backend if tau is None else self.choice.backend
-        segments = None
+        row_spans = None
         if tau is not None and self.choice.sol is not None and self.choice.sol.sinks_keys:
-            given = host_layout_segments(options, seq_len)   # the host's published layout (0.38+) first,
+            given = host_layout_row_spans(options, seq_len)   # the host's published layout (0.38+) first,
             if given is None:                                 # then this call's own table, then the install's
-                given = (options or {}).get(SEGMENTS_KEY) or self.segments
-            segments = _segments_for(seq_len, given)
-            if segments is None:
+                given = (options or {}).get(ROW_SPANS_KEY) or self.row_spans
+            row_spans = _row_spans_for(seq_len, given)
+            if row_spans is None:
                 warnings.warn(SolSegmentsWarning(
                     f"Sol with sol_sink_conditioning={self.choice.sol.sink_conditioning!r} needs H3's packed "
-                    f"segment table for this {seq_len}-token call (transformer_options[{SEGMENTS_KEY!r}] or "
-                    f"the override's segments); ran {self.choice.exact_backend} exact instead"), stacklevel=2)
+                    f"segment table for this {seq_len}-token call (transformer_options[{ROW_SPANS_KEY!r}] or "
+                    f"the override's row_spans); ran {self.choice.exact_backend} exact instead"), stacklevel=2)
                 backend, tau = self.choice.exact_backend, None
         if backend == "existing":
             return self._pass_through(func, args, kwargs)
         q, k, v = (_take(a) for a in args[:3])
-        fn = build_attention_fn(self.choice, progress=progress, seq_len=seq_len, segments=segments,
+        fn = build_attention_fn(self.choice, progress=progress, seq_len=seq_len, row_spans=row_spans,
                                 sm_scale=kwargs.get("scale"), force_exact=tau is None,
                                 registry=self.registry if self.registry is not None else default_registry())
         out = fn(q, k, v, q_offset=0)
@@ -246,7 +246,7 @@ def _routable(args: tuple, kwargs: dict) -> bool:
 
 
 def install_attention_override(transformer_options: dict[str, Any], choice: AttentionChoice, *,
-                               segments: Iterable[tuple[int, int, str]] | None = None,
+                               row_spans: Iterable[tuple[int, int, str]] | None = None,
                                registry: BackendRegistry | None = None) -> LongMediaAttentionOverride:
     """Put our override into `transformer_options` (e.g. a cloned ModelPatcher's model_options["transformer_options"]).
 
@@ -256,8 +256,8 @@ def install_attention_override(transformer_options: dict[str, Any], choice: Atte
     previous = transformer_options.get(OVERRIDE_KEY)
     if isinstance(previous, LongMediaAttentionOverride):
         previous = previous.previous
-    table = None if segments is None else tuple(tuple(row) for row in segments)
-    override = LongMediaAttentionOverride(choice, previous=previous, segments=table,
+    table = None if row_spans is None else tuple(tuple(row) for row in row_spans)
+    override = LongMediaAttentionOverride(choice, previous=previous, row_spans=table,
                                           registry=default_registry() if registry is None else registry)
     transformer_options[OVERRIDE_KEY] = override
     return override

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..h3 import lattice as L
-from ..h3.geometry import Geometry, SegmentRows
+from ..h3.geometry import Geometry, RowSpan
 from ..errors import LongMediaInputError
 from ..job.job import LongMediaJob
 from ..job.preflight import check_job_value, check_latent_matches_job
@@ -88,14 +88,14 @@ def text_rows(conditioning) -> int:
 
 def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, segments, prompt_tokens: int) -> Geometry:
     """Geometry whose segments are exactly those of the packed layout ((start, stop, kind), ...)."""
-    rows = tuple(SegmentRows(kind, b - a, kind) for a, b, kind in segments)
+    rows = tuple(RowSpan(kind, b - a, kind) for a, b, kind in segments)
     frames = L.pixel_frames(video.shape[2])
     return Geometry(width=video.shape[4] * 16, height=video.shape[3] * 16, frames=frames,
-                    audio_latent_frames=audio.shape[-1], segments=rows, prompt_tokens=prompt_tokens,
+                    audio_latent_frames=audio.shape[-1], row_spans=rows, prompt_tokens=prompt_tokens,
                     total_frames=frames)
 
 
-def stock_segments(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple[tuple[int, int, str], ...]:
+def stock_row_spans(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple[tuple[int, int, str], ...]:
     """The packed segment table stock H3 builds for these latents and conditioning (ComfyUI's PackedLayout)."""
     from comfy.ldm.minimax.model import PackedLayout
 

@@ -109,7 +109,7 @@ def _positive(guider):
 def plan_for(guider, latent, sigmas, request: PlanRequest,
              device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None,
              *, check_runs: bool = True):
-    """Validate everything (before any GPU work) and plan the pass; returns (plan, segments).
+    """Validate everything (before any GPU work) and plan the pass; returns (plan, row_spans).
 
     check_runs: refuse a plan that cannot run (auto with no mode fitting); off for a first look that is re-planned
     after the residency boundary frees memory.
@@ -124,8 +124,8 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
     positive = _positive(guider)
     if keyframes is not None:
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
-    segments = comfy_job.stock_segments(video, audio, positive)
-    geometry = comfy_job.geometry_from_layout(video, audio, segments, comfy_job.text_rows(positive))
+    row_spans = comfy_job.stock_row_spans(video, audio, positive)
+    geometry = comfy_job.geometry_from_layout(video, audio, row_spans, comfy_job.text_rows(positive))
     check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
                     value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
     if isinstance(device_profile, DeviceProfile):
@@ -137,7 +137,7 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
     plan = reconcile_block_sparse(plan, evidence)
     if check_runs:
         check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)
-    return plan, segments
+    return plan, row_spans
 
 
 def _device_profile(load_device) -> DeviceProfile:
@@ -159,15 +159,15 @@ def _device_profile(load_device) -> DeviceProfile:
                                vram_free_bytes=ram, allocator_reserved_bytes=0)
 
 
-def _attention_factory(plan: ExecutionPlan, segments):
+def _attention_factory(plan: ExecutionPlan, row_spans):
     """(transformer_options, heads) -> the AttentionFn of one streamed block call.
 
     Sol's sinks follow this call's own packed table: the layout ComfyUI publishes for the call (0.38+:
-    transformer_options["minimax_h3_layout"]), else transformer_options[SEGMENTS_KEY] (set per model call by
+    transformer_options["minimax_h3_layout"]), else transformer_options[ROW_SPANS_KEY] (set per model call by
     the DIFFUSION_MODEL wrapper: the negative prompt's call has its own text length, guides and references);
     the plan's table (the positive prompt's) is the last fallback.
     """
-    from .attention_override import SEGMENTS_KEY, existing_attention_fn, host_layout_segments, progress_from_options
+    from .attention_override import ROW_SPANS_KEY, existing_attention_fn, host_layout_row_spans, progress_from_options
 
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
@@ -175,29 +175,29 @@ def _attention_factory(plan: ExecutionPlan, segments):
     from ..attention.dispatcher import build_attention_fn
 
     def factory(topts, heads):
-        table = host_layout_segments(topts)
+        table = host_layout_row_spans(topts)
         if table is None:
-            table = topts.get(SEGMENTS_KEY) or segments
-        return build_attention_fn(choice, progress=progress_from_options(topts), segments=table,
+            table = topts.get(ROW_SPANS_KEY) or row_spans
+        return build_attention_fn(choice, progress=progress_from_options(topts), row_spans=table,
                                   seq_len=table[-1][1] if table else None,
                                   existing=existing_attention_fn(topts, heads))
 
     return factory
 
 
-def _needs_call_segments(plan: ExecutionPlan) -> bool:
+def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
     choice = plan.attention.choice
     return choice is not None and choice.sol is not None and choice.sol.sinks_keys and plan.attention.backend != "existing"
 
 
-def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
+def _install(g, plan: ExecutionPlan, run: _Run, row_spans) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
     from .block_patch import comfy_interrupt, comfy_weights, outside_malloc_graph, streamed_replacement
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
-    from .attention_override import SEGMENTS_KEY
+    from .attention_override import ROW_SPANS_KEY
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})
@@ -216,7 +216,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
     streamed: tuple[int, ...] = ()
     run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
     if not plan.chunks.is_stock:
-        factory, on_block = _attention_factory(plan, segments), _on_block(run)
+        factory, on_block = _attention_factory(plan, row_spans), _on_block(run)
         for i, block in enumerate(blocks):
             phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_memory_reader(),
                                                       block_index=i))(i)
@@ -231,16 +231,16 @@ def _install(g, plan: ExecutionPlan, run: _Run, segments) -> tuple[int, ...]:
         from .attention_override import install_attention_override
 
         install_attention_override(opts["transformer_options"], plan.attention.choice,
-                                   segments=segments)
+                                   row_spans=row_spans)
     g.model_options = opts
 
-    call_segments = _needs_call_segments(plan)
+    call_segments = _needs_call_row_spans(plan)
 
     def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
         if call_segments:  # this call's own table (cond and uncond differ); transformer_options is per call
-            transformer_options[SEGMENTS_KEY] = comfy_job.call_segments(x, context, kwargs.get("minimax_payload"))
+            transformer_options[ROW_SPANS_KEY] = comfy_job.call_segments(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
         start, run.phase, run.step_peak, run.step_device_used = time.perf_counter(), "before_block_0", 0, 0
@@ -291,20 +291,20 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     from .previews import comfy_preview_callback
 
     replan = not isinstance(device_profile, DeviceProfile)
-    plan, segments = plan_for(guider, latent, sigmas, request, device_profile,  # every input checked first
+    plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile,  # every input checked first
                               check_runs=not replan)
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     boundary = residency_boundary(device=guider.model_patcher.load_device, keep=guider.model_patcher,
                                   memory_required=plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes)
     if replan:
-        plan, segments = plan_for(guider, latent, sigmas, request, device_profile)
+        plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
     run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
     run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))  # chosen mode
-    streamed = _install(g, plan, run, segments)
+    streamed = _install(g, plan, run, row_spans)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),

@@ -36,7 +36,7 @@ from ..segments.timeline import SegmentPlan
 
 __all__ = ["SegmentRecord", "SegmentedReport", "SegmentedResult", "run_segmented", "WRAPPER_KEY"]
 
-WRAPPER_KEY = "longmedia_segments"
+WRAPPER_KEY = "longmedia_segmented"
 GIB = 2 ** 30
 
 

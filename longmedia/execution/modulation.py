@@ -1,21 +1,22 @@
-"""H3's per-segment adaLN modulation and gated residual, in place; shared by the streamed executor and
-the clean-room reference block (tests/comfyui checks both against ComfyUI's `DiTBlock`).
+"""H3's adaLN modulation and gated residual per span of packed rows, in place; shared by the streamed executor
+and the clean-room reference block (tests/comfyui checks both against ComfyUI's `DiTBlock`).
 
-A segment's row is an int (one modulation row for the whole segment) or a per-token LongTensor of
-b - a rows (ComfyUI 0.38+ with a denoise mask): `vecs[row]` is then [b - a, hidden], one row per token."""
+`mod_rows` is ComfyUI's `mod_segments` table: (start, stop, row) where row is an int (one modulation row for
+the whole span) or a per-token LongTensor of stop - start rows (ComfyUI 0.38+ with a denoise mask):
+`vecs[row]` is then [stop - start, hidden], one row per token."""
 
 from __future__ import annotations
 
 
-def modulate_(h, shift, scale, segments):
-    """adaLN scale/shift per packed segment (a, b, row), in place (H3's `_mod_scale_shift`)."""
-    for a, b, row in segments:
+def modulate_(h, shift, scale, mod_rows):
+    """adaLN scale/shift per span (a, b, row), in place (H3's `_mod_scale_shift`)."""
+    for a, b, row in mod_rows:
         h[a:b].mul_(1.0 + scale[row].to(h.dtype)).add_(shift[row].to(h.dtype))
     return h
 
 
-def gate_(x, gate, other, segments):
-    """Gated residual x += other * gate per packed segment (a, b, row), in place (H3's `_mod_gate`)."""
-    for a, b, row in segments:
+def gate_(x, gate, other, mod_rows):
+    """Gated residual x += other * gate per span (a, b, row), in place (H3's `_mod_gate`)."""
+    for a, b, row in mod_rows:
         x[a:b].addcmul_(other[a:b], gate[row].to(x.dtype))
     return x

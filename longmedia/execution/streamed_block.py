@@ -32,15 +32,16 @@ from .linear import LinearWeight, WeightAccess, plain_weights
 from .modulation import gate_, modulate_
 from .rope import norm_rope_, norm_rope_pair_
 
-Segments = list[tuple[int, int, "int | torch.Tensor"]]
+ModRows = list[tuple[int, int, "int | torch.Tensor"]]
 """(start, stop, row): row is one adaLN modulation row, or (ComfyUI 0.38+, masked jobs) a per-token
-LongTensor of stop - start rows. A segment table may hold several text runs (text_token_tags)."""
+LongTensor of stop - start rows. ComfyUI calls this table mod_segments; it may hold several text
+runs (text_token_tags)."""
 
 
-def _clip(segments: Segments, start: int, stop: int) -> Segments:
-    """Segments intersected with rows [start, stop), re-based to the chunk; per-token rows sliced to match."""
+def _clip(mod_rows: ModRows, start: int, stop: int) -> ModRows:
+    """Modulation rows intersected with rows [start, stop), re-based to the chunk; per-token rows sliced to match."""
     out = []
-    for a, b, row in segments:
+    for a, b, row in mod_rows:
         lo, hi = max(a, start), min(b, stop)
         if lo < hi:
             out.append((lo - start, hi - start, row[lo - a:hi - a] if isinstance(row, torch.Tensor) else row))
@@ -55,8 +56,8 @@ def _spans(n: int, chunk: int):
 class _Run:
     """One block call: its inputs, settings and the stage functions."""
 
-    def __init__(self, block, x, t_emb, segments, rope, chunks, attention, weights, interrupt, cast_small, phase):
-        self.block, self.x, self.t_emb, self.segments, self.rope = block, x, t_emb, segments, rope
+    def __init__(self, block, x, t_emb, mod_rows, rope, chunks, attention, weights, interrupt, cast_small, phase):
+        self.block, self.x, self.t_emb, self.mod_rows, self.rope = block, x, t_emb, mod_rows, rope
         self.chunks, self.attention, self.weights, self.cast_small = chunks, attention, weights, cast_small
         self.interrupt, self.phase = interrupt, phase
         attn = block.attn
@@ -70,7 +71,7 @@ class _Run:
             self.interrupt()
 
     def norm_rows(self, norm, shift, scale, a, b):
-        return modulate_(norm(self.x[a:b]), shift, scale, _clip(self.segments, a, b))
+        return modulate_(norm(self.x[a:b]), shift, scale, _clip(self.mod_rows, a, b))
 
     def norm_weights(self):
         attn = self.block.attn
@@ -95,7 +96,7 @@ class _Run:
         del q, k, v, qkv
         with self.weights(self.block.attn.out_proj, out) as (w, b):
             y = LinearWeight.of(w, b)(out.squeeze(0))
-        gate_(self.x, gate, y, self.segments)
+        gate_(self.x, gate, y, self.mod_rows)
 
     def stock_mlp(self):
         shift, scale, gate = self.mods[3], self.mods[4], self.mods[5]
@@ -106,7 +107,7 @@ class _Run:
             del h
             y = LinearWeight.of(w2, b2)(u, input_act="swiglu")
         del u
-        gate_(self.x, gate, y, self.segments)
+        gate_(self.x, gate, y, self.mod_rows)
 
     # --- streamed stages ---------------------------------------------------------------------------
     def streamed_attention(self):
@@ -142,7 +143,7 @@ class _Run:
         p_chunk = self.chunks.out_proj_chunk_tokens
         for pa, pb in _spans(o.shape[0], p_chunk):
             y = out_proj(o[pa:pb])
-            gate_(self.x[a + pa:a + pb], gate, y, _clip(self.segments, a + pa, a + pb))
+            gate_(self.x[a + pa:a + pb], gate, y, _clip(self.mod_rows, a + pa, a + pb))
             del y
 
     def _attention_all_heads(self, qkv: LinearWeight, out_proj: LinearWeight):
@@ -208,7 +209,7 @@ class _Run:
                 del h
                 y = fc2(u, input_act="swiglu")
                 del u
-                gate_(self.x[a:b], gate, y, _clip(self.segments, a, b))
+                gate_(self.x[a:b], gate, y, _clip(self.mod_rows, a, b))
                 del y
 
 
@@ -217,7 +218,7 @@ def _to_device(w: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_segments: Segments, rope_table: torch.Tensor, *,
+def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_rows: ModRows, rope_table: torch.Tensor, *,
               chunks: ChunkSizes, attention: AttentionFn | None = None, weights: WeightAccess | None = None,
               interrupt: Callable[[], None] | None = None,
               cast_small: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -231,7 +232,7 @@ def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_segments: Segment
     `phase(name)` wraps each stage ("qkv", "attention", "mlp"), e.g. to turn an OOM into a fact report.
     """
     phase = phase or (lambda name: contextlib.nullcontext())
-    run = _Run(block, x, t_emb, mod_segments, rope_table, chunks, attention or sdpa_attention,
+    run = _Run(block, x, t_emb, mod_rows, rope_table, chunks, attention or sdpa_attention,
                weights or plain_weights, interrupt, cast_small or _to_device, phase)
     try:
         run.tick()

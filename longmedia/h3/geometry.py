@@ -17,13 +17,13 @@ from ..limits import MAX_EDGE_PX, MAX_TEXT_TOKENS
 from .references import (REFERENCE_BUDGETS, KeyframeSpec, ReferenceBudget, ReferenceSpec,
                          ResolvedReference, resolve_keyframes, resolve_references)
 
-__all__ = ["Geometry", "SegmentRows", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
+__all__ = ["Geometry", "RowSpan", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
            "REFERENCE_BUDGETS", "pass_geometry", "LongMediaInputError"]
 
 
 
 @dataclass(frozen=True)
-class SegmentRows:
+class RowSpan:
     """One contiguous segment of the packed sequence: stock `PackedLayout` kind, rows, and what it holds."""
 
     kind: str   # text / cond / cond_audio / ref_img / ref_audio / audio / video
@@ -39,7 +39,7 @@ class Geometry:
     height: int
     frames: int                    # pixel frames of one pass, on the 17k+5 lattice
     audio_latent_frames: int
-    segments: tuple[SegmentRows, ...]
+    row_spans: tuple[RowSpan, ...]
     prompt_tokens: int
     references: tuple[ResolvedReference, ...] = ()
     keyframes: tuple[KeyframeSpec, ...] = ()
@@ -76,10 +76,10 @@ class Geometry:
 
     @property
     def seq_len(self) -> int:
-        return sum(s.rows for s in self.segments)
+        return sum(s.rows for s in self.row_spans)
 
     def rows_of(self, *kinds: str) -> int:
-        return sum(s.rows for s in self.segments if s.kind in kinds)
+        return sum(s.rows for s in self.row_spans if s.kind in kinds)
 
     @property
     def text_rows(self) -> int:
@@ -151,7 +151,7 @@ def pass_geometry(width: int, height: int, *, pass_frames: int, audio_latent_fra
 
     kf_rows, kf_prompt = resolve_keyframes(tuple(keyframes), pass_frames, audio_t, per_frame, width, height,
                                            has_references=bool(references))
-    kf_spans = tuple(SegmentRows(*s) for s in kf_rows)
+    kf_spans = tuple(RowSpan(*s) for s in kf_rows)
     refs = resolve_references(tuple(references), budget, pass_frames, width, height, ref_image_size)
     ref_rows = sum(r.rows + r.prompt_tokens for r in refs)
     if budget.total_rows is not None and ref_rows > budget.total_rows:
@@ -161,15 +161,15 @@ def pass_geometry(width: int, height: int, *, pass_frames: int, audio_latent_fra
                                   "Raise reference_budget, or use fewer, smaller or shorter references.")
 
     text_rows = max(1, text_tokens + kf_prompt + sum(r.prompt_tokens for r in refs))
-    spans = [SegmentRows("text", text_rows, "prompt and reference presentation")]
+    spans = [RowSpan("text", text_rows, "prompt and reference presentation")]
     spans += kf_spans
     for r in refs:
-        spans += [SegmentRows(kind, rows, r.label) for kind, rows in r.segments]
-    spans.append(SegmentRows("audio", audio_t * L.AUDIO_ROWS_PER_FRAME,
+        spans += [RowSpan(kind, rows, r.label) for kind, rows in r.row_spans]
+    spans.append(RowSpan("audio", audio_t * L.AUDIO_ROWS_PER_FRAME,
                              f"target audio ({audio_t} latent frames x stereo)"))
-    spans.append(SegmentRows("video", L.latent_frames(pass_frames) * per_frame,
+    spans.append(RowSpan("video", L.latent_frames(pass_frames) * per_frame,
                              f"target video ({L.latent_frames(pass_frames)} latent frames x {per_frame} rows)"))
     return Geometry(width=width, height=height, frames=pass_frames, audio_latent_frames=audio_t,
-                    segments=tuple(spans), prompt_tokens=text_tokens, references=refs,
+                    row_spans=tuple(spans), prompt_tokens=text_tokens, references=refs,
                     keyframes=tuple(keyframes), reference_budget=budget, audio=bool(audio),
                     total_frames=total_frames, segment_count=segment_count, context_frames=context_frames)

@@ -81,7 +81,7 @@ class KeyframeSpec:
 
 @dataclass(frozen=True)
 class ResolvedReference:
-    """A reference after stock sizing and the budget's caps: its DiT segments and its prompt tokens."""
+    """A reference after stock sizing and the budget's caps: its packed row spans and its prompt tokens."""
 
     spec: ReferenceSpec
     label: str
@@ -89,13 +89,13 @@ class ResolvedReference:
     height: int
     frames: int
     audio_latent_frames: int
-    segments: tuple[tuple[str, int], ...]
+    row_spans: tuple[tuple[str, int], ...]
     prompt_tokens: int
     capped: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int:
-        return sum(rows for _, rows in self.segments)
+        return sum(rows for _, rows in self.row_spans)
 
 
 def _picture(spec: ReferenceSpec, ordinal: int, budget: ReferenceBudget, tw: int, th: int,
@@ -129,20 +129,20 @@ def _video(spec: ReferenceSpec, ordinal: int, audio_ordinal: int, budget: Refere
     if budget.video_frames is not None and n > budget.video_frames:
         capped.append(f"{label}: {n} -> {L.snap_frames_down(budget.video_frames)} frames")
         n = L.snap_frames_down(budget.video_frames)
-    segments: list[tuple[str, int]] = []
+    spans: list[tuple[str, int]] = []
     tokens = 0
     rt = 0
     if spec.with_audio:
         rt, notes = _audio_frames(spec.soundtrack_seconds, budget, f"Audio {audio_ordinal} (soundtrack of {label})")
         capped += notes
-        segments.append(("ref_audio", rt * L.AUDIO_ROWS_PER_FRAME))
+        spans.append(("ref_audio", rt * L.AUDIO_ROWS_PER_FRAME))
         tokens += L.audio_label_tokens(audio_ordinal)
     rows = L.latent_frames(n) * (cw // L.CANVAS_MULTIPLE) * (ch // L.CANVAS_MULTIPLE)
-    segments.append(("ref_img", rows))
+    spans.append(("ref_img", rows))
     tokens += L.reference_video_prompt_tokens(ordinal, n, cw, ch)
     if capped:
         capped[0] += f" (reference_budget {budget.name!r})"
-    return ResolvedReference(spec, label, cw, ch, n, rt, tuple(segments), tokens, tuple(capped))
+    return ResolvedReference(spec, label, cw, ch, n, rt, tuple(spans), tokens, tuple(capped))
 
 
 def resolve_references(refs: tuple[ReferenceSpec, ...], budget: ReferenceBudget, frame_count: int,
@@ -179,8 +179,8 @@ def resolve_references(refs: tuple[ReferenceSpec, ...], budget: ReferenceBudget,
 
 def resolve_keyframes(keyframes: tuple[KeyframeSpec, ...], frame_count: int, audio_t: int, per_frame: int,
                       width: int, height: int, *, has_references: bool):
-    """((kind, rows, label) cond segments, prompt tokens) of the keyframe guides, validated like the stock nodes."""
-    segments = []
+    """((kind, rows, label) cond row spans, prompt tokens) of the keyframe guides, validated like the stock nodes."""
+    spans = []
     prompt_tokens = 0
     pictures = 0
     for i, kf in enumerate(keyframes):
@@ -209,7 +209,7 @@ def resolve_keyframes(keyframes: tuple[KeyframeSpec, ...], frame_count: int, aud
             pictures += 1
             prompt_tokens += L.picture_label_tokens(pictures) + L.qwen_vision_tokens(width, height)
         if kf.frames:
-            segments.append(("cond", L.latent_frames(kf.frames) * per_frame,
+            spans.append(("cond", L.latent_frames(kf.frames) * per_frame,
                                         f"guide at frame {index} ({kf.frames} frame{'s' * (kf.frames > 1)})"))
         if kf.audio_seconds > 0:
             check_float(f"{name}.audio_seconds", kf.audio_seconds, 1 / L.AUDIO_LATENT_FPS, _MAX_REF_SECONDS,
@@ -219,5 +219,5 @@ def resolve_keyframes(keyframes: tuple[KeyframeSpec, ...], frame_count: int, aud
                 raise LongMediaInputError(f"{name}.frame_index", kf.frame_index, "a frame before the audio track ends",
                                           "Anchor the guide audio earlier.")
             rt = min(L.audio_latent_frames(kf.audio_seconds), room)
-            segments.append(("cond_audio", rt * L.AUDIO_ROWS_PER_FRAME, f"guide audio at frame {index}"))
-    return tuple(segments), prompt_tokens
+            spans.append(("cond_audio", rt * L.AUDIO_ROWS_PER_FRAME, f"guide audio at frame {index}"))
+    return tuple(spans), prompt_tokens

@@ -9,7 +9,7 @@ import math
 from typing import Callable
 
 from ..h3 import lattice as L
-from ..h3.geometry import Geometry, SegmentRows
+from ..h3.geometry import Geometry, RowSpan
 from .types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 from ..h3.profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
@@ -166,11 +166,11 @@ def with_pass_frames(g: Geometry, frames: int) -> Geometry:
     """`g` with its target audio and video resized to a `frames`-long pass (guides and references kept)."""
     audio_t = L.target_audio_frames(frames)
     lt = L.latent_frames(frames)
-    segs = tuple(s for s in g.segments if s.kind not in ("audio", "video")) + (
-        SegmentRows("audio", audio_t * L.AUDIO_ROWS_PER_FRAME, f"target audio ({audio_t} latent frames x stereo)"),
-        SegmentRows("video", lt * g.rows_per_latent_frame, f"target video ({lt} latent frames x "
+    segs = tuple(s for s in g.row_spans if s.kind not in ("audio", "video")) + (
+        RowSpan("audio", audio_t * L.AUDIO_ROWS_PER_FRAME, f"target audio ({audio_t} latent frames x stereo)"),
+        RowSpan("video", lt * g.rows_per_latent_frame, f"target video ({lt} latent frames x "
                                                            f"{g.rows_per_latent_frame} rows)"))
-    return replace(g, frames=frames, audio_latent_frames=audio_t, segments=segs)
+    return replace(g, frames=frames, audio_latent_frames=audio_t, row_spans=segs)
 
 
 def _card_gb(device: DeviceProfile) -> float:

@@ -76,7 +76,7 @@ class OOMContext:
     chunks: ChunkSizes | None = None
     heads: int = 0
     seq_len: int = 0
-    segments: tuple[tuple[str, int], ...] = ()     # (kind, rows) of the packed sequence
+    row_spans: tuple[tuple[str, int], ...] = ()     # (kind, rows) of the packed sequence
     prefetch: bool = False
     late_block_guard_target_mb: int | None = None
 
@@ -86,7 +86,7 @@ class OOMContext:
         g = plan.geometry
         return cls(attention_backend=plan.attention.backend, memory_mode=plan.memory_mode, chunks=plan.chunks,
                    heads=plan.model.dims.heads, seq_len=g.seq_len,
-                   segments=tuple((s.kind, s.rows) for s in g.segments), prefetch=plan.prefetch,
+                   row_spans=tuple((s.kind, s.rows) for s in g.row_spans), prefetch=plan.prefetch,
                    late_block_guard_target_mb=plan.guards.late_block_guard_target_mb)
 
 
@@ -110,7 +110,7 @@ class OOMReport:
 
         where = f"phase {self.phase}" + (f", block {self.block_index}" if self.block_index is not None else "")
         c = self.context
-        rows = " | ".join(f"{k} {n}" for k, n in c.segments) or "unknown"
+        rows = " | ".join(f"{k} {n}" for k, n in c.row_spans) or "unknown"
         memory = "CPU RAM (torch's CPU allocator)" if _is_cpu_oom(self.error) else "GPU memory"
         return (f"LongMedia ran out of {memory} in {where}.\n"
                 f"  GPU: {gb(r.gpu_free_bytes)} free of {gb(r.gpu_total_bytes)}; torch allocated "
@@ -159,7 +159,7 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
                 f"to at least {at_least} MB (the clean-up runs when less than that is free, so a higher value "
                 "hands the idle cache back more often) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if phase_name == "before_block_0":
-        refs = sum(n for k, n in ctx.segments if k in ("ref_img", "ref_audio"))
+        refs = sum(n for k, n in ctx.row_spans if k in ("ref_img", "ref_audio"))
         if ctx.seq_len and refs * 4 > ctx.seq_len:
             return ("reference_budget", f"references are {refs} of {ctx.seq_len} rows: lower reference_budget")
         return ("segment length", "the stock embedding stage before block 0 holds several copies of the sequence: "

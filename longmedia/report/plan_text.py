@@ -56,7 +56,7 @@ def segments_row(p: ExecutionPlan) -> str:
 def render_plan(p: ExecutionPlan, notes: Sequence[str] = (), warnings: Sequence[str] = ()) -> str:
     """The plan as a readable table; `notes` (what was snapped, and why) and `warnings` come from the caller."""
     g, m, d, c, gd = p.geometry, p.model, p.device, p.chunks, p.guards
-    seg = " | ".join(f"{s.kind} {s.rows}" for s in g.segments)
+    seg = " | ".join(f"{s.kind} {s.rows}" for s in g.row_spans)
     heads = c.group_heads(m.dims.heads)
     total = g.total_frames or g.frames
     rows = [

@@ -92,15 +92,15 @@ class ReferenceBlock(nn.Module):
         return self
 
     @torch.no_grad()
-    def forward(self, x, t_emb, mod_segments, rope, attention=None):
+    def forward(self, x, t_emb, mod_rows, rope, attention=None):
         from ..attention.protocol import sdpa_attention
 
         attention = attention or sdpa_attention
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaln_proj(t_emb)
-        h = modulate_(self.norm1(x), shift_msa, scale_msa, mod_segments)
-        x = gate_(x, gate_msa, self.attn(h, rope, attention), mod_segments)
-        h = modulate_(self.norm2(x), shift_mlp, scale_mlp, mod_segments)
-        return gate_(x, gate_mlp, self.mlp(h), mod_segments)
+        h = modulate_(self.norm1(x), shift_msa, scale_msa, mod_rows)
+        x = gate_(x, gate_msa, self.attn(h, rope, attention), mod_rows)
+        h = modulate_(self.norm2(x), shift_mlp, scale_mlp, mod_rows)
+        return gate_(x, gate_mlp, self.mlp(h), mod_rows)
 
 
 def rope_table(seq_len: int, dims: H3Dims, dtype, device=None, generator=None) -> torch.Tensor:
@@ -113,7 +113,7 @@ def rope_table(seq_len: int, dims: H3Dims, dtype, device=None, generator=None) -
     return table.to(dtype=dtype, device=device)
 
 
-def random_segments(seq_len: int, generator: torch.Generator, rows: int = 6) -> list[tuple[int, int, int]]:
+def random_mod_rows(seq_len: int, generator: torch.Generator, rows: int = 6) -> list[tuple[int, int, int]]:
     """A random contiguous segment table (start, stop, adaLN row) covering [0, seq_len)."""
     n = int(torch.randint(1, 6, (1,), generator=generator)) if seq_len > 1 else 1
     n = min(n, seq_len)
@@ -124,8 +124,8 @@ def random_segments(seq_len: int, generator: torch.Generator, rows: int = 6) -> 
 
 def make_block_inputs(dims: H3Dims, seq_len: int, *, dtype=torch.float32, device=None,
                       generator: torch.Generator | None = None):
-    """(x, t_emb, mod_segments, rope_table) for one block call: random, never zeros."""
+    """(x, t_emb, mod_rows, rope_table) for one block call: random, never zeros."""
     g = generator or torch.Generator().manual_seed(0)
     x = torch.randn(seq_len, dims.hidden, generator=g).to(dtype=dtype, device=device)
     t_emb = torch.randn(2, dims.time_embed_dim, generator=g).to(dtype=dtype, device=device)
-    return x, t_emb, random_segments(seq_len, g), rope_table(seq_len, dims, dtype, device, g)
+    return x, t_emb, random_mod_rows(seq_len, g), rope_table(seq_len, dims, dtype, device, g)

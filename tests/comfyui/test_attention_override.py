@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from longmedia.attention.backends import FLOATS, default_registry
-from longmedia.comfy.attention_override import (SEGMENTS_KEY, existing_attention_fn, install_attention_override,
+from longmedia.comfy.attention_override import (ROW_SPANS_KEY, existing_attention_fn, install_attention_override,
                                                 installed_attention_name)
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention
@@ -103,7 +103,7 @@ def test_h3_attention_module_routes_scheduled_sol(attn, comfy_inprocess):
     registry = spy_registry(log)
     settings = SolSettings(min_tokens=0, dense_percent=0.5, curve="linear")
     opts = {"sample_sigmas": torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]),
-            SEGMENTS_KEY: ((0, 40, "text"), (40, 72, "audio"), (72, SEQ, "video"))}
+            ROW_SPANS_KEY: ((0, 40, "text"), (40, 72, "audio"), (72, SEQ, "video"))}
     install_attention_override(opts, choose("scheduled_sol", registry, sol_settings=settings), registry=registry)
     for sigma, backend, tau in ((1.0, "spy_exact", None), (0.5, "spy_sol", 1.3 - 0.5 / 3),
                                 (0.25, "spy_sol", 0.8)):

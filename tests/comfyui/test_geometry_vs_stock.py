@@ -100,7 +100,7 @@ def _stock_layout(h3, cond, latent):
 
 
 def _assert_same(layout, vshape, ashape, g):
-    assert [(kind, b - a) for a, b, kind in layout.segments] == [(s.kind, s.rows) for s in g.segments]
+    assert [(kind, b - a) for a, b, kind in layout.segments] == [(s.kind, s.rows) for s in g.row_spans]
     assert layout.seq_len == g.seq_len
     assert vshape == g.video_latent_shape and ashape == g.audio_latent_shape
 

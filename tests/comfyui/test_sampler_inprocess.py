@@ -224,7 +224,7 @@ def _spy_sol_calls(monkeypatch):
     seen, real = [], dispatcher.build_attention_fn
 
     def spy(choice, **kwargs):
-        fn, table = real(choice, **kwargs), kwargs.get("segments")
+        fn, table = real(choice, **kwargs), kwargs.get("row_spans")
 
         def call(q, k, v, *, q_offset=0):
             seen.append((table, int(k.shape[2])))

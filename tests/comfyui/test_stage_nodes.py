@@ -92,11 +92,11 @@ def env(comfy_inprocess, tiny_checkpoints):
 
 def layout(env, result):
     video, audio_ = env["job"].av_latents(result.latent)
-    return [(kind, b - a) for a, b, kind in env["job"].stock_segments(video, audio_, result.positive)]
+    return [(kind, b - a) for a, b, kind in env["job"].stock_row_spans(video, audio_, result.positive)]
 
 
 def planned(result):
-    return [(s.kind, s.rows) for s in result.job.geometry.segments]
+    return [(s.kind, s.rows) for s in result.job.geometry.row_spans]
 
 
 def setup(env, **kw):

@@ -364,9 +364,9 @@ def test_build_follows_the_schedule_and_the_sink_mode():
         choice = resolve_attention("scheduled_sol", sol_settings=SolSettings(sink_conditioning=sink), **kw)
         assert choice.backend == "sol_fake" and choice.exact_backend == "exact_fake"
         log.clear()
-        build_attention_fn(choice, progress=0.1, segments=TABLE, registry=reg)(q, k, v, q_offset=0)
-        build_attention_fn(choice, progress=0.6, segments=TABLE, registry=reg)(q, k, v, q_offset=128)
-        build_attention_fn(choice, progress=0.6, segments=TABLE, registry=reg, force_exact=True)(q, k, v, q_offset=0)
+        build_attention_fn(choice, progress=0.1, row_spans=TABLE, registry=reg)(q, k, v, q_offset=0)
+        build_attention_fn(choice, progress=0.6, row_spans=TABLE, registry=reg)(q, k, v, q_offset=128)
+        build_attention_fn(choice, progress=0.6, row_spans=TABLE, registry=reg, force_exact=True)(q, k, v, q_offset=0)
         (n0, c0, _), (n1, c1, off1), (n2, _, _) = log
         assert (n0, n1, n2) == ("exact_fake", "sol_fake", "exact_fake") and c0.tau is None and off1 == 128
         assert c1.tau == pytest.approx(SolSettings().tau_start + (0.8 - 1.3) * 0.5 * (1 - torch.cos(

@@ -37,7 +37,7 @@ def test_options_reach_the_plan(capsys):
     assert d["chunks"]["mlp_chunk_tokens"] == 2048 and d["guards"]["late_block_guard_start"] == 40
     assert d["manual_fields"] == ["mlp_chunk_tokens", "late_block_guard_start"]
     assert d["device"]["dynamic_vram"] is False and d["model"]["quantization"] == "nvfp4"
-    kinds = [s["kind"] for s in d["geometry"]["segments"]]
+    kinds = [s["kind"] for s in d["geometry"]["row_spans"]]
     assert kinds == ["text", "ref_img", "ref_audio", "ref_img", "ref_audio", "audio", "video"]
     assert d["attention"]["mode"] == "existing"
 

@@ -306,7 +306,7 @@ def test_image_to_video_with_references_plans(capsys):
     rc, out = _run(capsys, "--picture", "1024x1024", "--first-frame", "--last-frame", "--json")
     assert rc == 0
     d = json.loads(out)
-    kinds = [s["kind"] for s in d["geometry"]["segments"]]
+    kinds = [s["kind"] for s in d["geometry"]["row_spans"]]
     assert kinds.count("cond") == 2 and "ref_img" in kinds
     rc, out = _run(capsys, "--picture", "1024x1024", "--first-frame")
     assert rc == 0 and "anchored as a guide (stock MiniMaxH3AddGuide)" in out

@@ -16,7 +16,7 @@ READ = MemoryReadings(gpu_total_bytes=16 * GIB, gpu_free_bytes=GIB // 10, torch_
                       vbar_resident_bytes=5 * GIB, pinned_ram_bytes=25 * GIB)
 STREAMED = OOMContext(attention_backend="sdpa_flash", memory_mode="low_vram",
                       chunks=ChunkSizes(4096, 0, 8192), heads=56, seq_len=73642,
-                      segments=(("text", 256), ("audio", 810), ("video", 72576)), late_block_guard_target_mb=2500)
+                      row_spans=(("text", 256), ("audio", 810), ("video", 72576)), late_block_guard_target_mb=2500)
 
 
 def _raise_in(name, exc, context=STREAMED, reader=lambda: READ, block_index=7):
@@ -49,7 +49,7 @@ def test_torch_oom_becomes_longmedia_oom_with_the_report():
     ("final_output", STREAMED, "late_block_guard_target_mb"),
     ("final_output", OOMContext(chunks=ChunkSizes()), "memory_mode"),  # normal mode: no block guard runs
     ("before_block_0", STREAMED, "segment length"),
-    ("before_block_0", OOMContext(seq_len=1000, segments=(("ref_img", 600), ("video", 400))), "reference_budget"),
+    ("before_block_0", OOMContext(seq_len=1000, row_spans=(("ref_img", 600), ("video", 400))), "reference_budget"),
 ])
 def test_one_pressure_point_per_phase(name, context, point):
     assert pressure_point(name, READ, context)[0] == point

@@ -20,7 +20,7 @@ def test_reference_job_rows():
     # 10 s -> 240 frames -> 243 = 17*14+5; latents (238 // 17) * 5 + 2 = 72; audio round(243/24*40) = 405
     assert (g.frames, g.latent_frames, g.audio_latent_frames) == (243, 72, 405)
     assert g.rows_per_latent_frame == (768 // 32) * (1344 // 32) == 1008
-    assert [(s.kind, s.rows) for s in g.segments] == [("text", 256), ("audio", 810), ("video", 72 * 1008)]
+    assert [(s.kind, s.rows) for s in g.row_spans] == [("text", 256), ("audio", 810), ("video", 72 * 1008)]
     assert g.seq_len == 256 + 810 + 72576
     assert g.video_latent_shape == (1, 24, 72, 48, 84)
     assert g.audio_latent_shape == (1, 32, 2, 405)
@@ -85,7 +85,7 @@ def test_picture_reference_rows_and_prompt_tokens():
     g = build_geometry(1344, 768, seconds=5, references=(ReferenceSpec("picture", 1344, 768),),
                        reference_budget="high")
     (ref,) = g.references
-    assert (ref.width, ref.height) == (1344, 768) and ref.segments == (("ref_img", 1008),)
+    assert (ref.width, ref.height) == (1344, 768) and ref.row_spans == (("ref_img", 1008),)
     # '<Picture 1>: ' (6 tokens) + vision start/end + 1008 vision tokens
     assert ref.prompt_tokens == 6 + 2 + 1008
     assert g.text_rows == 256 + ref.prompt_tokens
@@ -107,7 +107,7 @@ def test_video_reference_with_soundtrack():
     # 72 frames -> 56 on the lattice; 1280x720 is smaller than the 768-short-edge canvas -> kept, rounded to
     # /32 with Python's round (720/32 = 22.5 -> 22, as the stock node does)
     assert ref.frames == 56 and (ref.width, ref.height) == (1280, 704)
-    assert ref.segments == (("ref_audio", 2 * 120), ("ref_img", L.latent_frames(56) * 40 * 22))
+    assert ref.row_spans == (("ref_audio", 2 * 120), ("ref_img", L.latent_frames(56) * 40 * 22))
     # '<Audio 1>: ' 5, '<Video 1>: ' 6, then ceil(ceil(56/12)/2) = 3 blocks of '<k.2 seconds>' 6 + 2 + vision
     assert ref.prompt_tokens == 5 + 6 + 3 * (6 + 2 + 40 * 22)
 
@@ -125,7 +125,7 @@ def test_references_pack_in_stock_order_pictures_videos_audio():
             ReferenceSpec("picture", 512, 512))
     g = build_geometry(1344, 768, seconds=5, references=refs, reference_budget="max")
     assert [r.label for r in g.references] == ["Picture 1", "Video 1", "Audio 2"]
-    kinds = [s.kind for s in g.segments]
+    kinds = [s.kind for s in g.row_spans]
     assert kinds == ["text", "ref_img", "ref_audio", "ref_img", "ref_audio", "audio", "video"]
 
 
@@ -140,13 +140,13 @@ def test_total_reference_rows_over_the_budget_is_an_input_error():
 def test_keyframes_first_and_last_frame():
     kfs = (KeyframeSpec(0, in_prompt=True), KeyframeSpec(-1, in_prompt=True))
     g = build_geometry(1344, 768, seconds=5, keyframes=kfs)
-    assert [(s.kind, s.rows) for s in g.segments][1:3] == [("cond", 1008), ("cond", 1008)]
+    assert [(s.kind, s.rows) for s in g.row_spans][1:3] == [("cond", 1008), ("cond", 1008)]
     assert g.text_rows == 256 + 2 * (6 + 2 + 1008)
 
 
 def test_guide_clip_with_audio_is_cropped_to_the_track():
     g = build_geometry(1344, 768, frames=124, keyframes=(KeyframeSpec(100, frames=22, audio_seconds=10.0),))
-    cond = [s for s in g.segments if s.kind.startswith("cond")]
+    cond = [s for s in g.row_spans if s.kind.startswith("cond")]
     assert cond[0].rows == L.latent_frames(22) * 1008
     # audio room: floor(207 - 5/3 * 100) = 40 latent frames
     assert cond[1].rows == 2 * 40
@@ -205,7 +205,7 @@ def test_totals_equal_the_sum_of_segments(size, seconds, references, budget, tex
         assert "references" in exc.input_name or exc.input_name.startswith("Video")
         return
     assert isinstance(g, Geometry)
-    assert g.seq_len == sum(s.rows for s in g.segments)
+    assert g.seq_len == sum(s.rows for s in g.row_spans)
     assert g.seq_len == g.text_rows + g.cond_rows + g.reference_rows + g.audio_rows + g.video_rows
     assert g.text_rows == max(1, text + sum(r.prompt_tokens for r in g.references))
     assert g.reference_rows == sum(r.rows for r in g.references)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from longmedia.attention import backends as builtin
-from longmedia.comfy.attention_override import (OVERRIDE_KEY, SEGMENTS_KEY, LongMediaAttentionOverride,
+from longmedia.comfy.attention_override import (OVERRIDE_KEY, ROW_SPANS_KEY, LongMediaAttentionOverride,
                                                 SolSegmentsWarning, existing_attention_fn,
                                                 install_attention_override, progress_from_options)
 from longmedia.attention.dispatcher import resolve_attention
@@ -97,7 +97,7 @@ def test_override_reads_sigma_progress_and_segments():
     q, k, v = rand_qkv(8, rows=160)
     sigmas = torch.tensor([1.0, 0.8, 0.6, 0.4, 0.2, 0.0])
     table = ((0, 30, "text"), (30, 60, "audio"), (60, 160, "video"))
-    opts = {"sample_sigmas": sigmas, SEGMENTS_KEY: table}
+    opts = {"sample_sigmas": sigmas, ROW_SPANS_KEY: table}
     override = install_attention_override(opts, choice, registry=reg)
     # progress over the 5 model sigmas: 0, 0.25, 0.5, 0.75, 1; the Sol half runs tau 1.3 -> 0.8
     for sigma, name, tau in ((1.0, "exact_fake", None), (0.8, "exact_fake", None), (0.4, "sol_fake", 1.05),
@@ -107,11 +107,11 @@ def test_override_reads_sigma_progress_and_segments():
         assert log[-1][0] == name and log[-1][1].tau == pytest.approx(tau)
     assert log[-1][1].sink_ranges == ((0, 60),)
     assert progress_from_options(opts) == 1.0 and progress_from_options({}) is None
-    del opts[SEGMENTS_KEY]
+    del opts[ROW_SPANS_KEY]
     with pytest.warns(SolSegmentsWarning, match="segment table"):
         override(refuse, q, k, v, 4, mask=None, skip_reshape=True, transformer_options=opts)
     assert log[-1][0] == "exact_fake"
-    other = LongMediaAttentionOverride(choice, segments=table, registry=reg)
+    other = LongMediaAttentionOverride(choice, row_spans=table, registry=reg)
     other(refuse, q[:, :, :150], k[:, :, :150], v[:, :, :150], 4, mask=None, skip_reshape=True,
           transformer_options=opts)  # a 10-token-shorter prompt (uncond): the table shifts with the text
     assert log[-1][0] == "sol_fake" and log[-1][1].sink_ranges == ((0, 50),)

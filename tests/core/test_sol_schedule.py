@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longmedia.attention.schedule import (CURVES, SolSettings, SolSettingsError, curve_weight, sigma_progress,
-                                          sink_ranges_from_segments, tau_at)
+                                          sink_ranges_from_row_spans, tau_at)
 
 GRID = [i / 200 for i in range(201)]
 
@@ -186,14 +186,14 @@ H3_TABLE = [(0, 300, "text"), (300, 1200, "cond"), (1200, 1240, "cond_audio"), (
 
 
 def test_sinks_cover_everything_but_the_target_video():
-    assert sink_ranges_from_segments(H3_TABLE) == ((0, 2580),)
+    assert sink_ranges_from_row_spans(H3_TABLE) == ((0, 2580),)
 
 
 def test_sinks_keep_gaps_and_skip_empty_segments():
     table = [(0, 10, "text"), (10, 10, "cond"), (10, 50, "video"), (50, 60, "ref_audio"), (60, 90, "video")]
-    assert sink_ranges_from_segments(table) == ((0, 10), (50, 60))
-    assert sink_ranges_from_segments(table, kinds={"video"}) == ((10, 50), (60, 90))
-    assert sink_ranges_from_segments([]) == ()
+    assert sink_ranges_from_row_spans(table) == ((0, 10), (50, 60))
+    assert sink_ranges_from_row_spans(table, kinds={"video"}) == ((10, 50), (60, 90))
+    assert sink_ranges_from_row_spans([]) == ()
 
 
 @pytest.mark.parametrize("row, fragment", [
@@ -204,5 +204,5 @@ def test_sinks_keep_gaps_and_skip_empty_segments():
 ])
 def test_sinks_reject_bad_rows(row, fragment):
     with pytest.raises(SolSettingsError) as info:
-        sink_ranges_from_segments([row])
+        sink_ranges_from_row_spans([row])
     assert fragment in str(info.value)

@@ -3,7 +3,7 @@ planner and the Sol segment table treat the runs as one text span."""
 
 import torch
 
-from longmedia.comfy.attention_override import _segments_for
+from longmedia.comfy.attention_override import _row_spans_for
 from longmedia.comfy.inputs import geometry_from_layout
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.planning.attention_path import default_attention_path
@@ -35,19 +35,19 @@ def test_geometry_and_plan_accept_several_text_runs():
 
 def test_sol_table_merges_text_runs_and_shifts_for_another_prompt_length():
     runs = table([9, 30, 11])
-    merged = _segments_for(runs[-1][1], runs)
+    merged = _row_spans_for(runs[-1][1], runs)
     assert merged[0] == (0, 50, "text") and merged[1:] == tuple(runs[3:])
-    shorter = _segments_for(runs[-1][1] - 7, runs)
+    shorter = _row_spans_for(runs[-1][1] - 7, runs)
     assert shorter[0] == (0, 43, "text") and shorter[1][0] == 43 and shorter[-1][1] == runs[-1][1] - 7
 
 
 def test_host_layout_segments_prefer_the_published_layout():
     from types import SimpleNamespace
 
-    from longmedia.comfy.attention_override import LAYOUT_KEY, host_layout_segments
+    from longmedia.comfy.attention_override import LAYOUT_KEY, host_layout_row_spans
 
     layout = SimpleNamespace(segments=[(0, 50, "text"), (50, 90, "audio"), (90, 330, "video")], seq_len=330)
-    assert host_layout_segments({LAYOUT_KEY: layout}) == ((0, 50, "text"), (50, 90, "audio"), (90, 330, "video"))
-    assert host_layout_segments({LAYOUT_KEY: layout}, 330)[-1] == (90, 330, "video")
-    assert host_layout_segments({LAYOUT_KEY: layout}, 200) is None  # another call's layout
-    assert host_layout_segments({}) is None and host_layout_segments(None) is None
+    assert host_layout_row_spans({LAYOUT_KEY: layout}) == ((0, 50, "text"), (50, 90, "audio"), (90, 330, "video"))
+    assert host_layout_row_spans({LAYOUT_KEY: layout}, 330)[-1] == (90, 330, "video")
+    assert host_layout_row_spans({LAYOUT_KEY: layout}, 200) is None  # another call's layout
+    assert host_layout_row_spans({}) is None and host_layout_row_spans(None) is None
