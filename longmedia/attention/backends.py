@@ -184,10 +184,25 @@ def _qstream_factory(module_name: str, names: tuple[str, ...], int8: bool) -> Ca
     return factory
 
 
-class _SummaryMemo:
-    """Sol's key-block summaries of the last k/v seen, reused while the same tensors (unmodified) come back.
+def _fingerprint(t: torch.Tensor) -> tuple:
+    """Where `t`'s numbers live and how they are laid out; plus its version counter where it has one.
 
-    Weak references and version counters, so a new block's K/V (even at a reused address) never hits.
+    Inference tensors (everything ComfyUI runs, inside `torch.inference_mode()`) track no version:
+    reading `_version` raises "Inference tensors do not track version counter".
+    """
+    version = None if t.is_inference() else t._version
+    return (t.storage_offset(), tuple(t.shape), t.stride(), t.dtype, t.device, version)
+
+
+class _SummaryMemo:
+    """Sol's key-block summaries of the last k/v seen, reused while the same K/V storage comes back.
+
+    Keyed on weak references to k's and v's storages (a new view of the same buffer hits, a new
+    buffer, even at a reused address, misses: the old storage died with its buffer), their layout,
+    and their version counters where the tensors have them. Inference tensors have none, so an
+    in-place rewrite of a live K/V buffer between two calls cannot be seen: one memo belongs to one
+    AttentionFn, built per block call (executor) or per attention call (override), and the executor
+    fills a K/V buffer completely before its first attention call and never writes it afterwards.
     """
 
     def __init__(self) -> None:
@@ -196,11 +211,13 @@ class _SummaryMemo:
 
     def get(self, k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, make: Callable[[], object]) -> object:
         key = self._key
-        if key is not None and key[0]() is k and key[1]() is v and key[2:] == (k._version, v._version, dtype):
+        k_store, v_store = k.untyped_storage(), v.untyped_storage()
+        facts = (_fingerprint(k), _fingerprint(v), dtype)
+        if key is not None and key[0]() is k_store and key[1]() is v_store and key[2] == facts:
             return self._value
         self._key, self._value = None, None  # drop the old summaries before making new ones
         value = make()
-        self._key, self._value = (weakref.ref(k), weakref.ref(v), k._version, v._version, dtype), value
+        self._key, self._value = (weakref.ref(k_store), weakref.ref(v_store), facts), value
         return value
 
 
@@ -209,14 +226,16 @@ def _sol_factory(module_name: str, names: tuple[str, ...]) -> Callable[[BuildCon
         if context.tau is None:
             raise BackendUnavailableError("a Sol backend needs a tau: BuildContext(tau=...)")
         attention = _kernel(module_name, names)
-        module = _import_kernel(module_name)
-        summarise = _entry(module, ("sol_key_summaries",)) if module_name == "sol_attention" else None
+        summarise = _entry(_import_kernel(module_name), ("sol_key_summaries",))
         memo = _SummaryMemo()
 
         def sol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
             extra = {}
             if summarise is not None:  # once per K/V, not once per query chunk (what the kernel would do)
-                extra["summaries"] = memo.get(k, v, q.dtype, lambda: summarise(k, v, block=SOL_BLOCK, dtype=q.dtype))
+                # the kernel stores them in q's dtype; the fp32 reference makes them in fp32 (the same numbers
+                # it would make itself)
+                dtype = q.dtype if module_name == "sol_attention" else torch.float32
+                extra["summaries"] = memo.get(k, v, dtype, lambda: summarise(k, v, block=SOL_BLOCK, dtype=dtype))
             out = attention(q, k, v, tau=context.tau, q_offset=q_offset, sink_ranges=context.sink_ranges,
                             exact_query_ranges=context.exact_query_ranges, sm_scale=context.sm_scale,
                             block=SOL_BLOCK, **extra)

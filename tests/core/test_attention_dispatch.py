@@ -253,6 +253,52 @@ def test_sol_summary_memo_never_serves_stale_kv():
     assert memo.get(k, v, torch.float16, make) == 4
 
 
+def test_sol_summary_memo_under_inference_mode():
+    """ComfyUI runs every node inside torch.inference_mode(): inference tensors have no version counter
+    (`k._version` raises). The memo still works there: a new view of the same K/V buffer (what the executor
+    hands in per query chunk) hits, the next head group's buffer (even at the old address) misses."""
+    memo, made = builtin._SummaryMemo(), []
+
+    def make():
+        made.append(1)
+        return len(made)
+
+    with torch.inference_mode():
+        k_buf, v_buf = torch.randn(8, 8), torch.randn(8, 8)
+        assert k_buf.is_inference()
+
+        def views(k_buf, v_buf):
+            return (b.view(1, 8, 2, 4)[0].transpose(0, 1).unsqueeze(0) for b in (k_buf, v_buf))
+        assert memo.get(*views(k_buf, v_buf), torch.float32, make) == 1
+        assert memo.get(*views(k_buf, v_buf), torch.float32, make) == 1   # new views, same buffers: hit
+        del k_buf, v_buf
+        k_buf, v_buf = torch.randn(8, 8), torch.randn(8, 8)               # the next group's buffers
+        assert memo.get(*views(k_buf, v_buf), torch.float32, make) == 2
+        k2, v2 = views(k_buf, v_buf)
+        assert memo.get(k2[:, :, :4], v2[:, :, :4], torch.float32, make) == 3  # another layout of the storage
+    plain_k, plain_v = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)     # normal tensors keep the version check
+    assert memo.get(plain_k, plain_v, torch.float32, make) == 4
+    plain_k.add_(1.0)
+    assert memo.get(plain_k, plain_v, torch.float32, make) == 5
+
+
+@needs_refs
+def test_sol_reference_backend_under_inference_mode(monkeypatch):
+    """The reference Sol backend goes through the same summary memo: per query chunk, one summary, equal to
+    one reference call over the whole query, inside torch.inference_mode() as ComfyUI runs it."""
+    made = []
+    real = sol_reference.sol_key_summaries
+    monkeypatch.setattr(sol_reference, "sol_key_summaries", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    with torch.inference_mode():
+        q, k, v = rand_qkv(13, heads=2, rows=200, seq=200, dim=32)
+        fn = builtin.default_registry().build("sol_reference", BuildContext(tau=0.5, sink_ranges=((0, 40),)))
+        out = torch.cat([fn(q[:, :, a:a + 64], k, v, q_offset=a) for a in range(0, 200, 64)], dim=1)
+        assert len(made) == 1
+        ref = builtin.merge_heads(sol_reference.sol_attention(q, k, v, tau=0.5, sink_ranges=((0, 40),)))
+    assert out.is_inference()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
 needs_sol_kernel = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None or importlib.util.find_spec("longmedia.kernels.sol_attention") is None,
     reason="triton or longmedia.kernels.sol_attention is not installed")
@@ -271,6 +317,24 @@ def test_sol_kernel_backend_per_query_chunk_matches_reference(monkeypatch):
     fn = builtin.default_registry().build("sol", ctx)
     out = torch.cat([fn(q[:, :, a:a + 64], k, v, q_offset=a) for a in range(0, 200, 64)], dim=1)
     ref = builtin.merge_heads(reference(q, k, v, tau=0.5, sink_ranges=((0, 40),)))
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    assert len(made) == 1
+
+
+@needs_sol_kernel
+def test_sol_kernel_backend_under_inference_mode(monkeypatch):
+    """The regression of issue 14: the Sol kernel backend under torch.inference_mode() (how ComfyUI runs every
+    node) raised "Inference tensors do not track version counter" from its summary memo."""
+    import longmedia.kernels.sol_attention as kernel
+    from longmedia.kernels.sol_reference import sol_attention as reference
+    made = []
+    real = kernel.sol_key_summaries
+    monkeypatch.setattr(kernel, "sol_key_summaries", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    with torch.inference_mode():
+        q, k, v = rand_qkv(14, heads=2, rows=200, seq=200, dim=64)
+        fn = builtin.default_registry().build("sol", BuildContext(tau=0.5, sink_ranges=((0, 40),)))
+        out = torch.cat([fn(q[:, :, a:a + 64], k, v, q_offset=a) for a in range(0, 200, 64)], dim=1)
+        ref = builtin.merge_heads(reference(q, k, v, tau=0.5, sink_ranges=((0, 40),)))
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
     assert len(made) == 1
 
