@@ -21,15 +21,25 @@ import argparse
 import json
 import math
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
 from ..h3.dims import H3_FULL, H3Dims
-from .tiny_h3 import (TensorSpec, TinyH3Error, comfy_quant_tensor, initialised, is_quantised_key, key_seed,
-                      quantise_int8_tensorwise, rope_inv_freq, tensor_specs, tiny_h3_metadata)
+from .tiny_h3 import (
+    TensorSpec,
+    TinyH3Error,
+    comfy_quant_tensor,
+    initialised,
+    is_quantised_key,
+    key_seed,
+    quantise_int8_tensorwise,
+    rope_inv_freq,
+    tensor_specs,
+    tiny_h3_metadata,
+)
 
 FULL_TIMESTEP_INPUT_DIM = 256    # ComfyUI's MiniMaxH3Model defaults
 FULL_TIME_EMBED_HIDDEN = 5376

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from longmedia.testing import full_h3 as fh
 from longmedia.testing import tiny_h3 as th
 
-TINY = dict(timestep_input_dim=th.TIMESTEP_INPUT_DIM, time_embed_hidden=th.TIME_EMBED_HIDDEN)
+TINY = {"timestep_input_dim": th.TIMESTEP_INPUT_DIM, "time_embed_hidden": th.TIME_EMBED_HIDDEN}
 
 
 @pytest.mark.parametrize("variant", ["bf16", "int8", "fp32"])
