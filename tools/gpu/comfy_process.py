@@ -66,11 +66,10 @@ def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
             comfy_aimdo.control.init(simple_vram_headroom=headroom, nvml_pressure=not args.disable_nvml_pressure)
         except TypeError:  # named: older comfy-aimdo protocol, as main.py falls back
             comfy_aimdo.control.init(simple_vram_headroom=headroom)
-    import cuda_malloc  # noqa: F401  (main.py: picks torch's cudaMallocAsync before torch loads, unless disabled)
-
     import comfy.memory_management
     import comfy.model_management as mm
     import comfy.model_patcher
+    import cuda_malloc  # noqa: F401  (main.py: picks torch's cudaMallocAsync before torch loads, unless disabled)
 
     supported = mm.is_nvidia() or (mm.is_amd() and mm.rocm_version >= (7, 14))
     wanted = args.enable_dynamic_vram or (enables_dynamic_vram() and supported)
