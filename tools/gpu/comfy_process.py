@@ -29,6 +29,7 @@ class ComfyStartError(RuntimeError):
 @dataclass(frozen=True)
 class ComfyStart:
     aimdo_enabled: bool
+    alloc_conf: str | None
     device: str
     device_name: str
     vram_state: str
@@ -66,10 +67,12 @@ def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
             comfy_aimdo.control.init(simple_vram_headroom=headroom, nvml_pressure=not args.disable_nvml_pressure)
         except TypeError:  # named: older comfy-aimdo protocol, as main.py falls back
             comfy_aimdo.control.init(simple_vram_headroom=headroom)
+    import cuda_malloc  # noqa: F401  (main.py: picks torch's cudaMallocAsync before torch loads, unless disabled)
+
+    alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")  # set by cuda_malloc; torch reads it on import below
     import comfy.memory_management
     import comfy.model_management as mm
     import comfy.model_patcher
-    import cuda_malloc  # noqa: F401  (main.py: picks torch's cudaMallocAsync before torch loads, unless disabled)
 
     supported = mm.is_nvidia() or (mm.is_amd() and mm.rocm_version >= (7, 14))
     wanted = args.enable_dynamic_vram or (enables_dynamic_vram() and supported)
@@ -83,7 +86,7 @@ def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
             comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
             comfy.memory_management.aimdo_enabled = True
     dev = mm.get_torch_device()
-    return ComfyStart(aimdo_enabled=bool(comfy.memory_management.aimdo_enabled), device=str(dev),
+    return ComfyStart(aimdo_enabled=bool(comfy.memory_management.aimdo_enabled), alloc_conf=alloc_conf, device=str(dev),
                       device_name=mm.get_torch_device_name(dev), vram_state=str(mm.vram_state),
                       comfy_total_mib=mm.get_total_memory(dev) / 2 ** 20,
                       comfy_free_mib=mm.get_free_memory(dev) / 2 ** 20, args=tuple(comfy_args))
