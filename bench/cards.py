@@ -188,11 +188,11 @@ def child(a) -> int:
     sys.path.insert(0, str(REPO / "bench"))
     import _cards_nodes
     import comfy.model_management as mm
-
-    from longmedia.h3.lattice import frames_for_seconds
     import comfy.utils
     import execution
     import folder_paths
+
+    from longmedia.h3.lattice import frames_for_seconds
 
     _cards_nodes.register()
     folder_paths.add_model_folder_path("diffusion_models", str(a.models))
