@@ -108,13 +108,17 @@ def _g(n) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
-            "torch peak GiB | mode / attention | block: predicted / measured GiB | weights moved/step GiB "
+            "torch peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
             "(measured / planned) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         mode = f"{r.get('memory_mode', '-')} / {r.get('attention_backend', '-')}" if r["sampler"] != "stock" else "stock"
-        block = (f"{_g(r.get('predicted_block_bytes'))} / {_g(r.get('measured_block_bytes'))}"
-                 if r.get("predicted_block_bytes") is not None else "-")
+        if r.get("measured_block_bytes"):  # streamed: the torch peak inside a block
+            block = f"{_g(r['predicted_block_bytes'])} / {_g(r['measured_block_bytes'])} (block)"
+        elif r.get("measured_step_bytes"):  # normal mode: no per-block hook, the torch peak of the model call
+            block = f"{_g(r['predicted_step_bytes'])} / {_g(r['measured_step_bytes'])} (call)"
+        else:
+            block = "-"
         sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
         first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}"
         lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
@@ -275,6 +279,8 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
                    chunks=plan.get("chunks"), seq_len=(plan.get("geometry") or {}).get("seq_len"),
                    predicted_block_bytes=(mem.get("blocks_stage_bytes", 0) - mem.get("min_weight_bytes", 0)),
                    measured_block_bytes=max(rep.get("block_peak_bytes") or [0]) or None,
+                   predicted_step_bytes=(mem.get("activation_need_bytes", 0) - mem.get("min_weight_bytes", 0)),
+                   measured_step_bytes=max([s.get("peak_bytes", 0) for s in rep.get("steps") or []] or [0]) or None,
                    predicted_peak_bytes=plan.get("predicted_peak_bytes"),
                    planned_streamed_bytes=mem.get("streamed_weight_bytes"),
                    plan_json=json.dumps(plan, sort_keys=True), boundaries=rep.get("boundaries"),
