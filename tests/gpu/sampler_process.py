@@ -47,6 +47,7 @@ def main() -> int:
 
     import nodes
     from longmedia.comfy import tiny_conditioning as tc
+    from longmedia.attention.schedule import SolSettings
     from longmedia.comfy.sampler import run_sampler
     from longmedia.planning.types import PlanRequest
     from longmedia.testing.full_h3 import full_dims, write_full_h3
@@ -85,10 +86,12 @@ def main() -> int:
             "low_vram_groups": PlanRequest(memory_mode="ultra_low_vram", attention_mode="existing",
                                            sol_qkv_chunk_tokens=512, sol_out_proj_chunk_tokens=256,
                                            mlp_chunk_tokens=512),
+            # sol_min_tokens 0: this ~2,400-row job would otherwise run exact (the default floor is 16,384)
             "sol": PlanRequest(memory_mode="low_vram", attention_mode="sol", sol_qkv_chunk_tokens=1024,
-                               mlp_chunk_tokens=1024),
+                               mlp_chunk_tokens=1024, sol=SolSettings(min_tokens=0)),
             "scheduled_sol": PlanRequest(memory_mode="low_vram", attention_mode="scheduled_sol",
-                                         sol_qkv_chunk_tokens=1024, mlp_chunk_tokens=1024),
+                                         sol_qkv_chunk_tokens=1024, mlp_chunk_tokens=1024,
+                                         sol=SolSettings(min_tokens=0, dense_percent=0.2)),
         }
         for name, request in cases.items():
             try:

@@ -74,12 +74,14 @@ def test_sol_bf16_matches_reference_on_ragged_lengths(tau):
     q, k, v = qkv(1100, 3333, seed=7)
     summ = sol_key_summaries(k, v, dtype=q.dtype)
     out, stats = sol_attention(q, k, v, tau=tau, q_offset=500, summaries=summ, return_stats=True)
+    # the reference gets the kernel's bf16 summaries: the same routing input, so only the arithmetic differs
+    # (fp32 summaries move blocks across the threshold, and a flipped block moves the output by several %)
     ref, ref_stats = sol_reference.sol_attention(q.float(), k.float(), v.float(), tau=tau, q_offset=500,
-                                                 return_stats=True)
+                                                 summaries=summ, return_stats=True)
     flips = int((stats.exact_blocks.cpu() - ref_stats.exact_blocks.cpu()).abs().sum())
-    assert flips <= max(2, int(ref_stats.exact_blocks.sum()) // 100)  # bf16 summaries may flip a threshold block
-    assert 0.0 < stats.density <= 1.0
-    assert rel(out, ref) <= 3e-2
+    assert flips <= max(2, int(ref_stats.exact_blocks.sum()) // 100)
+    assert 0.0 < stats.density < 1.0
+    assert rel(out, ref) <= BF16
 
 
 def test_sol_int8_kv_with_sinks():

@@ -57,4 +57,5 @@ def test_sol_modes_run_under_inference_mode(child, case):
     r = child.get(case, {})
     assert r.get("ok"), r.get("traceback") or child.get("_tail")
     assert r["finite"] and r["streamed_blocks"] == [0, 1]
-    assert r["backend"] in ("sol", "scheduled_sol") or "sol" in r["backend"], r
+    assert "sol" in r["backend"], r  # Sol itself ran (the Triton kernel), not an exact fallback
+    assert r["rel_video"] < 0.5  # approximate, but the same video
