@@ -16,7 +16,9 @@ import dataclasses
 GIB = 1024 ** 3
 
 
-def card_profile(card_gib: float):
+def card_profile(card_gib: float, simulate: str = "ballast"):
+    """ballast: what torch reads is the card already (free = card less this process); only the total is
+    renamed. reserve: the card, less what this process already holds."""
     import torch
 
     from longmedia.comfy.memory_facts import dynamic_vram_active
@@ -24,6 +26,8 @@ def card_profile(card_gib: float):
 
     real = DeviceProfile.detect(torch.device("cuda", 0), dynamic_vram=dynamic_vram_active())
     card = int(card_gib * GIB)
+    if simulate == "ballast":
+        return dataclasses.replace(real, name=f"{card_gib:g} GiB card (ballast on {real.name})", vram_total_bytes=card)
     used = real.vram_total_bytes - real.vram_free_bytes
     return dataclasses.replace(real, name=f"{card_gib:g} GiB card simulated on {real.name}", vram_total_bytes=card,
                                vram_free_bytes=max(0, card - used))
@@ -57,15 +61,17 @@ class LongMediaBenchSampler:
                              "sigmas": ("SIGMAS",), "latent_image": ("LATENT",),
                              "memory_mode": ("STRING", {"default": "auto"}),
                              "attention_mode": ("STRING", {"default": "auto"}),
-                             "card_gib": ("FLOAT", {"default": 16.0})}}
+                             "card_gib": ("FLOAT", {"default": 16.0}),
+                             "simulate": ("STRING", {"default": "ballast"})}}
 
-    def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib):
+    def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
+               simulate="ballast"):
         from longmedia.comfy.sampler import run_sampler
         from longmedia.planning.types import PlanRequest
 
         request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
         result = run_sampler(noise, guider, sampler, sigmas, latent_image, request,
-                             device_profile=card_profile(card_gib))
+                             device_profile=card_profile(card_gib, simulate))
         return (result.output, result.report.to_json())
 
 

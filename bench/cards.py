@@ -47,6 +47,10 @@ def parse(argv=None):
                    "reruns (same plan?) and attention_mode sol / scheduled_sol")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
+    p.add_argument("--simulate", choices=["ballast", "reserve"], default="ballast",
+                   help="ballast (default): a second process holds all device memory but the card, so every "
+                   "allocator (torch, comfy-aimdo) meets a real limit; reserve: --reserve-vram + torch's "
+                   "memory fraction only (comfy-aimdo's own allocations are not capped)")
     p.add_argument("--models", type=Path, default=Path("/tmp/longmedia_models"))
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting rows after this many seconds")
     p.add_argument("--table", type=Path, help="only print the table of this cards.jsonl")
@@ -89,11 +93,46 @@ def main(argv=None) -> int:
                "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
         if a.extras:
             cmd.append("--extras")
-        cmd += [f"--comfy-arg={x}" for x in a.comfy_arg]
-        proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30))
-        print(f"card {card:g}: child exit {proc.returncode}", flush=True)
+        cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
+        try:
+            ballast = _ballast(card) if a.simulate == "ballast" else None
+        except RuntimeError as error:  # named: no ballast, no simulated card; the next card may still run
+            print(f"card {card:g}: {error}", flush=True)
+            continue
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30))
+            print(f"card {card:g}: child exit {proc.returncode}", flush=True)
+        finally:
+            if ballast is not None:
+                ballast.kill()
+                ballast.wait()
     print(table(read_rows(rows_file)))
     return 0
+
+
+BALLAST = """
+import sys, torch
+card = int(float(sys.argv[1]) * 2 ** 30)
+torch.cuda.init()
+free, total = torch.cuda.mem_get_info()
+hold = torch.empty(max(0, free - card), dtype=torch.uint8, device="cuda")
+free, total = torch.cuda.mem_get_info()
+print(f"BALLAST {hold.numel()} {free}", flush=True)
+sys.stdin.read()
+"""
+
+
+def _ballast(card: float) -> subprocess.Popen:
+    """A process holding every byte of device memory but `card` GiB (its own CUDA context included)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    proc = subprocess.Popen([sys.executable, "-c", BALLAST, str(card)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    line = proc.stdout.readline().split()
+    if not line or line[0] != "BALLAST":
+        proc.kill()
+        raise RuntimeError(f"ballast for {card} GiB did not start: {line}")
+    print(f"card {card:g}: ballast holds {int(line[1]) / GIB:.2f} GiB, {int(line[2]) / GIB:.2f} GiB left free", flush=True)
+    return proc
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -144,7 +183,8 @@ class _Server:
         self.events.append((time.perf_counter(), event, data if isinstance(data, dict) else {}))
 
 
-def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto"):
+def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
+           simulate: str = "ballast"):
     from longmedia.h3.lattice import frames_for_seconds
 
     w, h = JOB
@@ -170,7 +210,8 @@ def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card:
         p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
     else:
         p["sample"] = {"class_type": "LongMediaBenchSampler",
-                       "inputs": {**links, "memory_mode": "auto", "attention_mode": attention, "card_gib": card}}
+                       "inputs": {**links, "memory_mode": "auto", "attention_mode": attention, "card_gib": card,
+                                  "simulate": simulate}}
         p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
     return p
 
@@ -182,11 +223,13 @@ def child(a) -> int:
 
     card = a.child
     total = _nvml_total()
-    reserve_gib = max(0.0, (total - card * GIB) / GIB)
-    start = comfy_process.start_comfyui(["--reserve-vram", f"{reserve_gib:.3f}", *a.comfy_arg])
+    reserve_gib = max(0.0, (total - card * GIB) / GIB) if a.simulate == "reserve" else None
+    start = comfy_process.start_comfyui(
+        (["--reserve-vram", f"{reserve_gib:.3f}"] if reserve_gib is not None else []) + list(a.comfy_arg))
     import torch
 
-    torch.cuda.set_per_process_memory_fraction(min(1.0, card * GIB / total), 0)
+    if a.simulate == "reserve":
+        torch.cuda.set_per_process_memory_fraction(min(1.0, card * GIB / total), 0)
     cap = _cap_enforced(torch, card)
     comfy_process.load_builtin_nodes()
     sys.path.insert(0, str(REPO / "bench"))
@@ -213,7 +256,8 @@ def child(a) -> int:
     memory = comfy_process.DeviceMemory()
     base = {"card_gib": card, "blocks": a.blocks, "steps": a.steps, "width": JOB[0], "height": JOB[1],
             "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "alloc_conf": start.alloc_conf,
-            "reserve_vram_gib": round(reserve_gib, 3), "torch_cap_enforced": cap,
+            "simulate": a.simulate, "reserve_vram_gib": reserve_gib, "cap_enforced": cap,
+            "free_at_start_bytes": int(torch.cuda.mem_get_info()[0]),
             "comfy_total_mib": round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)}
     jobs = [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
     if a.extras and card == 16 and "int8" in a.formats:
@@ -235,7 +279,7 @@ def child(a) -> int:
         steps_at.clear()
         server.events.clear()
         t0 = time.perf_counter()
-        executor.execute(prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention),
+        executor.execute(prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
                          f"{label}-{fmt}-{seconds}", {"client_id": "bench"}, ["sink"])
         torch.cuda.synchronize()
         row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
@@ -301,7 +345,7 @@ def _nvml_total() -> int:
 
 
 def _cap_enforced(torch, card: float) -> bool:
-    """Does the allocator refuse more than the card? (cudaMallocAsync must honour the memory fraction too.)"""
+    """Does torch's allocator refuse more than the card (the memory fraction, or the ballast)?"""
     try:
         t = torch.empty(int((card + 0.5) * GIB), dtype=torch.uint8, device="cuda")
         del t

@@ -46,8 +46,8 @@ def main() -> int:
     from comfy_extras import nodes_minimax_h3 as h3n
 
     import nodes
-    from longmedia.comfy import tiny_conditioning as tc
     from longmedia.attention.schedule import SolSettings
+    from longmedia.comfy import tiny_conditioning as tc
     from longmedia.comfy.sampler import run_sampler
     from longmedia.planning.types import PlanRequest
     from longmedia.testing.full_h3 import full_dims, write_full_h3
