@@ -8,9 +8,11 @@ On the lent GPU machine, after tools/gpu/bootstrap.sh:
 
 The model is a full-width random-weight H3 (`python -m longmedia.testing.full_h3`, drawn on the GPU)
 with `--blocks` DiT blocks, loaded through UNETLoader. Each card runs in its own child process that
-starts ComfyUI in main.py's order (Dynamic VRAM on) with `--reserve-vram <H200 total - card>` (ComfyUI's
-model management and comfy-aimdo's headroom then see the card) and caps torch with
-`set_per_process_memory_fraction(card / total)`. Every row is one prompt through ComfyUI's
+starts ComfyUI in main.py's order (Dynamic VRAM on). `--simulate ballast` (default): a ballast process
+first takes all device memory but the card, so torch and comfy-aimdo both meet the card's real limit.
+`--simulate reserve`: ComfyUI gets `--reserve-vram <H200 total - card>` (also comfy-aimdo's headroom)
+and torch `set_per_process_memory_fraction(card / total)`; comfy-aimdo's own allocations are then not
+hard-capped (the first GPU run went 2.6 GiB past a 16 GiB card that way). Every row is one prompt through ComfyUI's
 `PromptExecutor`: UNETLoader -> MiniMaxH3SigmaShift -> CFGGuider (cfg 1: one model call per step) ->
 SamplerCustomAdvanced (stock) or LongMediaBenchSampler (LongMedia's `run_sampler`, PlanRequest() =
 auto, the card's DeviceProfile; see bench/_cards_nodes.py). Models are unloaded between rows.
