@@ -167,9 +167,17 @@ def seeded_normal(seed: int, key: str, shape: Sequence[int]) -> torch.Tensor:
 def master_tensor(spec: TensorSpec, seed: int) -> torch.Tensor:
     """The fp32 value of one tensor before the variant's storage cast."""
     if spec.init == "rope":
-        n = spec.shape[0]
-        return ROPE_THETA ** (-torch.arange(n, dtype=torch.float64) / n)
-    x = seeded_normal(seed, spec.key, spec.shape)
+        return rope_inv_freq(spec.shape[0])
+    return initialised(spec, seeded_normal(seed, spec.key, spec.shape))
+
+
+def rope_inv_freq(n: int) -> torch.Tensor:
+    """`rope.inv_freq`: theta^(-i/n), i < n (float64; stored fp32)."""
+    return ROPE_THETA ** (-torch.arange(n, dtype=torch.float64) / n)
+
+
+def initialised(spec: TensorSpec, x: torch.Tensor) -> torch.Tensor:
+    """Scale a standard normal draw `x` of `spec`'s shape to the tensor's init."""
     if spec.init == "linear":
         return x / math.sqrt(spec.shape[1])
     if spec.init == "adaln":

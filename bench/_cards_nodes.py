@@ -1,0 +1,105 @@
+"""Bench-only ComfyUI nodes for bench/cards.py, registered in-process (never shipped in the pack).
+
+- LongMediaBenchConditioning: H3 CONDITIONING at full text width from `tiny_conditioning.random_conditioning`
+  (no H3 text encoder exists here).
+- LongMediaBenchSampler: what the LongMedia Sampler node does (`run_sampler` with a PlanRequest), but
+  with the simulated card's DeviceProfile: LongMedia's planner reads `torch.cuda.mem_get_info`, which
+  neither `--reserve-vram` nor `set_per_process_memory_fraction` shrinks, so the node hands the planner
+  what a real card of `card_gib` would report (the card, less what this process already holds).
+- LongMediaBenchSink: the output node; returns the latent's statistics and the report to the history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+GIB = 1024 ** 3
+
+
+def card_profile(card_gib: float, simulate: str = "ballast"):
+    """ballast: what torch reads is the card already (free = card less this process); only the total is
+    renamed. reserve: the card, less what this process already holds."""
+    import torch
+
+    from longmedia.comfy.memory_facts import dynamic_vram_active
+    from longmedia.h3.profiles import DeviceProfile
+
+    real = DeviceProfile.detect(torch.device("cuda", 0), dynamic_vram=dynamic_vram_active())
+    card = int(card_gib * GIB)
+    if simulate == "ballast":
+        return dataclasses.replace(real, name=f"{card_gib:g} GiB card (ballast on {real.name})", vram_total_bytes=card)
+    used = real.vram_total_bytes - real.vram_free_bytes
+    return dataclasses.replace(real, name=f"{card_gib:g} GiB card simulated on {real.name}", vram_total_bytes=card,
+                               vram_free_bytes=max(0, card - used))
+
+
+class LongMediaBenchConditioning:
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "make"
+    CATEGORY = "longmedia/bench"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"tokens": ("INT", {"default": 128, "min": 1, "max": 4096}),
+                             "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})}}
+
+    def make(self, tokens, seed):
+        from longmedia.comfy.tiny_conditioning import random_conditioning
+        from longmedia.h3.dims import H3_FULL
+
+        return (random_conditioning(tokens, dims=H3_FULL, seed=seed),)
+
+
+class LongMediaBenchSampler:
+    RETURN_TYPES = ("LATENT", "STRING")
+    FUNCTION = "sample"
+    CATEGORY = "longmedia/bench"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"noise": ("NOISE",), "guider": ("GUIDER",), "sampler": ("SAMPLER",),
+                             "sigmas": ("SIGMAS",), "latent_image": ("LATENT",),
+                             "memory_mode": ("STRING", {"default": "auto"}),
+                             "attention_mode": ("STRING", {"default": "auto"}),
+                             "card_gib": ("FLOAT", {"default": 16.0}),
+                             "simulate": ("STRING", {"default": "ballast"})}}
+
+    def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
+               simulate="ballast"):
+        from longmedia.comfy.sampler import run_sampler
+        from longmedia.planning.types import PlanRequest
+
+        request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
+        result = run_sampler(noise, guider, sampler, sigmas, latent_image, request,
+                             device_profile=card_profile(card_gib, simulate))
+        return (result.output, result.report.to_json())
+
+
+class LongMediaBenchSink:
+    RETURN_TYPES = ()
+    FUNCTION = "sink"
+    OUTPUT_NODE = True
+    CATEGORY = "longmedia/bench"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"samples": ("LATENT",)}, "optional": {"report": ("STRING", {"forceInput": True})}}
+
+    def sink(self, samples, report=None):
+        import torch
+
+        video = samples["samples"].unbind()[0] if hasattr(samples["samples"], "unbind") else samples["samples"]
+        stats = {"finite": bool(torch.isfinite(video).all()), "std": float(video.float().std()),
+                 "checksum": float(video.double().sum())}
+        return {"ui": {"stats": [stats], "report": [report or ""]}}
+
+
+NODES = {"LongMediaBenchConditioning": LongMediaBenchConditioning, "LongMediaBenchSampler": LongMediaBenchSampler,
+         "LongMediaBenchSink": LongMediaBenchSink}
+
+
+def register() -> None:
+    """Add the bench nodes to this process's ComfyUI node table, as a custom node pack's import would."""
+    import nodes
+
+    nodes.NODE_CLASS_MAPPINGS.update(NODES)

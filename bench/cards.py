@@ -1,0 +1,365 @@
+"""End to end in real ComfyUI (PromptExecutor) under simulated 8/12/16/24 GiB cards: stock vs LongMedia auto.
+
+On the lent GPU machine, after tools/gpu/bootstrap.sh:
+
+    python bench/cards.py --smoke                      # 2 blocks, 1 step, one card: proves the script runs
+    python bench/cards.py --blocks 2 --steps 2         # the table: 4 cards x 4 lengths x bf16/int8 x 2 samplers
+    python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --steps 1   # full depth
+
+The model is a full-width random-weight H3 (`python -m longmedia.testing.full_h3`, drawn on the GPU)
+with `--blocks` DiT blocks, loaded through UNETLoader. Each card runs in its own child process that
+starts ComfyUI in main.py's order (Dynamic VRAM on). `--simulate ballast` (default): a ballast process
+first takes all device memory but the card, so torch and comfy-aimdo both meet the card's real limit.
+`--simulate reserve`: ComfyUI gets `--reserve-vram <H200 total - card>` (also comfy-aimdo's headroom)
+and torch `set_per_process_memory_fraction(card / total)`; comfy-aimdo's own allocations are then not
+hard-capped (the first GPU run went 2.6 GiB past a 16 GiB card that way). Every row is one prompt through ComfyUI's
+`PromptExecutor`: UNETLoader -> MiniMaxH3SigmaShift -> CFGGuider (cfg 1: one model call per step) ->
+SamplerCustomAdvanced (stock) or LongMediaBenchSampler (LongMedia's `run_sampler`, PlanRequest() =
+auto, the card's DeviceProfile; see bench/_cards_nodes.py). Models are unloaded between rows.
+Process peak = this process's device memory from NVML, sampled every 4 ms (comfy-aimdo's VBAR pages and
+cast buffers included); torch peak = torch.cuda.max_memory_allocated. Rows go to OUT/cards.jsonl as
+they finish; the table is printed at the end (and by `--table OUT/cards.jsonl`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 1024 ** 3
+JOB = (1344, 768)
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cards", type=float, nargs="*", default=[8, 12, 16, 24], help="simulated card sizes, GiB")
+    p.add_argument("--seconds", type=float, nargs="*", default=[5, 10, 14.4, 20])
+    p.add_argument("--formats", nargs="*", default=["int8", "bf16"], choices=["int8", "bf16"])
+    p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], choices=["longmedia", "stock"])
+    p.add_argument("--blocks", type=int, default=2)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 14.4 s: three seed-only "
+                   "reruns (same plan?) and attention_mode sol / scheduled_sol")
+    p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
+    p.add_argument("--simulate", choices=["ballast", "reserve"], default="ballast",
+                   help="ballast (default): a second process holds all device memory but the card, so every "
+                   "allocator (torch, comfy-aimdo) meets a real limit; reserve: --reserve-vram + torch's "
+                   "memory fraction only (comfy-aimdo's own allocations are not capped)")
+    p.add_argument("--models", type=Path, default=Path("/tmp/longmedia_models"))
+    p.add_argument("--budget-s", type=float, default=540.0, help="stop starting rows after this many seconds")
+    p.add_argument("--table", type=Path, help="only print the table of this cards.jsonl")
+    p.add_argument("--comfy-arg", action="append", default=[], help="extra ComfyUI CLI argument for the card "
+                   "processes, e.g. --comfy-arg=--disable-cuda-malloc (repeat for several)")
+    p.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.cards, a.seconds, a.formats, a.blocks, a.steps = [16], [5], ["int8"], 2, 1
+    return a
+
+
+# ---------------------------------------------------------------- parent
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    if a.table:
+        print(table(read_rows(a.table)))
+        return 0
+    if a.child is not None:
+        return child(a)
+    a.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + a.budget_s
+    t0 = time.perf_counter()
+    gen = subprocess.run([sys.executable, "-m", "longmedia.testing.full_h3", str(a.models), "--blocks", str(a.blocks),
+                          *[x for f in a.formats for x in ("--variant", f)]], cwd=REPO, capture_output=True, text=True,
+                         check=False)
+    print(f"checkpoints ({time.perf_counter() - t0:.0f} s): {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}",
+          flush=True)
+    if gen.returncode:
+        return gen.returncode
+    rows_file = a.out / "cards.jsonl"
+    for card in a.cards:
+        if time.time() > deadline - 30:
+            print(f"card {card:g}: skipped, bench budget spent", flush=True)
+            continue
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(card), "--deadline", str(deadline),
+               "--seconds", *map(str, a.seconds), "--formats", *a.formats, "--samplers", *a.samplers,
+               "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
+        if a.extras:
+            cmd.append("--extras")
+        cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
+        try:
+            ballast = _ballast(card) if a.simulate == "ballast" else None
+        except RuntimeError as error:  # named: no ballast, no simulated card; the next card may still run
+            print(f"card {card:g}: {error}", flush=True)
+            continue
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30))
+            print(f"card {card:g}: child exit {proc.returncode}", flush=True)
+        finally:
+            if ballast is not None:
+                ballast.kill()
+                ballast.wait()
+    print(table(read_rows(rows_file)))
+    return 0
+
+
+BALLAST = """
+import sys, torch
+card = int(float(sys.argv[1]) * 2 ** 30)
+torch.cuda.init()
+free, total = torch.cuda.mem_get_info()
+hold = torch.empty(max(0, free - card), dtype=torch.uint8, device="cuda")
+free, total = torch.cuda.mem_get_info()
+print(f"BALLAST {hold.numel()} {free}", flush=True)
+sys.stdin.read()
+"""
+
+
+def _ballast(card: float) -> subprocess.Popen:
+    """A process holding every byte of device memory but `card` GiB (its own CUDA context included)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    proc = subprocess.Popen([sys.executable, "-c", BALLAST, str(card)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    line = proc.stdout.readline().split()
+    if not line or line[0] != "BALLAST":
+        proc.kill()
+        raise RuntimeError(f"ballast for {card} GiB did not start: {line}")
+    print(f"card {card:g}: ballast holds {int(line[1]) / GIB:.2f} GiB, {int(line[2]) / GIB:.2f} GiB left free", flush=True)
+    return proc
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _g(n) -> str:
+    return "-" if n is None else f"{n / GIB:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
+            "torch peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
+            "(measured / planned) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        mode = f"{r.get('memory_mode', '-')} / {r.get('attention_backend', '-')}" if r["sampler"] != "stock" else "stock"
+        if r.get("measured_block_bytes"):  # streamed: the torch peak inside a block
+            block = f"{_g(r['predicted_block_bytes'])} / {_g(r['measured_block_bytes'])} (block)"
+        elif r.get("measured_step_bytes"):  # normal mode: no per-block hook, the torch peak of the model call
+            block = f"{_g(r['predicted_step_bytes'])} / {_g(r['measured_step_bytes'])} (call)"
+        else:
+            block = "-"
+        sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
+        first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}"
+        lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
+                     f"{r['format']} | {r['blocks']} | {r['label']} | {r['result']} | {sps} | {first} | "
+                     f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | {mode} | {block} | "
+                     f"{_g(r.get('moved_per_step_bytes'))} / {_g(r.get('planned_streamed_bytes'))} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- child (one card)
+
+class _Server:
+    """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
+
+    def __init__(self):
+        self.client_id = None
+        self.last_node_id = None
+        self.last_prompt_id = None
+        self.sockets_metadata = {}
+        self.events: list[tuple[float, str, dict]] = []
+
+    def send_sync(self, event, data, sid=None):
+        self.events.append((time.perf_counter(), event, data if isinstance(data, dict) else {}))
+
+
+def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
+           simulate: str = "ballast"):
+    from longmedia.h3.lattice import frames_for_seconds
+
+    w, h = JOB
+    p = {
+        "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
+        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["unet", 0], "shift_video": 12.0,
+                                                                   "shift_audio": 3.0}},
+        "pos": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 128, "seed": 1}},
+        "neg": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 16, "seed": 2}},
+        "guider": {"class_type": "CFGGuider", "inputs": {"model": ["shift", 0], "positive": ["pos", 0],
+                                                         "negative": ["neg", 0], "cfg": 1.0}},
+        "sampler": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "sigmas": {"class_type": "BasicScheduler", "inputs": {"model": ["shift", 0], "scheduler": "simple",
+                                                              "steps": steps, "denoise": 1.0}},
+        "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
+        "latent": {"class_type": "EmptyMiniMaxH3LatentAV",
+                   "inputs": {"width": w, "height": h, "length": frames_for_seconds(seconds)}},
+    }
+    links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
+             "latent_image": ["latent", 0]}
+    if sampler == "stock":
+        p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
+        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
+    else:
+        p["sample"] = {"class_type": "LongMediaBenchSampler",
+                       "inputs": {**links, "memory_mode": "auto", "attention_mode": attention, "card_gib": card,
+                                  "simulate": simulate}}
+        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
+    return p
+
+
+def child(a) -> int:
+    sys.path.insert(0, str(REPO / "tools" / "gpu"))
+    sys.path.insert(1, str(REPO))
+    import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
+
+    card = a.child
+    total = _nvml_total()
+    reserve_gib = max(0.0, (total - card * GIB) / GIB) if a.simulate == "reserve" else None
+    start = comfy_process.start_comfyui(
+        (["--reserve-vram", f"{reserve_gib:.3f}"] if reserve_gib is not None else []) + list(a.comfy_arg))
+    import torch
+
+    if a.simulate == "reserve":
+        torch.cuda.set_per_process_memory_fraction(min(1.0, card * GIB / total), 0)
+    cap = _cap_enforced(torch, card)
+    comfy_process.load_builtin_nodes()
+    sys.path.insert(0, str(REPO / "bench"))
+    import _cards_nodes
+    import comfy.model_management as mm
+    import comfy.utils
+    import execution
+    import folder_paths
+
+    from longmedia.h3.lattice import frames_for_seconds
+
+    _cards_nodes.register()
+    folder_paths.add_model_folder_path("diffusion_models", str(a.models))
+    server = _Server()
+    steps_at: list[float] = []
+
+    def hook(value, total_steps, preview, prompt_id=None, node_id=None):
+        steps_at.append(time.perf_counter())
+        mm.throw_exception_if_processing_interrupted()
+
+    comfy.utils.set_progress_bar_global_hook(hook)
+    executor = execution.PromptExecutor(server, cache_type=execution.CacheType.CLASSIC,
+                                        cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+    memory = comfy_process.DeviceMemory()
+    base = {"card_gib": card, "blocks": a.blocks, "steps": a.steps, "width": JOB[0], "height": JOB[1],
+            "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "alloc_conf": start.alloc_conf,
+            "simulate": a.simulate, "reserve_vram_gib": reserve_gib, "cap_enforced": cap,
+            "free_at_start_bytes": int(torch.cuda.mem_get_info()[0]),
+            "comfy_total_mib": round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)}
+    jobs = [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
+    if a.extras and card == 16 and "int8" in a.formats:
+        jobs += [("int8", 14.4, "longmedia", "auto", seed, f"auto seed {seed}") for seed in (1, 2, 3)]
+        jobs += [("int8", 14.4, "longmedia", att, 0, att) for att in ("sol", "scheduled_sol")]
+    for fmt, seconds, sampler, attention, seed, label in jobs:
+        row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
+               "label": label, "seed": seed}
+        if time.time() > a.deadline - 20:
+            row["result"] = "not run (bench budget spent)"
+            _append(a.out, row)
+            continue
+        unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
+        mm.unload_all_models()
+        # as ComfyUI's prompt worker does between prompts: an OOM's traceback cycle keeps the failed
+        # prompt's activations alive until the cyclic GC runs (the second GPU run lost 12.5 GiB that way)
+        gc.collect()
+        mm.soft_empty_cache()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        memory.reset()
+        steps_at.clear()
+        server.events.clear()
+        t0 = time.perf_counter()
+        executor.execute(prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
+                         f"{label}-{fmt}-{seconds}", {"client_id": "bench"}, ["sink"])
+        torch.cuda.synchronize()
+        row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
+        _append(a.out, row)
+        print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
+                                                   "process_peak_bytes", "torch_peak_bytes")}), flush=True)
+    memory.close()
+    return 0
+
+
+def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
+    out: dict = {"total_s": time.perf_counter() - t0, "torch_peak_bytes": int(torch.cuda.max_memory_allocated())}
+    peak = memory.peak()
+    out.update(process_peak_bytes=peak["process_bytes"], device_used_peak_bytes=peak["device_used_bytes"],
+               process_source=peak["process_source"])
+    loaded = [(type(lm.model.model).__name__, int(lm.model.model_size()), int(lm.model.loaded_size()))
+              for lm in mm.current_loaded_models if lm.model is not None]
+    if loaded:
+        name, size, resident = max(loaded, key=lambda t: t[1])
+        out.update(model_class=name, model_bytes=size, resident_bytes=resident, moved_per_step_bytes=size - resident)
+    if not executor.success:
+        err = next((d for ev, d in executor.status_messages if ev == "execution_error"), {})
+        text = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"
+        oom = "out of memory" in text.lower() or "OOM" in text or "OutOfMemory" in text
+        out.update(result="OOM" if oom else "error", error=text[:600])
+        return out
+    out["result"] = "ok"
+    started = next((t for t, ev, d in server.events if ev == "executing" and d.get("node") == "sample"), None)
+    if steps_at:
+        out["first_step_s"] = steps_at[0] - started if started else None
+        diffs = [b - a for a, b in itertools.pairwise(steps_at)]
+        out["s_per_step"] = sorted(diffs)[len(diffs) // 2] if diffs else out["first_step_s"]
+    ui = executor.history_result.get("outputs", {}).get("sink", {})
+    out["stats"] = (ui.get("stats") or [None])[0]
+    report = (ui.get("report") or [""])[0]
+    if report:
+        rep = json.loads(report)
+        plan = rep.get("plan", {})
+        mem = plan.get("memory", {})
+        out.update(memory_mode=plan.get("memory_mode"), attention_backend=rep.get("attention_backend"),
+                   chunks=plan.get("chunks"), seq_len=(plan.get("geometry") or {}).get("seq_len"),
+                   predicted_block_bytes=(mem.get("blocks_stage_bytes", 0) - mem.get("min_weight_bytes", 0)),
+                   measured_block_bytes=max(rep.get("block_peak_bytes") or [0]) or None,
+                   predicted_step_bytes=(mem.get("activation_need_bytes", 0) - mem.get("min_weight_bytes", 0)),
+                   measured_step_bytes=max([s.get("peak_bytes", 0) for s in rep.get("steps") or []] or [0]) or None,
+                   predicted_peak_bytes=plan.get("predicted_peak_bytes"),
+                   planned_streamed_bytes=mem.get("streamed_weight_bytes"),
+                   plan_json=json.dumps(plan, sort_keys=True), boundaries=rep.get("boundaries"),
+                   report_steps=rep.get("steps"))
+    return out
+
+
+def _append(out_dir: Path, row: dict) -> None:
+    with open(out_dir / "cards.jsonl", "a") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+
+
+def _nvml_total() -> int:
+    import pynvml
+
+    pynvml.nvmlInit()
+    return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+
+
+def _cap_enforced(torch, card: float) -> bool:
+    """Does torch's allocator refuse more than the card (the memory fraction, or the ballast)?"""
+    try:
+        t = torch.empty(int((card + 0.5) * GIB), dtype=torch.uint8, device="cuda")
+        del t
+        torch.cuda.empty_cache()
+        return False
+    except torch.OutOfMemoryError:
+        return True
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""Child process of test_sampler_dynamic_vram.py: ComfyUI in main.py's order, then the in-process Sampler.
+
+    python tests/gpu/sampler_process.py OUT.json [MODEL_DIR]
+
+Imports tools/gpu/comfy_process before torch (comfy-aimdo must initialise first), writes a 2-block
+full-width bf16 H3 checkpoint (longmedia.testing.full_h3, drawn on the GPU) and loads it through
+ComfyUI's UNETLoader. Then, all under torch.inference_mode() as ComfyUI runs nodes:
+SamplerCustomAdvanced (stock) vs `run_sampler` in normal/existing, low_vram with chunks, sol and
+scheduled_sol. Every result goes to OUT.json as soon as it is known (a crash keeps the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "gpu"))
+sys.path.insert(1, str(REPO))
+
+import comfy_process
+
+WIDTH, HEIGHT, LENGTH, STEPS, CFG = 512, 384, 39, 2, 3.0  # ~2,400 packed rows
+
+
+def main() -> int:
+    out_path = Path(sys.argv[1])
+    model_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp(prefix="full_h3_"))
+    res: dict = {}
+
+    def save():
+        out_path.write_text(json.dumps(res, indent=1, default=str))
+
+    start = comfy_process.start_comfyui([])
+    res["start"] = start.to_dict()
+    save()
+    import comfy.model_management as mm
+    import comfy.samplers
+    import folder_paths
+    import torch
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    import nodes
+    from longmedia.attention.schedule import SolSettings
+    from longmedia.comfy import tiny_conditioning as tc
+    from longmedia.comfy.sampler import run_sampler
+    from longmedia.planning.types import PlanRequest
+    from longmedia.testing.full_h3 import full_dims, write_full_h3
+
+    dims = full_dims(2)
+    t0 = time.perf_counter()
+    path = write_full_h3(model_dir, variant="bf16", dims=dims, device="cuda")
+    res["checkpoint"] = {"path": str(path), "gib": path.stat().st_size / 2 ** 30, "write_s": time.perf_counter() - t0}
+    folder_paths.add_model_folder_path("diffusion_models", str(model_dir))
+    patcher = nodes.UNETLoader().load_unet(path.name, "default")[0]
+    res["patcher"] = {"type": type(patcher).__name__, "dynamic": bool(patcher.is_dynamic())}
+    save()
+
+    def job(seed=3):
+        guider = comfy.samplers.CFGGuider(patcher)
+        guider.set_conds(tc.random_conditioning(11, dims=dims, seed=1), tc.random_conditioning(5, dims=dims, seed=2))
+        guider.set_cfg(CFG)
+        sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", STEPS).cpu()
+        latent = h3n.EmptyMiniMaxH3LatentAV.execute(WIDTH, HEIGHT, LENGTH).result[0]
+        return ncs.Noise_RandomNoise(seed), guider, comfy.samplers.sampler_object("euler"), sigmas, latent
+
+    def rel(a, b):
+        return float((a.double() - b.double()).norm() / b.double().norm())
+
+    with torch.inference_mode():
+        out = ncs.SamplerCustomAdvanced.execute(*job()).result
+        sv, sa = (t.clone() for t in out[0]["samples"].unbind())
+        res["stock"] = {"finite": bool(torch.isfinite(sv).all()), "std": float(sv.float().std()),
+                        "shape": list(sv.shape), "aimdo_enabled": start.aimdo_enabled,
+                        "loaded_mib": patcher.loaded_size() / 2 ** 20}
+        save()
+        cases = {
+            "normal": PlanRequest(memory_mode="normal", attention_mode="existing"),
+            "low_vram": PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=1024,
+                                    mlp_chunk_tokens=1024),
+            "low_vram_groups": PlanRequest(memory_mode="ultra_low_vram", attention_mode="existing",
+                                           sol_qkv_chunk_tokens=512, sol_out_proj_chunk_tokens=256,
+                                           mlp_chunk_tokens=512),
+            # sol_min_tokens 0: this ~2,400-row job would otherwise run exact (the default floor is 16,384)
+            "sol": PlanRequest(memory_mode="low_vram", attention_mode="sol", sol_qkv_chunk_tokens=1024,
+                               mlp_chunk_tokens=1024, sol=SolSettings(min_tokens=0)),
+            "scheduled_sol": PlanRequest(memory_mode="low_vram", attention_mode="scheduled_sol",
+                                         sol_qkv_chunk_tokens=1024, mlp_chunk_tokens=1024,
+                                         sol=SolSettings(min_tokens=0, dense_percent=0.2)),
+        }
+        for name, request in cases.items():
+            try:
+                result = run_sampler(*job(), request)
+                ov, oa = result.output["samples"].unbind()
+                plan = result.plan
+                res[name] = {"ok": True, "equal_video": bool(torch.equal(ov, sv)), "equal_audio": bool(torch.equal(oa, sa)),
+                             "rel_video": rel(ov, sv), "rel_audio": rel(oa, sa), "finite": bool(torch.isfinite(ov).all()),
+                             "memory_mode": plan.memory_mode, "backend": result.report.attention_backend,
+                             "chunks": [plan.chunks.qkv_chunk_tokens, plan.chunks.out_proj_chunk_tokens,
+                                        plan.chunks.mlp_chunk_tokens, plan.chunks.heads_per_group],
+                             "streamed_blocks": list(result.report.streamed_blocks),
+                             "steps": [s.seconds for s in result.report.steps],
+                             "attention_reasons": list(plan.attention.reasons)[:4]}
+            except Exception as error:  # noqa: BLE001  named: recorded for the parent test to assert on
+                res[name] = {"ok": False, "error": f"{type(error).__name__}: {error}",
+                             "traceback": traceback.format_exc(limit=12)}
+            save()
+    mm.unload_all_models()
+    res["done"] = True
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
