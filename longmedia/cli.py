@@ -32,7 +32,7 @@ UNITS = ("Units: --vram-gb and --ram-gb take the size as sold (a '16 GB' card ha
          "prints memory in GiB and thresholds in MiB, and every -mb flag is in MiB (1 GiB = 1024 MiB). Exit codes: "
          "0 FITS, 3 DOES NOT FIT, 2 bad input.")
 # What the core's input names are called on this command line (the rest are `--` + the name with dashes).
-FLAG_ALIASES = {"continuation_frames": "--context-frames", "os_name": "--os", "duration": "--seconds/--frames",
+FLAG_ALIASES = {"os_name": "--os", "duration": "--seconds/--frames",
                 "references": "--picture/--video/--audio", "device": "--vram-gb"}
 
 

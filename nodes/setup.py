@@ -49,7 +49,7 @@ class LongMediaSetup(io.ComfyNode):
                 io.Combo.Input("reference_budget", options=list(REFERENCE_BUDGETS), default="low", tooltip=BUDGET_HELP),
                 io.Float.Input("segment_seconds", default=0.0, min=0.0, max=MAX_SEGMENT_SECONDS, step=0.5,
                                tooltip="0 = one pass. Else new seconds per segment of a long job (16 GB: 5-10)."),
-                io.Int.Input("continuation_frames", default=22, min=5, max=3609, step=17,
+                io.Int.Input("context_frames", default=22, min=5, max=3609, step=17,
                              tooltip="Frames each later segment re-reads from the previous one (17k+5: 5, 22, 39 ...)."),
                 io.Conditioning.Input("positive", optional=True,
                                       tooltip="Prompt conditioning (CLIPTextEncode) for t2va/fl2va. Or leave it "
@@ -83,7 +83,7 @@ class LongMediaSetup(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, width, height, seconds, family, reference_budget, segment_seconds, continuation_frames,
+    def execute(cls, width, height, seconds, family, reference_budget, segment_seconds, context_frames,
                 positive=None, negative=None, clip=None, prompt="", vae=None, audio_vae=None, ref_image_size="match",
                 first_frame=None, last_frame=None, **references) -> io.NodeOutput:
         if negative is None:
@@ -91,7 +91,7 @@ class LongMediaSetup(io.ComfyNode):
                                       "Connect a negative prompt; an empty CLIPTextEncode is fine.")
         result = run_setup(positive, negative, width=width, height=height, seconds=seconds, family=family,
                            reference_budget=reference_budget, segment_seconds=segment_seconds,
-                           continuation_frames=continuation_frames, ref_image_size=ref_image_size, clip=clip,
+                           context_frames=context_frames, ref_image_size=ref_image_size, clip=clip,
                            prompt=prompt, vae=vae, audio_vae=audio_vae, first_frame=first_frame,
                            last_frame=last_frame, references=references)
         return io.NodeOutput(result.positive, result.negative, result.latent, result.job,

@@ -64,12 +64,6 @@ def installed_attention() -> Callable[..., torch.Tensor]:
     return bound if bound is not None else _attention_module().optimized_attention
 
 
-def installed_attention_name() -> str:
-    """Name of ComfyUI's installed attention function (e.g. `attention_pytorch`, `attention_sage`)."""
-    fn = installed_attention()
-    return getattr(fn, "__name__", type(fn).__name__)
-
-
 def _container_type() -> type | None:
     return getattr(_attention_module(), "AttentionTensorContainer", None)
 

@@ -18,10 +18,11 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from . import inputs as comfy_job
+from . import inputs
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
@@ -36,15 +37,24 @@ from ..planning.planner import plan as make_plan
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 
+if TYPE_CHECKING:  # segmented imports this module
+    from .segmented import SegmentedReport
+
 WRAPPER_KEY = "longmedia"
 
 
 @dataclass(frozen=True)
-class SamplerResult:
+class SamplingResult:
+    """What the Sampler, Hi-Res and Refiner return: the output and denoised latents and the run's report.
+
+    plan: the pass's plan (None for a segmented job: each pass's plan is in its report);
+    sigmas: the schedule a Hi-Res or Refiner pass ran (None for the Sampler)."""
+
     output: dict
     denoised: dict
-    report: RunReport
-    plan: ExecutionPlan
+    report: RunReport | SegmentedReport
+    plan: ExecutionPlan | None = None
+    sigmas: torch.Tensor | None = None
 
 
 TRITON_BACKENDS = ("qstream_triton", "qstream_triton_int8", "sol")
@@ -100,7 +110,7 @@ def _positive(guider):
     conds = getattr(guider, "original_conds", {}) or {}
     positive = conds.get("positive") or conds.get("negative")
     if not positive:
-        raise comfy_job.LongMediaInputError("guider", "no conditioning", "a guider with conditioning set",
+        raise inputs.LongMediaInputError("guider", "no conditioning", "a guider with conditioning set",
                                             "Connect positive conditioning to the guider.")
     first = positive[0]
     return [[first.get("cross_attn"), first]]
@@ -116,16 +126,16 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
     """
-    model = comfy_job.h3_diffusion_model(guider)
-    video, audio = comfy_job.av_latents(latent)
-    comfy_job.check_sigmas(sigmas)
+    model = inputs.h3_diffusion_model(guider)
+    video, audio = inputs.av_latents(latent)
+    inputs.check_sigmas(sigmas)
     profile = ModelProfile.from_module(model, name="loaded H3")
-    check_conditioning_widths(comfy_job.conditioning_widths(guider), profile.dims.text_dim)
+    check_conditioning_widths(inputs.conditioning_widths(guider), profile.dims.text_dim)
     positive = _positive(guider)
     if keyframes is not None:
         positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
-    row_spans = comfy_job.stock_row_spans(video, audio, positive)
-    geometry = comfy_job.geometry_from_layout(video, audio, row_spans, comfy_job.text_rows(positive))
+    row_spans = inputs.stock_row_spans(video, audio, positive)
+    geometry = inputs.geometry_from_layout(video, audio, row_spans, inputs.text_rows(positive))
     check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
                     value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
     if isinstance(device_profile, DeviceProfile):
@@ -240,7 +250,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans) -> tuple[int, ...]:
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
         if call_segments:  # this call's own table (cond and uncond differ); transformer_options is per call
-            transformer_options[ROW_SPANS_KEY] = comfy_job.call_segments(x, context, kwargs.get("minimax_payload"))
+            transformer_options[ROW_SPANS_KEY] = inputs.call_segments(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
         start, run.phase, run.step_peak, run.step_device_used = time.perf_counter(), "before_block_0", 0, 0
@@ -277,7 +287,7 @@ def _on_block(run: _Run):
 
 
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
-                device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None) -> SamplerResult:
+                device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -333,7 +343,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
                        predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram))
-    return SamplerResult(output, denoised, report, plan)
+    return SamplingResult(output, denoised, report, plan)
 
 
 def _oom_phase(current: str) -> str:
@@ -356,4 +366,4 @@ def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:
     return out, denoised
 
 
-__all__ = ["SamplerResult", "run_sampler", "plan_for", "ChunkSizes"]
+__all__ = ["SamplingResult", "run_sampler", "plan_for", "ChunkSizes"]

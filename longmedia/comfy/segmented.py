@@ -20,8 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import inputs as comfy_job
-
+from . import inputs
 from . import sampler as comfy_sampler
 
 from ..segments import seams
@@ -34,7 +33,7 @@ from ..report.oom import phase
 from ..report.run_report import RunReport
 from ..segments.timeline import SegmentPlan
 
-__all__ = ["SegmentRecord", "SegmentedReport", "SegmentedResult", "run_segmented", "WRAPPER_KEY"]
+__all__ = ["SegmentRecord", "SegmentedReport", "run_segmented", "WRAPPER_KEY"]
 
 WRAPPER_KEY = "longmedia_segmented"
 GIB = 2 ** 30
@@ -148,13 +147,6 @@ def _ratio_text(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"x{ratio:.3f}"
 
 
-@dataclass(frozen=True)
-class SegmentedResult:
-    output: dict
-    denoised: dict
-    report: SegmentedReport
-
-
 class _Probe:
     """What the wrappers of one pass measured (per pass, never module level)."""
 
@@ -261,9 +253,9 @@ def _check_inputs(guider, sigmas, latent, plan) -> tuple[torch.Tensor, torch.Ten
     if not all(hasattr(plan, name) for name in ("segments", "count", "video_latent_frames", "audio_latent_frames")):
         raise LongMediaInputError("plan", type(plan).__name__, "a SegmentPlan (LongMedia Setup's job.segments)",
                                   "Connect the job from LongMedia Setup.")
-    comfy_job.h3_diffusion_model(guider)
-    comfy_job.check_sigmas(sigmas)
-    video, audio = comfy_job.av_latents(latent)
+    inputs.h3_diffusion_model(guider)
+    inputs.check_sigmas(sigmas)
+    video, audio = inputs.av_latents(latent)
     seams.check_job_latent(plan, video, audio)
     if latent.get("noise_mask") is not None:
         raise LongMediaInputError("latent", "a latent with a noise_mask", "a latent without a noise mask "
@@ -295,7 +287,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
     """Plan every pass before the run: its context guide counted, the user's own guides left out."""
     import comfy.nested_tensor
 
-    video, audio = comfy_job.av_latents(latent)
+    video, audio = inputs.av_latents(latent)
     out = []
     for seg in plan.segments:
         pass_v, pass_a = seams.pass_latents(seg, video, audio)
@@ -309,7 +301,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
 
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
                   seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
-                  device_profile: DeviceProfile | None = None) -> SegmentedResult:
+                  device_profile: DeviceProfile | None = None) -> comfy_sampler.SamplingResult:
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
@@ -368,4 +360,4 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     for d in (output, den):
         d.pop("downscale_ratio_spacial", None)
         d.pop("downscale_ratio_temporal", None)
-    return SegmentedResult(output, den, report)
+    return comfy_sampler.SamplingResult(output, den, report)

@@ -131,7 +131,7 @@ def _prompt_tokens(clip, prompt: str) -> int:
 
 
 def run_setup(positive, negative, *, width: int, height: int, seconds: float, family: str = "t2va",
-              reference_budget: str = "low", segment_seconds: float = 0.0, continuation_frames: int = 22,
+              reference_budget: str = "low", segment_seconds: float = 0.0, context_frames: int = 22,
               ref_image_size: str = "match", clip=None, prompt: str = "", vae=None, audio_vae=None,
               first_frame=None, last_frame=None, references: dict | None = None) -> SetupResult:
     """Validate everything, then build conditioning, the whole job's AV latent and the LongMediaJob."""
@@ -148,7 +148,7 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
             _image(name, image)
     request = SetupRequest(
         width=width, height=height, seconds=seconds, family=family, reference_budget=reference_budget,
-        segment_seconds=segment_seconds, continuation_frames=continuation_frames, ref_image_size=ref_image_size,
+        segment_seconds=segment_seconds, context_frames=context_frames, ref_image_size=ref_image_size,
         prompt_tokens=_rows("positive", positive) if clip is None else _prompt_tokens(clip, prompt),
         conditioning="positive" if clip is None else "clip", first_frame=first_frame is not None,
         last_frame=last_frame is not None, references=media_inputs(refs), have_vae=vae is not None,

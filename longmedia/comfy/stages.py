@@ -26,15 +26,6 @@ AUDIO_KEPT = ("audio kept bit for bit: noise mask 0 on the audio stream while sa
               "step's noise level), the input audio restored after")
 
 
-@dataclass(frozen=True)
-class StageResult:
-    output: dict
-    denoised: dict
-    report: RunReport
-    plan: ExecutionPlan
-    sigmas: torch.Tensor
-
-
 def tail_sigmas(sigmas, denoise: float, renoise_sigma: float = 0.0) -> torch.Tensor:
     """The last round(steps * denoise) steps of `sigmas`, or the steps below `renoise_sigma` starting at it."""
     check_sigmas(sigmas)
@@ -151,14 +142,14 @@ def sample_keeping_audio(noise, guider, sampler, sigmas, latent: dict, request: 
                                denoised=_restored(result.denoised, latent, audio))
 
 
-def _with_notes(result, sigmas, notes) -> StageResult:
+def _with_notes(result, sigmas, notes) -> SamplingResult:
     report = dataclasses.replace(result.report, notes=tuple(result.report.notes) + tuple(notes))
-    return StageResult(result.output, result.denoised, report, result.plan, sigmas)
+    return SamplingResult(result.output, result.denoised, report, result.plan, sigmas)
 
 
 def run_hires(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, *, scale: float = 1.25,
               denoise: float = 0.5, method: str = "bicubic", upscaler=None, renoise_sigma: float = 0.0,
-              keep_audio: bool = True) -> StageResult:
+              keep_audio: bool = True) -> SamplingResult:
     """Upscale the video latent, re-noise it to the tail of `sigmas` and sample again, planned at the new size."""
     h3_diffusion_model(guider)
     tail = tail_sigmas(sigmas, denoise, renoise_sigma)
@@ -173,7 +164,7 @@ def run_hires(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest
 
 
 def run_refiner(noise, guider, sampler, latent: dict, request: PlanRequest, *, sigmas=None, scheduler: str = "simple",
-                steps: int = 4, denoise: float = 0.25) -> StageResult:
+                steps: int = 4, denoise: float = 0.25) -> SamplingResult:
     """A low-denoise last pass (the schedule's last `steps` steps, or `sigmas`) that keeps the audio exactly."""
     h3_diffusion_model(guider)
     av_latents(latent)

@@ -65,7 +65,7 @@ def check_pass_rows(rows: int, width: int, height: int, frames: int, *, name: st
         name, value,
         f"at most {MAX_PASS_ROWS} packed rows per pass (the hard cap); {width}x{height} with {frames} frames "
         f"in one pass is {rows} rows",
-        f"Lower width/height, or set segment_seconds so that each pass (its new frames plus continuation_frames) "
+        f"Lower width/height, or set segment_seconds so that each pass (its new frames plus context_frames) "
         f"has at most {most} frames ({most / L.FPS:.1f} s) at this size.")
 
 

@@ -27,7 +27,7 @@ TRAINED_FRAMES = (124, 362)          # H3's trained range per pass (~5-15 s)
 SLOTS = {"picture": ("ref_image_", 9), "video": ("ref_video_", 3), "audio": ("ref_audio_", 3)}
 SOUNDTRACK_PREFIX = "ref_video_audio_"
 # core field -> Setup's input of that meaning (the reference rows cap is what reference_budget sets)
-NODE_INPUTS = {"context_frames": "continuation_frames", "references": "reference_budget"}
+NODE_INPUTS = {"references": "reference_budget"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class SetupRequest:
     family: str = "t2va"
     reference_budget: str = "low"
     segment_seconds: float = 0.0
-    continuation_frames: int = DEFAULT_CONTEXT_FRAMES
+    context_frames: int = DEFAULT_CONTEXT_FRAMES
     ref_image_size: str = "match"
     prompt_tokens: int = 1
     conditioning: str = "positive"  # positive: CONDITIONING connected; clip: Setup encodes `prompt` itself
@@ -132,8 +132,8 @@ def _check_edge(name: str, value: object) -> int:
     return value
 
 
-def _check_continuation(frames: object) -> int:
-    return L.check_lattice_frames("continuation_frames", frames, "Use 5, 22, 39 ... (17k+5) frames; 22 is the default.")
+def _check_context(frames: object) -> int:
+    return L.check_lattice_frames("context_frames", frames, "Use 5, 22, 39 ... (17k+5) frames; 22 is the default.")
 
 
 def _check_sources(r: SetupRequest) -> None:
@@ -215,8 +215,8 @@ def _segmenting(r: SetupRequest, total: int) -> tuple[float | None, list[str]]:
     seg = check_float("segment_seconds", r.segment_seconds, 0.0, MAX_SEGMENT_SECONDS,
                       "Use 0 for one pass, or the new seconds per segment (5-10 s on 16 GB cards).")
     if seg == 0.0:
-        notes = [] if r.continuation_frames == DEFAULT_CONTEXT_FRAMES else \
-            [f"continuation_frames {r.continuation_frames} unused: segment_seconds is 0 (one pass)"]
+        notes = [] if r.context_frames == DEFAULT_CONTEXT_FRAMES else \
+            [f"context_frames {r.context_frames} unused: segment_seconds is 0 (one pass)"]
         return None, notes
     if L.frames_for_seconds(seg) >= total:
         return None, [f"segment_seconds {seg:g} s covers the whole {total / L.FPS:.3f} s job: one pass"]
@@ -250,7 +250,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     check_choice("reference_budget", r.reference_budget, tuple(REFERENCE_BUDGETS))
     check_choice("ref_image_size", r.ref_image_size, ("match", "max"))
     check_int("prompt tokens", r.prompt_tokens, 0, MAX_TEXT_TOKENS, "Shorten the prompt.")
-    _check_continuation(r.continuation_frames)
+    _check_context(r.context_frames)
     _check_sources(r)
     refs = _ordered(r.references)
     specs = tuple(_spec(m) for m in refs)
@@ -262,7 +262,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
                       for i, on in ((0, r.first_frame), (-1, r.last_frame)) if on)
     with _node_inputs():
         segments = plan_segments(total_seconds=seconds, segment_seconds=seg,
-                                 context_frames=r.continuation_frames) if seg else None
+                                 context_frames=r.context_frames) if seg else None
         geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
                                   keyframes=keyframes, reference_budget=r.reference_budget,
                                   ref_image_size=r.ref_image_size, passes=segments)
@@ -276,7 +276,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     lines += notes
     if segments is not None:
         lines.append(f"segments: {segments.count} passes, {seg:g} s of new time each after the first, "
-                     f"{segments.context_frames} continuation frames, longest pass {geometry.frames} frames; "
+                     f"{segments.context_frames} context frames, longest pass {geometry.frames} frames; "
                      "pass seeds are the noise seed + the pass index, wrapping below 2**64-1 (the Sampler's "
                      "report lists them)")
     if geometry.frames > TRAINED_FRAMES[1]:

@@ -5,7 +5,7 @@ import torch
 
 from longmedia.attention.backends import FLOATS, default_registry
 from longmedia.comfy.attention_override import (ROW_SPANS_KEY, existing_attention_fn, install_attention_override,
-                                                installed_attention_name)
+                                                installed_attention)
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention
 from longmedia.attention.registry import BackendSpec
@@ -70,7 +70,7 @@ def test_existing_mode_passes_through_bit_for_bit(attn):
     direct = stock_call(attn, q, k, v, {})
     opts = {}
     install_attention_override(opts, choose("existing", default_registry(),
-                                            existing_name=installed_attention_name()))
+                                            existing_name=installed_attention().__name__))
     assert torch.equal(stock_call(attn, q, k, v, opts), direct)
 
 

@@ -33,7 +33,7 @@ def prompt(out_name: str = "preflight.safetensors", *, sampler: dict | None = No
     p["setup"] = {"class_type": "LongMediaSetup",
                   "inputs": {"positive": ["pos", 0], "negative": ["neg", 0], "width": W, "height": H,
                              "seconds": SECONDS, "family": "t2va", "reference_budget": "low", "segment_seconds": 0.0,
-                             "continuation_frames": 22, **setup}}
+                             "context_frames": 22, **setup}}
     p["guider"]["inputs"].update(positive=["setup", 0], negative=["setup", 1])
     p["sample"] = {"class_type": "LongMediaSampler",
                    "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],
@@ -108,8 +108,8 @@ def test_a_0_sample_audio_reference_is_named(comfy_server):
 
 
 def test_continuation_frames_is_named_as_the_node_calls_it(comfy_server):
-    message = refused(comfy_server, prompt(seconds=2.0, segment_seconds=0.5, continuation_frames=22), "LongMediaSetup")
-    assert message.startswith("continuation_frames=22 is not allowed") and "context_frames" not in message
+    message = refused(comfy_server, prompt(seconds=2.0, segment_seconds=0.5, context_frames=22), "LongMediaSetup")
+    assert message.startswith("context_frames=22 is not allowed")
 
 
 # --- Sampler ---------------------------------------------------------------------------------------------------

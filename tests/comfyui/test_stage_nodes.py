@@ -207,7 +207,7 @@ def test_ref2va_max_budget_equals_the_stock_node(env):
 
 
 def test_segmented_setup_returns_the_whole_job_latent(env):
-    result = setup(env, seconds=2.0, segment_seconds=1.0, continuation_frames=22)
+    result = setup(env, seconds=2.0, segment_seconds=1.0, context_frames=22)
     stock = env["h3n"].EmptyMiniMaxH3LatentAV.execute(W, H, 56).result[0]["samples"].unbind()
     assert [s.shape for s in streams(result.latent)] == [s.shape for s in stock]
     job = result.job

@@ -39,7 +39,7 @@ def tiny_rewrite(prompt: dict, out_name: str, images: dict[str, str] | None = No
     * VAEDecode / VAEDecodeAudio / CreateVideo / SaveVideo -> removed; LongMediaTestSaveLatent ("save")
       writes the latent the decoders read to output/`out_name`.
     * LongMediaSetup -> 64x64; 10 s -> 0.9 s (22 frames); a segmented job -> 2.0 s in 1.0 s segments
-      (56 frames: a 39-frame pass, then 17 new frames behind 22 continuation frames).
+      (56 frames: a 39-frame pass, then 17 new frames behind 22 context frames).
     * BasicScheduler 3 steps, LongMediaRefiner 2 steps.
     * LoadImage -> the file names in `images` (old name -> tiny picture the test wrote into input/).
     """
@@ -237,7 +237,7 @@ def stage_prompt(out_prefix: str, **setup_overrides) -> dict:
     prompt["setup"] = {"class_type": "LongMediaSetup",
                        "inputs": {"positive": ["pos", 0], "negative": ["neg", 0], "width": W, "height": H,
                                   "seconds": SECONDS, "family": "t2va", "reference_budget": "low",
-                                  "segment_seconds": 0.0, "continuation_frames": 22, **setup_overrides}}
+                                  "segment_seconds": 0.0, "context_frames": 22, **setup_overrides}}
     prompt["guider"]["inputs"].update(positive=["setup", 0], negative=["setup", 1])
     prompt["sample"] = {"class_type": "LongMediaSampler",
                         "inputs": {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0],

@@ -168,7 +168,7 @@ def test_bad_input_is_rc_2_and_one_line_naming_the_flag(args, flag, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("longmedia plan: error: "), err
     assert flag in err and "Traceback" not in err, err
-    node_names = re.findall(r"\b(?:segment_seconds|continuation_frames|context_frames|vram_gb|[a-z]+_mb|"
+    node_names = re.findall(r"\b(?:segment_seconds|context_frames|context_frames|vram_gb|[a-z]+_mb|"
                             r"[a-z]+_chunk_tokens|keyframes\[)", err)
     assert not node_names, (node_names, err)
 

@@ -126,7 +126,7 @@ def test_guide_node_defaults_match_the_parameter_reference(rows):
     for name, default, quoted in (("scale", "1.25", "`scale`, default 1.25"),
                                   ("denoise", "0.5", "`denoise`, default 0.5"),
                                   ("steps", "4", "`steps` 4"), ("denoise", "0.25", "`denoise` 0.25"),
-                                  ("continuation_frames", "22", "`continuation_frames` (default 22)"),
+                                  ("context_frames", "22", "`context_frames` (default 22)"),
                                   ("sol_tau_start", "1.3", "`sol_tau_start` (1.3)"),
                                   ("sol_tau_end", "0.8", "`sol_tau_end` (0.8)"),
                                   ("sol_dense_percent", "0.2", "`sol_dense_percent` (0.2)"),

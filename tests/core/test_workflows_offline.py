@@ -263,7 +263,7 @@ def setup_plan(prompt: dict):
     return plan_setup(SetupRequest(
         setup["width"], setup["height"], setup["seconds"], family=setup["family"],
         reference_budget=setup["reference_budget"], segment_seconds=setup["segment_seconds"],
-        continuation_frames=setup["continuation_frames"], ref_image_size=setup.get("ref_image_size", "match"),
+        context_frames=setup["context_frames"], ref_image_size=setup.get("ref_image_size", "match"),
         prompt_tokens=80, conditioning="clip" if "clip" in setup else "positive", references=media,
         have_vae="vae" in setup, have_audio_vae="audio_vae" in setup))
 
