@@ -25,10 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import device_name, emit, median, peak_extra_bytes, timed  # noqa: E402
-from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.memory import predicted_peak_bytes, stock_peak_bytes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
+from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
 
 CONFIGS = {
@@ -84,7 +84,8 @@ def main(argv=None) -> int:
             x, t_emb, seg, rope = make_block_inputs(dims, s, dtype=dtype, device=device, generator=g)
             xb = x.numel() * eb
             work = x.clone()
-            stock_fn = lambda: block(work.copy_(x), t_emb, seg, rope)  # noqa: E731
+            def stock_fn(work=work, x=x, t_emb=t_emb, seg=seg, rope=rope):
+                return block(work.copy_(x), t_emb, seg, rope)
             try:
                 ref = stock_fn().clone()
                 stock_peak = peak_extra_bytes(stock_fn, device) + xb
@@ -97,7 +98,8 @@ def main(argv=None) -> int:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             for name, (c, attention) in runs.items():
-                fn = lambda: run_block(block, work.copy_(x), t_emb, seg, rope, chunks=c, attention=attention)  # noqa: E731
+                def fn(work=work, x=x, t_emb=t_emb, seg=seg, rope=rope, c=c, attention=attention):
+                    return run_block(block, work.copy_(x), t_emb, seg, rope, chunks=c, attention=attention)
                 out = fn().clone()
                 err = ((out.float() - ref.float()).norm() / ref.float().norm()).item() if ref is not None else float("nan")
                 peak = peak_extra_bytes(fn, device) + xb

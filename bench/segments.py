@@ -26,15 +26,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import device_name, median, timed  # noqa: E402
-from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
+from longmedia.comfy.residency import residency_boundary  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
-from longmedia.job.geometry import build_geometry  # noqa: E402
-from longmedia.planning.types import PlanRequest  # noqa: E402
-from longmedia.planning.planner import plan as make_plan  # noqa: E402
+from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.h3.profiles import DeviceProfile, ModelProfile  # noqa: E402
 from longmedia.h3.references import KeyframeSpec  # noqa: E402
-from longmedia.comfy.residency import residency_boundary  # noqa: E402
+from longmedia.job.geometry import build_geometry  # noqa: E402
+from longmedia.planning.planner import plan as make_plan  # noqa: E402
+from longmedia.planning.types import PlanRequest  # noqa: E402
 from longmedia.segments.timeline import plan_segments  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
 

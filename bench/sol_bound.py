@@ -26,16 +26,23 @@ cli.add_argument("--smoke", action="store_true", help="4096 tokens, 2 sampled qu
 args = cli.parse_args()
 S = 4096 if args.smoke else args.seq
 prof = args.profile
-HEADS = [0, 1]; NQB = 2 if args.smoke else 12; B = 64; TEXT = 512; d = 128; sc = 1 / math.sqrt(d)
+HEADS = [0, 1]
+NQB = 2 if args.smoke else 12
+B = 64
+TEXT = 512
+d = 128
+sc = 1 / math.sqrt(d)
 setup = Setup(torch.device("cpu"), torch.float32, max(HEADS) + 1, 128, 8192, (1.0,), TEXT, prof, None, False)
 q, k, v = structured_qkv(setup, S)
 nk = S // B
 g = torch.Generator().manual_seed(1)
 qblocks = sorted(torch.randperm(nk - TEXT // B, generator=g)[:NQB].add(TEXT // B).tolist())
-sink = torch.zeros(nk, dtype=torch.bool); sink[: TEXT // B] = True
+sink = torch.zeros(nk, dtype=torch.bool)
+sink[: TEXT // B] = True
 def summaries(kh, vh, sub):
     m = B // sub
-    kk = kh.view(nk * m, sub, d); vv = vh.view(nk * m, sub, d)
+    kk = kh.view(nk * m, sub, d)
+    vv = vh.view(nk * m, sub, d)
     return kk.mean(1), vv.sum(1), kk.var(1, unbiased=False)
 res = {}
 for h in HEADS:
@@ -59,7 +66,8 @@ for h in HEADS:
         Dex = pe3.sum(-1)
         comps = {}
         for comp in ("c64", "c16", "c16diag"):
-            sub = int(comp[1:3]); m = B // sub
+            sub = int(comp[1:3])
+            m = B // sub
             kc, vs, var = summ[sub]
             sa = rows @ kc.T * sc
             if comp.endswith("diag"):
@@ -78,7 +86,8 @@ for h in HEADS:
                 orc[eblk.topk(nsel).indices] = True
                 for name, sel in (("mean", rule), ("oracle_err", orc)):
                     sm = sel[None, :, None]
-                    num = torch.where(sm, Nex, Nc).sum(1); den = torch.where(sel[None], Dex, Dc).sum(1, keepdim=True)
+                    num = torch.where(sm, Nex, Nc).sum(1)
+                    den = torch.where(sel[None], Dex, Dc).sum(1, keepdim=True)
                     o = num / den
                     key = (name, comp, tau)
                     a, b2, c = res.get(key, (0, 0, 0))

@@ -13,6 +13,7 @@ the CPU) next to `longmedia.planning.stage_formulas` and stock's own decode rese
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -106,10 +107,15 @@ def text_encoder_rows(torch, device, smoke: bool):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--comfyui", required=True, help="a ComfyUI checkout (its comfy package is imported)")
+    ap.add_argument("--comfyui", default=os.environ.get("LONGMEDIA_COMFYUI_ROOT"),
+                    help="a ComfyUI checkout (its comfy package is imported; default $LONGMEDIA_COMFYUI_ROOT)")
     ap.add_argument("--smoke", action="store_true", help="CPU, small widths: checks the script runs")
     ap.add_argument("--only", choices=("video", "text"), default=None)
     args = ap.parse_args(argv)
+    if not args.comfyui:
+        print("stage_bytes.py: SKIPPED, no ComfyUI checkout (pass --comfyui or set LONGMEDIA_COMFYUI_ROOT): "
+              "it measures ComfyUI's own text-encoder and VAE modules")
+        return 0 if args.smoke else 2
     sys.path.insert(0, args.comfyui)
     import torch
     from comfy.cli_args import args as comfy_args

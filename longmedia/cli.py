@@ -13,16 +13,16 @@ import re
 import sys
 from typing import Sequence
 
-from .planning.attention_path import default_attention_path, resolve_attention_path
+from .errors import LongMediaInputError, check_float, check_int
 from .h3 import lattice as L
 from .h3.geometry import KeyframeSpec, ReferenceSpec
-from .job.geometry import build_geometry
-from .errors import LongMediaInputError, check_float, check_int
-from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
-from .planning.planner import plan
-from .planning.whole_job import TEXT_ENCODERS, JobPlan, hires_size, plan_job
 from .h3.profiles import PRESETS, DeviceProfile, ModelProfile
 from .h3.references import REFERENCE_BUDGETS
+from .job.geometry import build_geometry
+from .planning.attention_path import default_attention_path, resolve_attention_path
+from .planning.planner import plan
+from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
+from .planning.whole_job import TEXT_ENCODERS, JobPlan, hires_size, plan_job
 from .report.plan_text import render_plan
 
 EXIT_FITS = 0

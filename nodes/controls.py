@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.planning import types as PLAN_TYPES
 from ..longmedia.attention.schedule import SolSettings
+from ..longmedia.planning import types as PLAN_TYPES
 
 AUTO = -1
 MANUAL_HELP = {
@@ -72,7 +72,7 @@ def memory_inputs() -> list:
                        advanced=True, optional=True, tooltip="exact_kv: text/conditioning/reference/audio keys always exact; "
                                               "exact_kv_and_rows: their query rows too; off: route them like video."),
     ]
-    for name, low, high, zero_ok, fix in PLAN_TYPES.MANUAL_CONTROLS:
+    for name, _low, high, zero_ok, fix in PLAN_TYPES.MANUAL_CONTROLS:
         inputs.append(io.Int.Input(name, display_name=LABELS.get(name), default=AUTO, min=AUTO, max=high,
                                    advanced=True, optional=True,
                                    tooltip=f"auto (-1): the planner decides. {MANUAL_HELP.get(name, name)} "

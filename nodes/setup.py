@@ -7,8 +7,8 @@ from comfy_api.latest import io
 from ..longmedia.comfy.setup import run_setup
 from ..longmedia.errors import LongMediaInputError
 from ..longmedia.h3.references import REFERENCE_BUDGETS
-from ..longmedia.segments.timeline import MAX_SEGMENT_SECONDS
 from ..longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
+from ..longmedia.segments.timeline import MAX_SEGMENT_SECONDS
 
 Job = io.Custom("LONGMEDIA_JOB")
 BUDGET_HELP = ("Caps on references before they reach H3 (they ride through every step): low 512x512 pictures, "

@@ -6,7 +6,6 @@ Every factory returns an AttentionFn (see protocol.py): q [1, H, rows, D], k/v [
 
 from __future__ import annotations
 
-
 import importlib.util
 import warnings
 import weakref

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import LongMediaInputError
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, RowSpan
-from ..errors import LongMediaInputError
 from ..job.job import LongMediaJob
 from ..job.preflight import check_job_value, check_latent_matches_job
 

@@ -22,20 +22,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import inputs
+from ..execution.chunks import ChunkSizes
+from ..execution.guards import GuardSettings, guards_for_device
+from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
+from ..planning.planner import plan as make_plan
+from ..planning.types import ExecutionPlan, PlanRequest
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
+from ..report.run_report import PredictedPeaks, RunReport, StepRecord
+from . import inputs
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .residency import residency_boundary
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
-from ..execution.chunks import ChunkSizes
-from ..execution.guards import GuardSettings, guards_for_device
-from ..planning.types import ExecutionPlan, PlanRequest
-from ..planning.planner import plan as make_plan
-from ..h3.profiles import DeviceProfile, ModelProfile
-from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 
 if TYPE_CHECKING:  # segmented imports this module
     from .segmented import SegmentedReport
@@ -204,10 +204,10 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
-    from .block_patch import comfy_interrupt, comfy_weights, outside_malloc_graph, streamed_replacement
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
     from .attention_override import ROW_SPANS_KEY
+    from .block_patch import comfy_interrupt, comfy_weights, outside_malloc_graph, streamed_replacement
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})

@@ -20,18 +20,17 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import inputs
-from . import sampler as comfy_sampler
-
-from ..segments import seams
 from ..errors import LongMediaInputError
-from ..planning.types import PlanRequest
 from ..h3.profiles import DeviceProfile
-from .memory_facts import comfy_memory_reader
-from .residency import MemorySnapshot, read_memory
+from ..planning.types import PlanRequest
 from ..report.oom import phase
 from ..report.run_report import RunReport
+from ..segments import seams
 from ..segments.timeline import SegmentPlan
+from . import inputs
+from . import sampler as comfy_sampler
+from .memory_facts import comfy_memory_reader
+from .residency import MemorySnapshot, read_memory
 
 __all__ = ["SegmentRecord", "SegmentedReport", "run_segmented", "WRAPPER_KEY"]
 

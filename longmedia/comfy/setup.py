@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .inputs import text_rows
 from ..errors import LongMediaInputError
 from ..job.job import LongMediaJob
+from ..job.setup_plan import (
+    SLOTS,
+    SOUNDTRACK_PREFIX,
+    MediaInput,
+    SetupPlan,
+    SetupRequest,
+    check_soundtracks,
+    plan_setup,
+)
 from ..report.oom import phase
+from .inputs import text_rows
 from .memory_facts import comfy_memory_reader
-from ..job.setup_plan import SLOTS, SOUNDTRACK_PREFIX, MediaInput, SetupPlan, SetupRequest, check_soundtracks, plan_setup
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
     tuple(f"{SOUNDTRACK_PREFIX}{i}" for i in range(1, SLOTS["video"][1] + 1))

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 
-from .inputs import av_latents, check_sigmas, h3_diffusion_model
-from .sampler import run_sampler
 from ..errors import LongMediaInputError, check_float, check_int
 from ..h3.latent_resample import resample_video, target_latent_size
-from ..planning.types import ExecutionPlan, PlanRequest
-from ..report.run_report import RunReport
+from ..planning.types import PlanRequest
+from .inputs import av_latents, check_sigmas, h3_diffusion_model
+from .sampler import SamplingResult, run_sampler
 
 AUDIO_KEPT = ("audio kept bit for bit: noise mask 0 on the audio stream while sampling (the model sees it at each "
               "step's noise level), the input audio restored after")

@@ -105,7 +105,8 @@ def _tiny_te_class(te: TinyTextEncoderDims) -> type:
 
     class TinyMiniMaxH3ClipModel(minimax.MiniMaxH3ClipModel):
         # same SDClipModel arguments as the stock class, with the tiny model class and config
-        def __init__(self, device="cpu", layer="last", layer_idx=None, dtype=None, model_options={}):
+        def __init__(self, device="cpu", layer="last", layer_idx=None, dtype=None, model_options=None):
+            model_options = {} if model_options is None else model_options
             comfy.sd1_clip.SDClipModel.__init__(
                 self, device=device, layer="last", layer_idx=None, textmodel_json_config=dict(te.text_config),
                 dtype=dtype, special_tokens={"pad": 151643}, layer_norm_hidden_state=False,
@@ -113,8 +114,8 @@ def _tiny_te_class(te: TinyTextEncoderDims) -> type:
                 model_options=model_options)
 
     class TinyMiniMaxH3TEModel(minimax.MiniMaxH3TEModel):
-        def __init__(self, device="cpu", dtype=None, model_options={}):
-            options = {**model_options, f"{TE_NAME}_class": TinyMiniMaxH3ClipModel}
+        def __init__(self, device="cpu", dtype=None, model_options=None):
+            options = {**(model_options or {}), f"{TE_NAME}_class": TinyMiniMaxH3ClipModel}
             super().__init__(device=device, dtype=dtype, model_options=options)
 
     return TinyMiniMaxH3TEModel

@@ -20,9 +20,8 @@ exception the large buffers are dropped before it propagates.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import contextlib
+from typing import Callable
 
 import torch
 

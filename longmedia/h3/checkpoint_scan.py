@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .dims import H3Dims
 from ..errors import LongMediaInputError
+from .dims import H3Dims
 from .safetensors_header import DTYPE_BYTES, read_header  # noqa: F401  (DTYPE_BYTES: storage bytes per element)
 
 _TORCH_DTYPE_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",

@@ -8,14 +8,20 @@ references (labels and vision tokens), so references cost rows twice: in the tex
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
-from . import lattice as L
 from ..errors import LongMediaInputError, check_choice, check_int
 from ..limits import MAX_EDGE_PX, MAX_TEXT_TOKENS
-from .references import (REFERENCE_BUDGETS, KeyframeSpec, ReferenceBudget, ReferenceSpec,
-                         ResolvedReference, resolve_keyframes, resolve_references)
+from . import lattice as L
+from .references import (
+    REFERENCE_BUDGETS,
+    KeyframeSpec,
+    ReferenceBudget,
+    ReferenceSpec,
+    ResolvedReference,
+    resolve_keyframes,
+    resolve_references,
+)
 
 __all__ = ["Geometry", "RowSpan", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
            "REFERENCE_BUDGETS", "pass_geometry", "LongMediaInputError"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import lattice as L
 from ..errors import LongMediaInputError, check_choice, check_float
+from . import lattice as L
 
 METHODS = ("bicubic", "bilinear", "area", "nearest-exact")
 MIN_SCALE = 1.0

@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from ..errors import check_choice, check_float
 from . import checkpoint_scan as scan
 from .dims import H3_FULL, H3Dims
-from ..errors import check_choice, check_float
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import lattice as L
-from ..limits import MAX_EDGE_PX
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
+from ..limits import MAX_EDGE_PX
+from . import lattice as L
 
 REFERENCE_KINDS = ("picture", "video", "audio")
 _MAX_REF_SECONDS = 600.0

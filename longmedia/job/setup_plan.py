@@ -11,15 +11,15 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..errors import LongMediaInputError, check_choice, check_float, check_int
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, KeyframeSpec, ReferenceSpec
-from .geometry import build_geometry
-from ..errors import LongMediaInputError, check_choice, check_float, check_int
+from ..h3.references import REFERENCE_BUDGETS
 from ..limits import MAX_EDGE_PX, MAX_SECONDS, MAX_TEXT_TOKENS, MIN_SECONDS
+from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
+from .geometry import build_geometry
 from .job import LongMediaJob
 from .preflight import check_job_latent, check_pass_rows
-from ..h3.references import REFERENCE_BUDGETS
-from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 
 FAMILIES = ("t2va", "fl2va", "ref2va")
 SOURCES = ("positive", "clip")

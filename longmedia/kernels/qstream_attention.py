@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import (HOPPER_QSTREAM, INTERPRETER_QSTREAM, LaunchConfig, check_out, check_qkv, empty_output)
+from .launch import HOPPER_QSTREAM, INTERPRETER_QSTREAM, LaunchConfig, check_out, check_qkv, empty_output
 from .qstream_reference import default_sm_scale
 
 LOG2E = 1.4426950408889634

@@ -24,14 +24,21 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import (HOPPER_SOL, INTERPRETER_SOL, AttentionArgumentError, LaunchConfig, check_kv, check_out, check_qkv,
-                     empty_output)
+from .launch import (
+    HOPPER_SOL,
+    INTERPRETER_SOL,
+    AttentionArgumentError,
+    LaunchConfig,
+    check_kv,
+    check_out,
+    check_qkv,
+    empty_output,
+)
 from .qstream_attention import LOG2E, dot, interpreting, softmax_step, while_loops
 from .qstream_reference import default_sm_scale
-from .sol_reference import (LIST_BUDGET_BYTES, SolKeySummaries, SolStats, check_block, check_sol_args,
-                            query_block_span)
-from .sol_routing import routing_mask
+from .sol_reference import LIST_BUDGET_BYTES, SolKeySummaries, SolStats, check_block, check_sol_args, query_block_span
 from .sol_reference import sol_key_summaries as torch_key_summaries
+from .sol_routing import routing_mask
 
 try:  # host-side TMA descriptors (Triton >= 3.4); without them every launch takes the pointer path
     from triton.tools.tensor_descriptor import TensorDescriptor

@@ -13,8 +13,8 @@ from types import ModuleType
 
 from ..execution.chunks import ChunkSizes
 from ..h3.geometry import Geometry
-from .types import AttentionPath, PlanRequest
 from ..h3.profiles import DeviceProfile, ModelProfile
+from .types import AttentionPath, PlanRequest
 
 DEFAULT_BACKEND = "existing"
 

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from . import stage_memory as pm
-from .attention_path import resolve_attention_path
+from ..errors import LongMediaInputError, check_int
 from ..execution.chunks import ChunkSizes
 from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
-from ..errors import LongMediaInputError, check_int
-from .policy import (GUARD_MB_FIELDS, auto_guards, auto_reserve, idle_control_warnings, is_16gb_int8, manual_warnings,
-                     pinning,
-                     prefetch_decision, segment_suggestion)
-from .types import (MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, PlanRequest)
 from ..h3.profiles import MIB, DeviceProfile, ModelProfile, gib, mib
+from . import stage_memory as pm
+from .attention_path import resolve_attention_path
+from .policy import (
+    GUARD_MB_FIELDS,
+    auto_guards,
+    auto_reserve,
+    idle_control_warnings,
+    is_16gb_int8,
+    manual_warnings,
+    pinning,
+    prefetch_decision,
+    segment_suggestion,
+)
+from .types import MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, PlanRequest
 
 LADDER = (16384, 8192, 4096, 2048, 1024, 512)
 ULTRA_LADDER = (4096, 2048, 1024, 512)

@@ -4,16 +4,16 @@ and segment-length suggestions. Each rule states itself in the reason it returns
 
 from __future__ import annotations
 
-from dataclasses import replace
 import math
+from dataclasses import replace
 from typing import Callable
 
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, RowSpan
-from .types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 from ..h3.profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
 from .segment_range import suggest_segment_seconds
+from .types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 
 INT8_16GB_CARD_MAX = 18.5 * GIB
 PIN_HEADROOM_MIN = 12 * GIB          # RAM left free after pinning: at least this ...

@@ -6,11 +6,11 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from ..attention.schedule import SolSettings
+from ..errors import check_choice, check_int
 from ..execution.chunks import ChunkSizes
 from ..h3.geometry import Geometry
-from ..errors import check_choice, check_int
 from ..h3.profiles import DeviceProfile, ModelProfile
-from ..attention.schedule import SolSettings
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
     from ..attention.dispatcher import AttentionChoice

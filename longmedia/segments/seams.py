@@ -18,8 +18,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from ..h3 import lattice as L
 from ..errors import LongMediaInputError
+from ..h3 import lattice as L
 from ..limits import MAX_PASS_SEED, MAX_SEED
 from .timeline import Segment, SegmentPlan
 

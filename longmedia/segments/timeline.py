@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..h3 import lattice as L
 from ..errors import LongMediaInputError, check_float, check_int
+from ..h3 import lattice as L
 from ..limits import MAX_FRAMES, MAX_SECONDS
 
 __all__ = ["Segment", "SegmentPlan", "plan_segments", "latent_boundary", "audio_boundary",

@@ -10,9 +10,9 @@ import math
 import torch
 from torch import nn
 
-from ..h3.dims import H3Dims
 from ..execution.modulation import gate_, modulate_
 from ..execution.rope import norm_rope_pair_
+from ..h3.dims import H3Dims
 
 
 def swiglu(u):

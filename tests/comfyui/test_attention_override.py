@@ -4,12 +4,16 @@ import pytest
 import torch
 
 from longmedia.attention.backends import FLOATS, default_registry
-from longmedia.comfy.attention_override import (ROW_SPANS_KEY, existing_attention_fn, install_attention_override,
-                                                installed_attention)
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention
 from longmedia.attention.registry import BackendSpec
 from longmedia.attention.schedule import SolSettings
+from longmedia.comfy.attention_override import (
+    ROW_SPANS_KEY,
+    existing_attention_fn,
+    install_attention_override,
+    installed_attention,
+)
 
 HEADS, DIM, SEQ = 4, 32, 192
 

@@ -22,8 +22,9 @@ def comfy():
     comfy.cli_args.args.cpu = True  # what `main.py --cpu` sets; this test process has no GPU
     import comfy.ldm.minimax.model as h3
     import comfy.ops
-    from longmedia.comfy.attention_override import existing_attention_fn
+
     from longmedia.comfy import block_patch as comfy_patch
+    from longmedia.comfy.attention_override import existing_attention_fn
 
     comfy_patch.existing_attention = existing_attention_fn
     return h3, comfy.ops, comfy_patch

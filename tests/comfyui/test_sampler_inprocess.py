@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
-from longmedia.report.oom import LongMediaOOM
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
-from longmedia.comfy import tiny_conditioning as tc
+from longmedia.report.oom import LongMediaOOM
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 WIDTH, HEIGHT, LENGTH = 128, 96, 39  # 12 latent frames x 12 rows + 130 audio rows + text: ~290 packed rows

@@ -12,12 +12,12 @@ import json
 import pytest
 import torch
 
-from longmedia.h3 import lattice as L
 from longmedia.comfy import segmented
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
+from longmedia.h3 import lattice as L
 from longmedia.planning.types import PlanRequest
 from longmedia.segments.timeline import plan_segments
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 WIDTH, HEIGHT = 64, 64                     # 4x4 latent cells -> 4 packed rows per latent frame

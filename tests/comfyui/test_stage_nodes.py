@@ -16,9 +16,9 @@ import math
 import pytest
 import torch
 
+from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 W, H, SECONDS, FRAMES = 64, 64, 0.9, 22     # 7 latent frames x 4 rows, 37 audio latent frames
@@ -78,9 +78,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_minimax_h3 as h3n
 
     from longmedia.comfy import inputs as comfy_job
-
     from longmedia.comfy import setup as comfy_setup
-
     from longmedia.comfy import stages as comfy_stages
 
     clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)

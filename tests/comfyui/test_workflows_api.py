@@ -17,7 +17,7 @@ import harness
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_stage_nodes import FRAMES, H, SECONDS, W, TinyVideoVAE
+from test_stage_nodes import FRAMES, SECONDS, H, TinyVideoVAE, W
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "data" / "longmedia_object_info.json"

@@ -5,17 +5,25 @@ import importlib.util
 
 import pytest
 import torch
+from attention_fakes import ALL, fake_registry, fake_spec, rand_qkv  # tests/core helper
 
 from longmedia.attention import backends as builtin
-from longmedia.attention.dispatcher import (AttentionModeError, build_attention_fn, existing_backend_is_exact,
-                                            resolve_attention)
+from longmedia.attention.dispatcher import (
+    AttentionModeError,
+    build_attention_fn,
+    existing_backend_is_exact,
+    resolve_attention,
+)
 from longmedia.attention.protocol import sdpa_attention
-from longmedia.attention.registry import (BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext,
-                                          UnknownBackendError)
+from longmedia.attention.registry import (
+    BackendRegistry,
+    BackendSpec,
+    BackendUnavailableError,
+    BuildContext,
+    UnknownBackendError,
+)
 from longmedia.attention.schedule import SolSettings, SolSettingsError
 from longmedia.kernels import sol_reference
-
-from attention_fakes import ALL, fake_registry, fake_spec, rand_qkv  # tests/core helper
 
 pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
 

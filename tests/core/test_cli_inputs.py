@@ -15,8 +15,8 @@ import pytest
 
 from longmedia.cli import build_parser, main
 from longmedia.errors import LongMediaInputError
-from longmedia.job.geometry import build_geometry
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
+from longmedia.job.geometry import build_geometry
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 from longmedia.testing.tiny_h3 import write_tiny_h3

@@ -3,13 +3,21 @@
 import pytest
 import torch
 
-from longmedia.planning.attention_path import default_attention_path
-from longmedia.report.oom import (PHASES, LongMediaOOM, MemoryReadings, OOMContext, UnknownPhaseError, phase,
-                                   pressure_point, torch_memory_reader)
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.job.geometry import build_geometry
-from longmedia.planning.planner import plan
 from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.job.geometry import build_geometry
+from longmedia.planning.attention_path import default_attention_path
+from longmedia.planning.planner import plan
+from longmedia.report.oom import (
+    PHASES,
+    LongMediaOOM,
+    MemoryReadings,
+    OOMContext,
+    UnknownPhaseError,
+    phase,
+    pressure_point,
+    torch_memory_reader,
+)
 
 READ = MemoryReadings(gpu_total_bytes=16 * GIB, gpu_free_bytes=GIB // 10, torch_allocated_bytes=14 * GIB,
                       torch_reserved_bytes=14 * GIB + GIB // 4, aimdo_vram_bytes=15 * GIB,
@@ -74,7 +82,7 @@ def test_fragmentation_points_at_the_allocator():
 def test_fragmentation_advice_raises_the_step_boundary_threshold():
     """The clean-up runs when free < step_boundary_cleanup_mb: the advice must raise it (lowering it made the
     guard fire less), to a value at which it would have run at the failure (1 GiB free + 6 GiB idle)."""
-    from longmedia.execution.guards import GuardSettings, Guards
+    from longmedia.execution.guards import Guards, GuardSettings
 
     fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
     step = pressure_point("mlp", fragmented, STREAMED)[1]

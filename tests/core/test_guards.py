@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from longmedia.execution.guards import MB, GuardEvent, GuardSettings, Guards, guards_for_device
 from longmedia.errors import LongMediaInputError
+from longmedia.execution.guards import MB, GuardEvent, Guards, GuardSettings, guards_for_device
 
 
 class Script:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longmedia.errors import LongMediaInputError
-from longmedia.h3.latent_resample import (METHODS, resample_video, target_latent_size, upscale_av, upscale_video)
+from longmedia.h3.latent_resample import METHODS, resample_video, target_latent_size, upscale_av, upscale_video
 
 
 def rand(*shape, seed=0, dtype=torch.float32):

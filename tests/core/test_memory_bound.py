@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from longmedia.h3.dims import H3_FULL, H3Dims
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.execution.memory import predicted_peak_bytes, stock_peak_bytes
 from longmedia.execution.streamed_block import run_block
+from longmedia.h3.dims import H3_FULL, H3Dims
 from longmedia.testing.live_bytes import LiveBytes
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs
 

@@ -2,16 +2,21 @@
 
 import pytest
 import torch
+from attention_fakes import ALL, fake_registry, rand_qkv  # tests/core helper
 
 from longmedia.attention import backends as builtin
-from longmedia.comfy.attention_override import (OVERRIDE_KEY, ROW_SPANS_KEY, LongMediaAttentionOverride,
-                                                SolSegmentsWarning, existing_attention_fn,
-                                                install_attention_override, progress_from_options)
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention
 from longmedia.attention.schedule import SolSettings
-
-from attention_fakes import ALL, fake_registry, rand_qkv  # tests/core helper
+from longmedia.comfy.attention_override import (
+    OVERRIDE_KEY,
+    ROW_SPANS_KEY,
+    LongMediaAttentionOverride,
+    SolSegmentsWarning,
+    existing_attention_fn,
+    install_attention_override,
+    progress_from_options,
+)
 
 pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes
 

@@ -100,10 +100,10 @@ def test_guide_reference_budgets_match_the_code():
 
 
 def test_guide_oom_phases_and_planner_constants_match_the_code():
-    from longmedia.report.oom import PHASES
+    from longmedia.h3.profiles import DeviceProfile
     from longmedia.planning.planner import LADDER, ULTRA_LADDER
     from longmedia.planning.policy import auto_reserve
-    from longmedia.h3.profiles import DeviceProfile
+    from longmedia.report.oom import PHASES
 
     text = GUIDE.read_text(encoding="utf-8")
     for phase in PHASES:

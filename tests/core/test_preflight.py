@@ -6,17 +6,17 @@ import pytest
 
 from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
-from longmedia.job.geometry import build_geometry
 from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
 from longmedia.job import preflight as pf
+from longmedia.job.geometry import build_geometry
 from longmedia.job.job import LongMediaJob
 from longmedia.job.setup_plan import MediaInput, SetupRequest, plan_setup
+from longmedia.limits import MAX_SEED
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 from longmedia.report.oom import LongMediaOOM, is_oom, phase
 from longmedia.segments import seams
-from longmedia.limits import MAX_SEED
 
 INT8 = ModelProfile.preset("h3-int8")
 

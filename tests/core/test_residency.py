@@ -7,8 +7,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from longmedia.comfy.residency import (STEPS, BoundaryReport, ComfyModules, MemorySnapshot, ResidencyBoundaryError,
-                                 read_memory, residency_boundary)
+from longmedia.comfy.residency import (
+    STEPS,
+    BoundaryReport,
+    ComfyModules,
+    MemorySnapshot,
+    ResidencyBoundaryError,
+    read_memory,
+    residency_boundary,
+)
 
 CUDA = "cuda:0"
 

@@ -5,10 +5,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longmedia.h3 import lattice as L
-from longmedia.segments import seams
 from longmedia.errors import LongMediaInputError
+from longmedia.h3 import lattice as L
 from longmedia.limits import MAX_SEED
+from longmedia.segments import seams
 from longmedia.segments.timeline import plan_segments
 
 H, W = 2, 3   # latent cells: the helpers only cut along time

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
 from longmedia.job.geometry import build_geometry
-from longmedia.errors import LongMediaInputError
-from longmedia.job.setup_plan import MediaInput, SetupRequest, check_soundtracks, plan_setup
 from longmedia.job.preflight import MAX_PASS_ROWS
+from longmedia.job.setup_plan import MediaInput, SetupRequest, check_soundtracks, plan_setup
 
 
 def stock_frames(seconds):

@@ -7,8 +7,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longmedia.attention.schedule import (CURVES, SolSettings, SolSettingsError, curve_weight, sigma_progress,
-                                          sink_ranges_from_row_spans, tau_at)
+from longmedia.attention.schedule import (
+    CURVES,
+    SolSettings,
+    SolSettingsError,
+    curve_weight,
+    sigma_progress,
+    sink_ranges_from_row_spans,
+    tau_at,
+)
 
 GRID = [i / 200 for i in range(201)]
 

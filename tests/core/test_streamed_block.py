@@ -5,9 +5,9 @@ import contextlib
 import pytest
 import torch
 
-from longmedia.h3.dims import H3Dims
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.execution.streamed_block import run_block
+from longmedia.h3.dims import H3Dims
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs
 
 pytestmark = pytest.mark.usefixtures("comfy_execution_context")  # as ComfyUI runs nodes

@@ -7,8 +7,8 @@ import pytest
 
 from longmedia.cli import main
 from longmedia.errors import LongMediaInputError
-from longmedia.job.geometry import build_geometry
 from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.job.geometry import build_geometry
 from longmedia.planning import stage_formulas as F
 from longmedia.planning import stage_times as T
 from longmedia.planning.attention_path import default_attention_path

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "gpu"))
 sys.path.insert(1, str(REPO))
 
-import comfy_process
+import comfy_process  # noqa: E402  (found through the sys.path entry above)
 
 WIDTH, HEIGHT, LENGTH, STEPS, CFG = 512, 384, 39, 2, 3.0  # ~2,400 packed rows
 

@@ -222,8 +222,8 @@ def comfy_stage(comfy_args, res):
     import cuda_malloc  # noqa: F401
     res["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
 
-    import comfy.model_management as mm
     import comfy.memory_management
+    import comfy.model_management as mm
     import comfy.model_patcher
     res["import_model_management_s"] = time.perf_counter() - t0
     mem("c2_after_import_model_management", res["memory"])
@@ -358,8 +358,8 @@ def time_forward(block, seq, device, dtype, iters=10, warmup=2):
 
 
 def block_stage(mm, dev, seq, res):
-    import torch
     import comfy.ops
+    import torch
     from comfy.ldm.minimax.model import DiTBlock
     dtype = torch.bfloat16
     import comfy.memory_management
@@ -396,9 +396,9 @@ def block_stage(mm, dev, seq, res):
 
 def dynamic_stage(mm, dev, block, seq, res):
     """The same weights on the CPU behind ModelPatcherDynamic: ComfyUI pages them into a VBAR on demand."""
-    import torch
     import comfy.model_patcher
     import comfy.ops
+    import torch
     from comfy.ldm.minimax.model import DiTBlock
     dtype = torch.bfloat16
     out = {}
