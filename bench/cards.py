@@ -69,6 +69,12 @@ def parse(argv=None):
 
 # ---------------------------------------------------------------- parent
 
+def _gpu_and_comfyui() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and bool(os.environ.get("LONGMEDIA_COMFYUI_ROOT"))
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     if a.table:
@@ -76,6 +82,10 @@ def main(argv=None) -> int:
         return 0
     if a.child is not None:
         return child(a)
+    if not _gpu_and_comfyui():
+        print("cards.py: SKIPPED, it needs a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent GPU "
+              "machine `. tools/gpu/bootstrap.sh`): every row runs ComfyUI's PromptExecutor on the device")
+        return 0 if a.smoke else 2
     a.out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.budget_s
     t0 = time.perf_counter()
