@@ -51,8 +51,18 @@ function widgetByName(node, name) {
   return node.widgets?.find((w) => w.name === name);
 }
 
+// The link into input slot `index`, or null. node.getInputLink reads it on every frontend: 1.53 keeps links in
+// a topology store keyed by (node, slot index), where input.link is a deprecated view of that store.
+function inputLinkAt(node, index) {
+  return node.graph && typeof node.getInputLink === "function" ? node.getInputLink(index) ?? null : null;
+}
+
+function linkedNames(node) {
+  return (node.inputs ?? []).filter((_, index) => inputLinkAt(node, index)).map((slot) => slot.name);
+}
+
 function isLinked(node, name) {
-  return node.inputs?.some((slot) => slot.widget?.name === name && slot.link != null) ?? false;
+  return node.inputs?.some((slot, index) => slot.widget?.name === name && inputLinkAt(node, index)) ?? false;
 }
 
 /** Which control groups the node's current modes make relevant (a linked mode input counts as relevant). */
@@ -183,11 +193,6 @@ function watchWidgets(node, groups) {
   }
 }
 
-function linkOf(graph, id) {
-  if (id == null || !graph?.links) return undefined;
-  return typeof graph.links.get === "function" ? graph.links.get(id) : graph.links[id];
-}
-
 /** The Setup sockets `family` uses: frame inputs, or the reference slots up to one past the last connected. */
 export function setupSockets(family, linkedNames, slotCounts) {
   const wanted = new Set();
@@ -228,31 +233,51 @@ function slotCounts(managed) {
   return counts;
 }
 
-/** Setup: add and remove its frame/reference sockets to match the family (a connected socket always stays). */
-export function applySetupSockets(node) {
+// Puts `slots` (node.inputs' slot objects in a new order, unlinked ones dropped or added) in place of node.inputs
+// and moves every link to its slot's new index. Setting link.target_slot is what moves a link on every frontend
+// (1.53 re-keys its topology store; older ones read the index from it). Links keep their relative order, so
+// moving those that go down lowest first, then those that go up highest first, never lands one on an occupied slot.
+function relayoutInputs(node, slots) {
+  const moves = [];
+  node.inputs.forEach((slot, from) => {
+    const link = inputLinkAt(node, from);
+    if (!link) return;
+    const to = slots.indexOf(slot);
+    if (to === -1) throw new Error(`LongMedia: input ${slot.name} of node ${node.id} is connected and must stay`);
+    if (to !== from) moves.push({ link, from, to });
+  });
+  node.inputs.splice(0, node.inputs.length, ...slots);
+  const down = moves.filter((m) => m.to < m.from).sort((a, b) => a.from - b.from);
+  const up = moves.filter((m) => m.to > m.from).sort((a, b) => b.from - a.from);
+  for (const { link, to } of [...down, ...up]) link.target_slot = to;
+}
+
+/** Setup: add and remove its frame/reference sockets to match the family (a connected socket always stays).
+ *  `savedLinked`: the input names a workflow being loaded connects. While a graph configures, a newer frontend
+ *  (1.53) holds each link at the slot index the file saved and moves it to its input by name only after every
+ *  node is configured: until then the file, not the slots, says which sockets are connected. */
+export function applySetupSockets(node, savedLinked = []) {
   const managed = managedSockets(node.constructor?.nodeData);
   if (!managed.size || !node.inputs) return;
   const family = widgetByName(node, "family")?.value;
-  const linked = node.inputs.filter((s) => s.link != null).map((s) => s.name);
+  const linked = [...new Set([...linkedNames(node), ...savedLinked])];
   const wanted = setupSockets(family, linked, slotCounts(managed));
   linked.filter((n) => managed.has(n)).forEach((n) => wanted.add(n));
-  const present = new Map(node.inputs.filter((s) => managed.has(s.name)).map((s) => [s.name, s]));
+  const present = new Set(node.inputs.filter((s) => managed.has(s.name)).map((s) => s.name));
   const same = present.size === wanted.size && [...wanted].every((n) => present.has(n));
   if (!same) {
     const hollow = globalThis.LiteGraph?.SlotShape?.HollowCircle ?? 7;
+    // new sockets through the frontend's own addInput (its slot class, its hooks), then all put in schema order
+    for (const name of [...managed.keys()].filter((n) => wanted.has(n) && !present.has(n))) {
+      node.addInput(name, managed.get(name), { localized_name: name, label: name, shape: hollow });
+    }
+    const byName = new Map(node.inputs.filter((s) => managed.has(s.name)).map((s) => [s.name, s]));
     const keep = node.inputs.filter((s) => !managed.has(s.name));
-    const shown = [...managed.keys()].filter((n) => wanted.has(n)).map((name) =>
-      present.get(name) ?? { name, localized_name: name, label: name, type: managed.get(name), link: null,
-                             shape: hollow });
-    node.inputs.splice(0, node.inputs.length, ...keep, ...shown);
-    node.inputs.forEach((slot, index) => {
-      const link = linkOf(node.graph, slot.link);
-      if (link) link.target_slot = index;
-    });
+    relayoutInputs(node, [...keep, ...[...managed.keys()].filter((n) => wanted.has(n)).map((n) => byName.get(n))]);
   }
   // the prompt box is not used while positive conditioning is connected
   const prompt = widgetByName(node, "prompt");
-  const positive = node.inputs.some((s) => s.name === "positive" && s.link != null);
+  const positive = linked.includes("positive");
   const promptChanged = !!prompt && !!prompt.hidden !== positive;
   if (promptChanged) setState(prompt, positive, false);
   if (!same || promptChanged) fitHeight(node);
@@ -546,10 +571,10 @@ app.registerExtension({
     };
 
     const onConfigure = proto.onConfigure;
-    proto.onConfigure = function (...args) {
-      const result = onConfigure?.apply(this, args);
+    proto.onConfigure = function (info, ...rest) {
+      const result = onConfigure?.apply(this, [info, ...rest]);
       applyVisibility(this, groups);
-      applySetupSockets(this);
+      applySetupSockets(this, (info?.inputs ?? []).filter((s) => s?.link != null).map((s) => s.name));
       shrinkToContent(this);
       return result;
     };
@@ -580,6 +605,13 @@ app.registerExtension({
       if (report) showReport(this, report);
       return result;
     };
+  },
+
+  // After the whole graph is configured (links settled at their inputs): Setup's sockets from its real links.
+  loadedGraphNode(node) {
+    if (!String(node?.type).startsWith(NODE_PREFIX)) return;
+    applySetupSockets(node);
+    shrinkToContent(node);
   },
 
   // Outputs restored from the queue/history (not a live run) arrive here instead of onExecuted.

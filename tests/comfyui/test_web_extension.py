@@ -167,6 +167,13 @@ PAGE_JS = r"""
       const link = app.graph.links.get?.(setup.inputs.find((i) => i.name === "ref_image_1").link)
                    ?? app.graph.links[setup.inputs.find((i) => i.name === "ref_image_1").link];
       seen.link_slot_ok = setup.inputs[link.target_slot].name === "ref_image_1";
+      // a socket removed before a connected one: the link moves with its socket
+      const linkedAt = () => setup.inputs.flatMap((i, k) => (setup.getInputLink(k) ? [i.name] : []));
+      set(setup, "family", "ref2va"); await settle();
+      image.connect(0, setup, setup.findInputSlot("ref_video_1")); await settle();
+      set(setup, "family", "t2va"); await settle();
+      setup.disconnectInput(setup.findInputSlot("ref_image_1")); await settle();
+      seen.t2va_video_only = sockets(); seen.linked_after_removal = linkedAt();
       return seen;
     },
     // After a run: the "why" list opening grows the panel and closing shrinks it; a changed input marks it stale.
@@ -190,7 +197,12 @@ PAGE_JS = r"""
                                                                    n.size[0], n.size[1] + LiteGraph.NODE_TITLE_HEIGHT];
         return { id: n.id, type: n.type, title: n.title, box: b, size: Array.from(n.size),
                  content: LiteGraph.vueNodesMode ? null : Array.from(n.computeSize()),
-                 inputs: (n.inputs ?? []).filter((i) => !i.widget).map((i) => i.name) };
+                 inputs: (n.inputs ?? []).filter((i) => !i.widget).map((i) => i.name),
+                 // input name -> the node its link comes from (read by slot index, as the frontend resolves it)
+                 linked: Object.fromEntries((n.inputs ?? []).flatMap((i, k) => {
+                   const link = n.getInputLink(k);
+                   return link ? [[i.name, String(link.origin_id)]] : [];
+                 })) };
       });
     },
     async runTiny() {
@@ -373,6 +385,8 @@ def test_setup_shows_the_sockets_its_family_uses(page):
                                            "ref_audio_1"], seen
     assert seen["t2va_linked"] == common + ["ref_image_1"], seen   # a connected socket never disappears
     assert seen["link_slot_ok"], seen
+    assert seen["t2va_video_only"] == common + ["ref_video_1"], seen
+    assert seen["linked_after_removal"] == ["positive", "ref_video_1"], seen
     assert seen["prompt_free"] and seen["prompt_flagged_hidden"], seen
     if page.renderer == "classic":   # Nodes 2.0 does not re-read a widget's hidden flag on a connection change
         assert not seen["prompt_with_positive"], seen
@@ -474,6 +488,12 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
               if i.get("link") is not None}
     assert refs == expected_setup_sockets(family, linked), (family, setup["inputs"])
     assert setup["inputs"].index("positive") < setup["inputs"].index("negative"), setup["inputs"]
+    # every link the file saves reaches the input it names, from the node it names (none lost or moved)
+    origin = {link[0]: str(link[1]) for link in data["links"]}
+    for saved_node in data["nodes"]:
+        live = next(n for n in layout if str(n["id"]) == str(saved_node["id"]))
+        saved_links = {i["name"]: origin[i["link"]] for i in saved_node.get("inputs", []) if i.get("link") is not None}
+        assert {k: live["linked"].get(k) for k in saved_links} == saved_links, (saved_node["type"], live["linked"])
     page.eval("window.longmediaTest.fitView()")
     screenshot(page, shots / f"{page.renderer}_{Path(workflow).stem}.png", capsys)
     if page.renderer == "classic" and workflow == "ref2va_hires_refiner.json":
