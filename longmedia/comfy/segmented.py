@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..errors import LongMediaInputError
-from ..h3.profiles import DeviceProfile
+from ..h3.profiles import GIB, DeviceProfile
 from ..planning.types import PlanRequest
 from ..report.oom import phase
 from ..report.run_report import RunReport
@@ -35,7 +35,6 @@ from .residency import MemorySnapshot, read_memory
 __all__ = ["SegmentRecord", "SegmentedReport", "run_segmented", "WRAPPER_KEY"]
 
 WRAPPER_KEY = "longmedia_segmented"
-GIB = 2 ** 30
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from ..h3.profiles import gib
 from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
 from .job import LongMediaJob
 
-GIB = 2 ** 30
 LATENT_VALUE_BYTES = 4                # ComfyUI's empty latents are float32 (intermediate dtype)
 VIDEO_CHANNELS, AUDIO_CHANNELS = 24, 32
 LATENT_COPIES = 3                     # a run holds the job latent, its output and its denoised output

@@ -164,8 +164,6 @@ def assemble(plan: SegmentPlan, passes: Sequence[tuple[torch.Tensor, torch.Tenso
     return result
 
 
-
-
 def segment_seeds(count: int, seed: int, pinned: Sequence[int] | None = None) -> tuple[int, ...]:
     """Seeds of `count` passes: `pinned` first, then the noise's seed for pass 0 (as stock sampling uses it) and
     seed + index for later passes, wrapped into [0, MAX_PASS_SEED] (mod 2**64 - 1) so seed + 1 stays a seed."""
