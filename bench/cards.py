@@ -259,8 +259,18 @@ def child(a) -> int:
     server = _Server()
     steps_at: list[float] = []
 
+    from longmedia.comfy.memory_facts import aimdo_vram_usage, vbar_resident_bytes
+
+    step_memory: list[dict] = []
+
     def hook(value, total_steps, preview, prompt_id=None, node_id=None):
         steps_at.append(time.perf_counter())
+        # where the process's device memory sits at each step's end: torch's allocated and reserved bytes,
+        # comfy-aimdo's own VRAM (VBAR pages + cast buffers) and the weights resident through its VBARs
+        step_memory.append({"torch_allocated": int(torch.cuda.memory_allocated()),
+                            "torch_reserved": int(torch.cuda.memory_reserved()),
+                            "aimdo_usage": aimdo_vram_usage(), "vbar_resident": vbar_resident_bytes(),
+                            "process": memory.process_used()})
         mm.throw_exception_if_processing_interrupted()
 
     comfy.utils.set_progress_bar_global_hook(hook)
@@ -293,12 +303,15 @@ def child(a) -> int:
         torch.cuda.reset_peak_memory_stats()
         memory.reset()
         steps_at.clear()
+        step_memory.clear()
         server.events.clear()
         t0 = time.perf_counter()
         executor.execute(prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
                          f"{label}-{fmt}-{seconds}", {"client_id": "bench"}, ["sink"])
         torch.cuda.synchronize()
         row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
+        row["step_memory"] = list(step_memory)
+        row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         _append(a.out, row)
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
                                                    "process_peak_bytes", "torch_peak_bytes")}), flush=True)
