@@ -3,6 +3,7 @@
 # .comfy_src/ (ComfyUI's run-time source). Run here, from the repo root, with network to PyPI:
 #
 #     COMFYUI_SRC=/tmp/comfyui bash tools/gpu/build_carry.sh
+#     COMFYUI_SRC=/tmp/comfyui KITCHEN_BENCH=0.2.40 bash tools/gpu/build_carry.sh   # + .whl_kitchen (33 MiB; see kitchen_site.sh)
 #
 # Both folders must be ignored (.git/info/exclude: /.whl/ and /.comfy_src/). Then, on the device:
 #     run(command='. tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py',
@@ -32,14 +33,16 @@ dl "$whl" comfy-aimdo==0.4.13 torchsde==0.2.6 trampoline==0.1.2 simpleeval==1.0.
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform any \
     -d "$whl" sqlalchemy==2.1.9
 
-# comfy-kitchen 0.2.31: drop the HIP/ROCm library (59 MB) and move the CUDA one (176 MB; 47 MB deflated in a
-# wheel, 21 MB as xz) out of the wheel; bootstrap.sh puts it back after the install, checked by sha256.
-tmp="$(mktemp -d)"
-dl "$tmp" comfy-kitchen==0.2.31
-python3 - "$tmp" "$whl" <<'PY'
-import base64, glob, hashlib, lzma, os, sys, zipfile
-tmp, whl = sys.argv[1:3]
-src = glob.glob(os.path.join(tmp, "comfy_kitchen-0.2.31-*.whl"))[0]
+# comfy-kitchen: drop the HIP/ROCm library (59-158 MB) and move the CUDA one (0.2.31: 176 MB, 47 MB deflated
+# in a wheel, 21 MB as xz) out of the wheel; bootstrap.sh puts it back after the install, checked by sha256.
+repack_kitchen() {  # VERSION DEST_FOLDER
+    local version="$1" dest="$2" tmp
+    tmp="$(mktemp -d)"
+    dl "$tmp" "comfy-kitchen==$version"
+    python3 - "$tmp" "$dest" "$version" <<'PY'
+import glob, hashlib, lzma, os, sys, zipfile
+tmp, whl, version = sys.argv[1:4]
+src = glob.glob(os.path.join(tmp, f"comfy_kitchen-{version}-*.whl"))[0]
 drop = {"comfy_kitchen/backends/hip/_C.abi3.so", "comfy_kitchen/backends/cuda/_C.abi3.so"}
 dst = os.path.join(whl, os.path.basename(src))
 with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zo:
@@ -52,13 +55,22 @@ with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED,
     lines = [l for l in zi.read(record_name).decode().splitlines() if l.split(",")[0] not in drop]
     zo.writestr(record_name, "\n".join(lines) + "\n")
 digest = hashlib.sha256(so).hexdigest()
-with lzma.open(os.path.join(whl, "comfy_kitchen-0.2.31.cuda_C.abi3.so.xz"), "wb", preset=6) as f:
+with lzma.open(os.path.join(whl, f"comfy_kitchen-{version}.cuda_C.abi3.so.xz"), "wb", preset=6) as f:
     f.write(so)
-with open(os.path.join(whl, "comfy_kitchen-0.2.31.cuda_C.abi3.so.sha256"), "w") as f:
+with open(os.path.join(whl, f"comfy_kitchen-{version}.cuda_C.abi3.so.sha256"), "w") as f:
     f.write(f"{digest}  comfy_kitchen/backends/cuda/_C.abi3.so\n")
-print(f"comfy-kitchen repacked: {os.path.getsize(dst)} bytes; CUDA library {len(so)} bytes, sha256 {digest}")
+print(f"comfy-kitchen {version} repacked: {os.path.getsize(dst)} bytes; CUDA library {len(so)} bytes, sha256 {digest}")
 PY
-rm -rf "$tmp"
+    rm -rf "$tmp"
+}
+repack_kitchen 0.2.31 "$whl"
+# a newer comfy-kitchen (sol_attn, sol_attn_chunked, int8_attention: >= 0.2.36) for bench/attention.py's kitchen
+# rows, in its own folder (tools/gpu/kitchen_site.sh installs it; it travels without .whl: 64 MiB a call)
+if [ -n "${KITCHEN_BENCH:-}" ]; then
+    rm -rf "$root/.whl_kitchen" && mkdir -p "$root/.whl_kitchen"
+    grep -qxF /.whl_kitchen/ "$root/.git/info/exclude" || echo /.whl_kitchen/ >> "$root/.git/info/exclude"
+    repack_kitchen "$KITCHEN_BENCH" "$root/.whl_kitchen"
+fi
 
 # --- ComfyUI source: the python tree without tests, docs, blueprints, API nodes, models, and the
 # tokenizer data the MiniMax H3 path does not use (qwen25_tokenizer stays: the H3 text encoder's)
