@@ -352,7 +352,10 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
                    chunks=plan.get("chunks"), seq_len=(plan.get("geometry") or {}).get("seq_len"),
                    predicted_block_bytes=(mem.get("blocks_stage_bytes", 0) - mem.get("min_weight_bytes", 0)),
                    measured_block_bytes=max(rep.get("block_peak_bytes") or [0]) or None,
-                   predicted_step_bytes=(mem.get("activation_need_bytes", 0) - mem.get("min_weight_bytes", 0)),
+                   # torch's count only (the plan's outside-torch bytes are compared with the process below)
+                   predicted_step_bytes=(mem.get("torch_need_bytes", mem.get("activation_need_bytes", 0))
+                                         - mem.get("min_weight_bytes", 0)),
+                   predicted_outside_torch_bytes=mem.get("outside_torch_bytes"),
                    measured_step_bytes=max([s.get("peak_bytes", 0) for s in rep.get("steps") or []] or [0]) or None,
                    predicted_peak_bytes=plan.get("predicted_peak_bytes"),
                    planned_streamed_bytes=mem.get("streamed_weight_bytes"),

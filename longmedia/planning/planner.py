@@ -73,6 +73,12 @@ class _Pass:
         self.final_chunked = pm.chunked_final_bytes(g, d, dt) + self.workspace  # streamed modes chunk it too
         self.min_weights = model.block_weight_bytes * (2 if prefetch else 1)
         self.fixed = self.held + self.workspace + self.min_weights
+        self.dynamic_vram = device.dynamic_vram
+
+    def need(self, torch_bytes: int, stock_path: bool = False) -> int:
+        """Device bytes a stage of `torch_bytes` (must-have weights included) needs, outside torch's count too."""
+        return torch_bytes + pm.outside_torch_bytes(torch_bytes - self.min_weights, self.model, self.dynamic_vram,
+                                                    stock_path)
 
     def manual(self, chunks: ChunkSizes) -> ChunkSizes:
         r = self.request
@@ -81,10 +87,10 @@ class _Pass:
         return replace(chunks, **{k: v for k, v in overlay.items() if v is not None})
 
     def attention_fits(self, c: ChunkSizes) -> bool:
-        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).attention_bytes <= self.usable
+        return self.need(self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).attention_bytes) <= self.usable
 
     def mlp_fits(self, c: ChunkSizes) -> bool:
-        return self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).mlp_bytes <= self.usable
+        return self.need(self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).mlp_bytes) <= self.usable
 
     def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0) -> Candidate:
         """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace)."""
@@ -95,6 +101,7 @@ class _Pass:
                               final_bytes=self.final if chunks.is_stock else self.final_chunked,
                               min_weight_bytes=self.min_weights, resident_weight_bytes=self.min_weights,
                               model_weight_bytes=self.model.weight_bytes)
+        mem = replace(mem, outside_torch_bytes=self.need(mem.torch_need_bytes, chunks.is_stock) - mem.torch_need_bytes)
         spare = self.usable - mem.activation_need_bytes
         extra = max(0, min(spare, self.model.weight_bytes - self.min_weights))
         return Candidate(mode, chunks, replace(mem, resident_weight_bytes=self.min_weights + extra), self.usable)
@@ -261,7 +268,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     reasons.append(f"needs {gib(mem.activation_need_bytes)} of {gib(p.usable)} usable ({gib(device.usable_vram_bytes)} "
                    f"budget - {gib(reserve)} reserve): block activations {gib(mem.block_activation_bytes)}, held "
                    f"around the blocks {gib(mem.held_outside_bytes)}, workspace {gib(mem.workspace_bytes)}, "
-                   f"{gib(mem.min_weight_bytes)} of block weights")
+                   f"{gib(mem.min_weight_bytes)} of block weights, {gib(mem.outside_torch_bytes)} outside torch's count "
+                   "(cast buffers past one block, allocator slack)")
     reasons.append(f"resident weights {gib(mem.resident_weight_bytes)} of {gib(model.weight_bytes)}: predicted peak "
                    f"{gib(mem.predicted_peak_bytes)}")
     if mem.final_bytes > mem.blocks_stage_bytes:

@@ -88,3 +88,25 @@ def dequantised_stage_bytes(model: ModelProfile) -> int:
 
 def workspace_bytes(g: Geometry, model: ModelProfile) -> int:
     return WORKSPACE_FIXED + dequantised_stage_bytes(model)
+
+
+# What the process holds beside torch's allocated bytes, from `bench/cards.py` on the H200 (ComfyUI 0.33.0,
+# comfy-aimdo 0.4.13, cudaMallocAsync; docs/PERFORMANCE.md, "Bytes outside torch's count"):
+# - comfy-aimdo's cast buffer (the weights of the layers being streamed) reached 1.72x one INT8 block and 1.14x
+#   one bf16 block, where the plan's must-have weights count one block: under dynamic VRAM, 0.75 of a block more
+#   for quantised formats (INT8 measured; FP8/NVFP4 assumed alike) and 0.25 for bf16/fp16/fp32;
+# - torch's pool held up to 7.6% over its allocated peak on the stock path (whole-sequence tensors) and up to
+#   6.3% in LongMedia's streamed modes (chunk-sized tensors).
+CAST_BUFFER_EXTRA_BLOCKS_QUANTISED = 0.75
+CAST_BUFFER_EXTRA_BLOCKS_FLOAT = 0.25
+FLOAT_FORMATS = frozenset({"bf16", "fp16", "fp32"})
+ALLOCATOR_SLACK_STOCK = 0.08
+ALLOCATOR_SLACK_STREAMED = 0.065
+
+
+def outside_torch_bytes(torch_bytes: int, model: ModelProfile, dynamic_vram: bool, stock_path: bool) -> int:
+    """Device bytes a stage of `torch_bytes` (torch-allocated, weights excluded) costs beside them."""
+    blocks = CAST_BUFFER_EXTRA_BLOCKS_FLOAT if model.quantization in FLOAT_FORMATS else CAST_BUFFER_EXTRA_BLOCKS_QUANTISED
+    cast = int(blocks * model.block_weight_bytes) if dynamic_vram else 0
+    slack = ALLOCATOR_SLACK_STOCK if stock_path else ALLOCATOR_SLACK_STREAMED
+    return cast + int(slack * max(0, torch_bytes))

@@ -131,15 +131,22 @@ class MemoryBreakdown:
     min_weight_bytes: int             # weights that must sit in VRAM while a block runs
     resident_weight_bytes: int        # weights the plan lets stay in VRAM (min + what else fits)
     model_weight_bytes: int
+    outside_torch_bytes: int = 0      # beside torch's allocated bytes: cast buffers past one block, pool slack
 
     @property
     def blocks_stage_bytes(self) -> int:
         return self.block_activation_bytes + self.held_outside_bytes + self.workspace_bytes + self.min_weight_bytes
 
     @property
-    def activation_need_bytes(self) -> int:
-        """Peak with only the must-have weights resident: what has to fit."""
+    def torch_need_bytes(self) -> int:
+        """The largest stage's bytes in torch's allocator (with the must-have weights)."""
         return max(self.blocks_stage_bytes, self.pre_block_bytes, self.final_bytes)
+
+    @property
+    def activation_need_bytes(self) -> int:
+        """Peak with only the must-have weights resident, the bytes outside torch's count included: what has
+        to fit."""
+        return self.torch_need_bytes + self.outside_torch_bytes
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -200,6 +207,7 @@ class ExecutionPlan:
         out["attention"] = {f.name: getattr(att, f.name) for f in fields(att) if f.name != "choice"}
         out["memory"] = asdict(self.memory) | {
             "blocks_stage_bytes": self.memory.blocks_stage_bytes,
+            "torch_need_bytes": self.memory.torch_need_bytes,
             "activation_need_bytes": self.memory.activation_need_bytes,
             "predicted_peak_bytes": self.memory.predicted_peak_bytes,
             "streamed_weight_bytes": self.memory.streamed_weight_bytes}

@@ -233,9 +233,10 @@ def test_weights_resident_and_headroom_are_separate(capsys):
     rc, out = _run(capsys)
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert "14.68 GiB usable" in rows["vram"]
-    assert "10.92 GiB predicted peak" in rows["activations"]
-    assert "4.36 GiB resident of 30.90 GiB (0.60 GiB in use + 3.76 GiB elastic" in rows["weights"]
-    assert rows["headroom"].split("headroom")[1].split()[0] == "3.76" and rows["headroom"].endswith("-> FITS")
+    assert "12.20 GiB predicted peak" in rows["activations"]
+    assert "1.28 GiB outside torch's count" in rows["activations"]
+    assert "3.09 GiB resident of 30.90 GiB (0.60 GiB in use + 2.48 GiB elastic" in rows["weights"]
+    assert rows["headroom"].split("headroom")[1].split()[0] == "2.48" and rows["headroom"].endswith("-> FITS")
 
 
 def test_does_not_fit_exits_3_and_says_how_short(capsys):
