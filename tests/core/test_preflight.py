@@ -178,3 +178,12 @@ def test_a_job_latent_allocation_failure_names_the_job_size():
     report = info.value.report
     assert report.phase == "job_latent" and report.pressure_point == "seconds / width / height"
     assert "did not fit in RAM" in report.next_step and "CPU RAM" in report.summary()
+
+
+def test_a_comfy_aimdo_cast_buffer_failure_becomes_the_oom_report():
+    """comfy-aimdo raises a plain RuntimeError when its cast buffer cannot grow (seen on the H200, bench/cards.py)."""
+    error = RuntimeError("VRAM grow failed: 905774080 bytes")
+    assert is_oom(error) and is_oom(RuntimeError("VRAM reservation failed"))
+    with pytest.raises(LongMediaOOM) as info, phase("mlp"):
+        raise error
+    assert info.value.report.phase == "mlp" and "VRAM grow failed" in str(info.value)
