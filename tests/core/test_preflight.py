@@ -186,4 +186,5 @@ def test_a_comfy_aimdo_cast_buffer_failure_becomes_the_oom_report():
     assert is_oom(error) and is_oom(RuntimeError("VRAM reservation failed"))
     with pytest.raises(LongMediaOOM) as info, phase("mlp"):
         raise error
-    assert info.value.report.phase == "mlp" and "VRAM grow failed" in str(info.value)
+    assert info.value.report.phase == "mlp" and "GPU memory" in str(info.value)
+    assert "VRAM grow failed" in info.value.report.error
