@@ -84,3 +84,10 @@ rm -rf "$root/.comfy_src" && mkdir -p "$root/.comfy_src"
     | (cd "$root/.comfy_src" && tar xf -)
 mkdir -p "$root/.comfy_src/custom_nodes" "$root/.comfy_src/input" "$root/.comfy_src/output"
 du -sh --apparent-size "$whl" "$root/.comfy_src"
+# the same tree as one xz tarball, for calls that also carry .whl_kitchen (64 MiB a call):
+# carry [".whl", ".comfy_src.txz", ".whl_kitchen"]; bootstrap.sh unpacks it into /tmp/comfy_src
+grep -qxF /.comfy_src.txz/ "$root/.git/info/exclude" || echo /.comfy_src.txz/ >> "$root/.git/info/exclude"
+rm -rf "$root/.comfy_src.txz" && mkdir -p "$root/.comfy_src.txz"
+tar cJf "$root/.comfy_src.txz/comfy_src.tar.xz" -C "$root/.comfy_src" .
+du -sh --apparent-size "$root/.comfy_src.txz"
+
