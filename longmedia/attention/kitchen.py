@@ -38,15 +38,14 @@ PRODUCER_REASON = (
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.2.40' -> (0, 2, 40); local or pre-release tails ('0.2.40.dev1+cu128') stop the numbers."""
+    """'0.2.40' -> (0, 2, 40); a pre-release or local tail ('0.3.0rc1', '0.2.40.dev1+cu128') ends the numbers."""
     numbers = []
     for part in text.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        digits = part[:len(part) - len(part.lstrip("0123456789"))]
+        if digits:
+            numbers.append(int(digits))
         if not digits or digits != part:
-            if digits:
-                numbers.append(int(digits))
             break
-        numbers.append(int(digits))
     return tuple(numbers)
 
 
@@ -179,11 +178,12 @@ def int8_workspace(*, seq_len: int, heads: int, head_dim: int, dtype_bytes: int,
 
 
 def sol_workspace(*, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
-    """sol_attn's workspace (sized by its compiled sol_attn_plan): INT8 q/k/v carriers (3 bytes per element)
-    plus per-token block statistics, modelled as 64 bytes per (token, head). At 106,496 tokens x 56 heads
-    that is 2.67 GiB, plus the 1.52 GiB output: the 4.2 GiB extra measured on the H200 (issue 15)."""
+    """sol_attn's workspace (sized by its compiled sol_attn_plan, not readable from Python): INT8 q/k/v
+    carriers (3 bytes per element) plus block statistics and scratch, modelled as 4 bytes per element. At
+    106,496 tokens x 56 heads x 128 that is 2.84 GiB, plus the 1.42 GiB output 4.26 GiB, against the 4.2 GiB
+    extra measured on the H200 (issue 15); bench/attention.py prints measured against this model."""
     del dtype_bytes, query_rows  # whole-sequence calls: the keys set the size
-    return int(heads * seq_len * (3 * head_dim + 64))
+    return int(4 * heads * seq_len * head_dim)
 
 
 def kitchen_backends() -> tuple[BackendSpec, ...]:
