@@ -1,7 +1,8 @@
 """Which attention ComfyUI runs for a model, read from the host: a `HostAttention` fact for the planner.
 
-In order: an `optimized_attention_override` a node put on the model (LongMedia's own is looked through),
-then the `optimized_attention` H3 calls (the minimax module's binding, else comfy.ldm.modules.attention's),
+In order, as ComfyUI's wrap_attn decides: an `optimized_attention_override` a node put on the model
+(LongMedia's own is looked through), then the attention a checkpoint's config selects for its layers
+(ComfyUI 0.38+: `ComfyAttention.function`, e.g. comfy_kitchen_int8), then the `optimized_attention` H3 calls (the minimax module's binding, else comfy.ldm.modules.attention's),
 named by its function and matched to the ComfyUI flag that selects it (comfy.cli_args.args). Works on
 ComfyUI 0.33 and 0.38 (both select attention in comfy/ldm/modules/attention.py at import).
 """
@@ -34,15 +35,24 @@ def _override(options: Mapping[str, Any] | None) -> Any:
     return current
 
 
+def checkpoint_attention(diffusion_model: Any) -> Any:
+    """The attention function a checkpoint's config selects (the first H3 block whose ComfyAttention has one)."""
+    for block in getattr(diffusion_model, "blocks", None) or ():
+        function = getattr(getattr(getattr(block, "attn", None), "comfy_attention", None), "function", None)
+        if function is not None:
+            return function
+    return None
+
+
 def _args() -> Any:
     from comfy.cli_args import args
     return args
 
 
-def host_attention(*model_options: Mapping[str, Any] | None, args: Any = None, attention: Any = None
-                   ) -> HostAttention:
+def host_attention(*model_options: Mapping[str, Any] | None, diffusion_model: Any = None, args: Any = None,
+                   attention: Any = None) -> HostAttention:
     """What ComfyUI runs for a model with these `model_options` (the guider's, then the patcher's: the first
-    override found counts).
+    override found counts) and this H3 `diffusion_model` (its layers' attention config).
 
     args / attention: injectable for tests (default: comfy.cli_args.args, the installed optimized_attention)."""
     override = next((o for o in map(_override, model_options) if o is not None), None)
@@ -50,6 +60,10 @@ def host_attention(*model_options: Mapping[str, Any] | None, args: Any = None, a
         module = getattr(override, "__module__", None) or type(override).__module__
         return HostAttention(f"{module}.{_name(override)}",
                              "an optimized_attention_override a node put on the model", True)
+    configured = checkpoint_attention(diffusion_model)
+    if configured is not None:
+        return HostAttention(getattr(configured, "__name__", None) or _name(configured),
+                             "the checkpoint's attention config (ComfyUI 0.38+)", True)
     fn = installed_attention() if attention is None else attention
     args = _args() if args is None else args
     name = getattr(fn, "__name__", None) or type(fn).__name__

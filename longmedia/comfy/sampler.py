@@ -145,7 +145,8 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
         device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
     if request.host_attention is None:  # what the user runs ComfyUI with: auto keeps it where it can run
         request = dataclasses.replace(request, host_attention=host_attention(
-            getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None)))
+            getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
+            diffusion_model=model))
     plan = make_plan(profile, device, geometry, request)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
     plan = reconcile_block_sparse(plan, evidence)

@@ -128,3 +128,66 @@ def test_the_sampler_plans_with_what_the_host_runs(comfy_inprocess, tiny_checkpo
         kept, _ = comfy_sampler.plan_for(guider, latent, sigmas, PlanRequest(memory_mode="normal"))
     assert kept.attention.backend == "existing", kept.attention.reasons
     assert "keeps " in kept.attention.reasons[0] and "patched_attention" in kept.attention.reasons[0]
+
+
+def _tiny_job(tiny_checkpoints, steps=2):
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    from longmedia.comfy import tiny_conditioning as tc
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
+    guider = comfy.samplers.CFGGuider(patcher)
+    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS,
+                                                                                                  seed=2))
+    guider.set_cfg(3.0)
+    sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
+    latent = h3n.EmptyMiniMaxH3LatentAV.execute(128, 96, 39).result[0]
+    return patcher, (ncs.Noise_RandomNoise(3), guider, comfy.samplers.sampler_object("euler"), sigmas, latent)
+
+
+@pytest.mark.parametrize("memory_mode, chunks", [("normal", {}),
+                                                 ("low_vram", dict(sol_qkv_chunk_tokens=64, mlp_chunk_tokens=96))])
+def test_a_checkpoints_attention_config_is_kept_in_stock_and_streamed_blocks(comfy_inprocess, tiny_checkpoints,
+                                                                            memory_mode, chunks):
+    """ComfyUI 0.38+: a checkpoint's attention config (ComfyAttention, e.g. comfy_kitchen_int8) selects each
+    layer's attention. auto keeps it, and the streamed executor hands it on per query chunk as H3 does."""
+    import comfy.ldm.modules.attention as attention
+
+    if not hasattr(attention, "ComfyAttention"):
+        pytest.skip("this ComfyUI has no ComfyAttention (a checkpoint's attention config, ComfyUI 0.38+)")
+    from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.planning.types import PlanRequest
+
+    calls = []
+
+    @attention.wrap_attn  # as ComfyUI's own functions are: takes H3's tensor containers
+    def attention_from_config(q, k, v, heads, **kwargs):  # what a layer's config selects (kitchen's is CUDA-only)
+        calls.append((q.shape[-2], k.shape[-2]))
+        return attention.attention_pytorch(q, k, v, heads, **kwargs)
+
+    patcher, job = _tiny_job(tiny_checkpoints)
+    model = patcher.model.diffusion_model
+    assert host_attention(diffusion_model=model).function == attention.optimized_attention.__name__  # no config
+    for block in model.blocks:
+        block.attn.comfy_attention.function = attention.attention_comfy_kitchen_int8
+    found = host_attention(diffusion_model=model)
+    assert (found.function, found.chosen, found.exact) == ("attention_comfy_kitchen_int8", True, False)
+    with torch.inference_mode():  # kitchen's int8 kernel cannot run on this CPU host: swapped, and said so
+        cpu_plan, _ = comfy_sampler.plan_for(job[1], job[4], job[3], PlanRequest(memory_mode=memory_mode, **chunks))
+    assert cpu_plan.attention.backend != "existing"
+    assert "cannot run in the planned path (needs a CUDA device): swapped" in cpu_plan.attention.reasons[0]
+    for block in model.blocks:
+        block.attn.comfy_attention.function = attention_from_config
+    result = comfy_sampler.run_sampler(*job, PlanRequest(memory_mode=memory_mode, **chunks))
+    reasons = result.plan.attention.reasons
+    assert result.plan.attention.backend == "existing", reasons
+    assert reasons[0].startswith("auto: keeps attention_from_config (the checkpoint's attention config")
+    assert calls, "the checkpoint's attention never ran"
+    if memory_mode == "low_vram":  # per query chunk against every key
+        assert any(rows < keys for rows, keys in calls) and max(rows for rows, _ in calls) <= 64
+    else:
+        assert all(rows == keys for rows, keys in calls)
