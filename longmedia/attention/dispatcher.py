@@ -300,7 +300,7 @@ def _keep_host(registry: BackendRegistry, facts: _Facts, host: HostAttention | N
         return None, ()
     if host.swappable:
         whose = "its default pick" if not host.chosen else "PyTorch attention"
-        return None, (f"auto: ComfyUI runs {host.label}, {whose}: swapped for the fastest exact backend",)
+        return None, (f"auto: ComfyUI runs {host.label}, {whose}: swapped for auto's own choice, below",)
     spec = existing_spec(registry, host)
     ok, why = spec.supports(dtype=facts.dtype, head_dim=facts.head_dim, seq_len=facts.seq_len,
                             device_capability=facts.capability)

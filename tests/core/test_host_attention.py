@@ -30,7 +30,7 @@ SUB_QUAD = HostAttention("attention_sub_quad", "ComfyUI's fallback when PyTorch 
 # host, capability, budget GiB, streamed -> backend, exact, query chunk, reason fragment
 TABLE = [
     (None, (9, 0), None, False, "sdpa_cudnn", True, 0, "fastest exact backend"),
-    (PYTORCH, (9, 0), None, False, "sdpa_cudnn", True, 0, "its default pick: swapped for the fastest exact"),
+    (PYTORCH, (9, 0), None, False, "sdpa_cudnn", True, 0, "its default pick: swapped for auto's own choice"),
     (SUB_QUAD, (9, 0), None, True, "sdpa_cudnn", True, 0, "its default pick: swapped"),
     (PYTORCH_FLAG, (9, 0), None, False, "sdpa_cudnn", True, 0, "PyTorch attention: swapped"),
     (SAGE, (9, 0), None, False, "existing", False, 0, "keeps attention_sage (--use-sage-attention)"),
