@@ -1,17 +1,28 @@
-"""Attention benchmark: SDPA backends (whole and query-streamed), our exact Triton kernel (bf16 / int8 K/V)
-and Sol, on H3-like structured inputs (56 heads x 128, bf16, text rows + a video grid with 3-axis RoPE).
+"""Attention benchmark: SDPA backends (whole and query-streamed), our exact Triton kernel (bf16 / int8 K/V),
+our Sol, and comfy-kitchen's int8_attention and sol_attn (tau / SLA top-k), on H3-like structured inputs
+(56 heads x 128, bf16, text rows + a video grid with 3-axis RoPE).
 
     python bench/attention.py --seq 8k,32k,64k,104k,150k --out out/attention.md     # GPU
     python bench/attention.py --smoke                                                # tiny CPU run, references
 
-Every time includes what the caller needs: [1, S, H*D] heads merged (SDPA pays the merge copy, our
-kernels write merged storage directly). Ratios are against the fastest SDPA backend of the same run.
-rel-L2 is measured on sampled heads and rows against fp32 exact attention.
+Kitchen's rows (comfy-kitchen >= 0.2.36) run whenever it is usable (--kitchen auto; on: required, off: none).
+On the lent H200 with kitchen 0.2.40 (carry [".whl_kitchen"], built by KITCHEN_BENCH=0.2.40 build_carry.sh):
+
+    . tools/gpu/kitchen_site.sh || exit 1; python3 bench/attention.py --seq 64k,104k,150k --kitchen on \
+        --out $OUT/attention.md
+
+Rows print as they finish and go to $OUT/attention_rows.jsonl (--json) as JSON lines. "Matched accuracy"
+pairs each kitchen row with our fastest Sol tau (of --taus) and the fastest exact path (our exact kernel or
+SDPA) whose rel-L2 is at most kitchen's. Every time includes what the caller needs: [1, S, H*D] heads
+merged (SDPA pays the merge copy, our kernels and kitchen's sol_attn write merged storage directly).
+Ratios are against the fastest SDPA backend of the same run. rel-L2 is measured on sampled heads and
+rows against fp32 exact attention. The GPU command above takes about 3-5 minutes on an H200.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import platform
 import statistics
@@ -24,7 +35,9 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _attention_kitchen as kitchen_rows  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 PROFILES = {  # q/k projection coupling (RoPE locality) and logit gain
     "h3like": dict(align=0.8, gain=1.5),
@@ -56,6 +69,9 @@ class Setup:
     profile: str
     repeats: int | None
     smoke: bool
+    kitchen: bool = False
+    kitchen_taus: tuple[float, ...] = ()
+    kitchen_topks: tuple[float, ...] = ()
 
 
 def parse_seq(text: str) -> list[int]:
@@ -185,6 +201,8 @@ def methods(s: Setup, q, k, v) -> list[tuple[str, Callable[[], torch.Tensor], st
             return sol_attention(q, k, v, tau=tau, sink_ranges=sinks, exact_query_ranges=sinks, summaries=summ,
                                  return_stats=True)
         out.append((f"{kind} sol tau={tau}", sol, "incl. key summaries"))
+    if s.kitchen:
+        out += kitchen_rows.methods(s.device, q, k, v, s.text, s.kitchen_taus, s.kitchen_topks)
     return out
 
 
@@ -216,7 +234,7 @@ def timed(s: Setup, fn: Callable[[], torch.Tensor], repeats: int) -> tuple[torch
     return result, times, peak
 
 
-def run_size(s: Setup, seq: int) -> tuple[list[Row], str]:
+def run_size(s: Setup, seq: int, done: Callable[[Row], None]) -> tuple[list[Row], str]:
     q, k, v = structured_qkv(s, seq)
     g = torch.Generator().manual_seed(seq)
     rows = torch.randperm(seq, generator=g)[:min(seq, 512)].sort().values.to(s.device)
@@ -228,8 +246,10 @@ def run_size(s: Setup, seq: int) -> tuple[list[Row], str]:
     for name, fn, note in methods(s, q, k, v):
         try:
             result, times, peak = timed(s, fn, repeats)
-        except RuntimeError as e:  # an SDPA backend that this build or GPU does not offer
+        # RuntimeError: an SDPA backend that this build or GPU does not offer; ValueError: kitchen refusing inputs
+        except (RuntimeError, ValueError) as e:
             out.append(Row(name, seq, None, None, None, f"n/a: {str(e).splitlines()[0][:80]}"))
+            done(out[-1])
             continue
         if isinstance(result, tuple):  # Sol: (out, SolStats)
             note = f"exact-block density {result[1].density:.3f}, {note}"
@@ -237,6 +257,7 @@ def run_size(s: Setup, seq: int) -> tuple[list[Row], str]:
         got = result[0][heads][:, rows].float()
         err = float((got - exact).norm() / exact.norm())
         out.append(Row(name, seq, statistics.median(times), peak, err, note))
+        done(out[-1])
         del result
     return out, info
 
@@ -289,29 +310,53 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=56)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--chunk", type=int, default=8192, help="query rows per streamed SDPA call")
-    p.add_argument("--taus", default="0.8,1.0,1.3")
+    p.add_argument("--taus", default="0.0,0.2,0.4,0.6,0.8,1.0,1.3",
+                   help="our Sol's taus (also the sweep the matched-accuracy lines pick from)")
+    p.add_argument("--kitchen", choices=("auto", "on", "off"), default="auto",
+                   help="comfy-kitchen rows: auto = when usable, on = required, off = none")
+    p.add_argument("--kitchen-taus", default="0.5,1.0,1.5", help="kitchen sol_attn thresholds")
+    p.add_argument("--kitchen-topk", default="0.1,0.2,0.3", help="kitchen sol_attn SLA top-k ratios")
+    p.add_argument("--json", default=None, help="JSON rows file (default $OUT/attention_rows.jsonl when $OUT is set)")
     p.add_argument("--text", type=int, default=512, help="leading text rows (Sol sink and exact queries)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="h3like")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats (default 5 / 3 / 2 by size)")
     p.add_argument("--smoke", action="store_true", help="tiny CPU run of the torch references")
     p.add_argument("--out", default=None, help="also write the markdown table here")
     a = p.parse_args(argv)
+    floats = lambda text: tuple(float(t) for t in text.split(",") if t.strip())  # noqa: E731
     if a.smoke:
-        setup = Setup(torch.device("cpu"), torch.float32, 2, 64, 128, tuple(float(t) for t in a.taus.split(",")),
-                      16, a.profile, a.repeats or 2, True)
+        setup = Setup(torch.device("cpu"), torch.float32, 2, 128, 128, floats(a.taus), 16, a.profile, a.repeats or 2,
+                      True)
         seqs = [320]
     else:
         if not torch.cuda.is_available():
             print("no CUDA device: run with --smoke for the CPU check", file=sys.stderr)
             return 2
-        setup = Setup(torch.device("cuda"), torch.bfloat16, a.heads, a.head_dim, a.chunk,
-                      tuple(float(t) for t in a.taus.split(",")), a.text, a.profile, a.repeats, False)
+        setup = Setup(torch.device("cuda"), torch.bfloat16, a.heads, a.head_dim, a.chunk, floats(a.taus), a.text,
+                      a.profile, a.repeats, False)
         seqs = parse_seq(a.seq)
+    usable, why = (False, "--kitchen off") if a.kitchen == "off" else kitchen_rows.status(setup.device)
+    if a.kitchen == "on" and not usable:
+        print(f"--kitchen on, but kitchen's kernels cannot run here: {why}", file=sys.stderr)
+        return 2
+    print(f"kitchen rows: {why}" if usable else f"SKIPPED kitchen rows: {why}", flush=True)
+    setup = dataclasses.replace(setup, kitchen=usable, kitchen_taus=floats(a.kitchen_taus),
+                                kitchen_topks=floats(a.kitchen_topk))
     device = torch.cuda.get_device_name() if setup.device.type == "cuda" else platform.processor() or "cpu"
     header = [f"# Attention benchmark on {device}", "",
               f"command: `python {' '.join(sys.argv)}`  ", f"torch {torch.__version__}, heads {setup.heads}, "
               f"head_dim {setup.head_dim}, {setup.dtype}, profile {setup.profile} {PROFILES[setup.profile]}, "
               f"text rows {setup.text}", ""]
+    sink = kitchen_rows.JsonRows(a.json, {"device": device, "command": " ".join(sys.argv), "torch": torch.__version__,
+                                          "kitchen": why if usable else f"skipped: {why}"})
+
+    def done(row: Row) -> None:
+        ms = "-" if row.ms is None else f"{row.ms:.2f} ms"
+        err = "-" if row.rel_l2 is None else f"rel-L2 {row.rel_l2:.3g}"
+        peak = "-" if row.peak_mib is None else f"{row.peak_mib / 1024:.2f} GiB extra"
+        print(f"  S={row.seq} {row.method}: {ms}, {err}, {peak} {row.note}", flush=True)
+        sink.write(row)
+
     rows, infos = [], []
     if not setup.smoke:  # autotune once on a small problem (the tuning keys ignore S), untimed
         q, k, v = structured_qkv(setup, min(8192, min(seqs)))
@@ -321,11 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         del q, k, v
         torch.cuda.synchronize()
     for seq in seqs:
-        r, info = run_size(setup, seq)
+        r, info = run_size(setup, seq, done)
         rows += r
         infos.append(info)
         print(info, flush=True)
-    text = "\n".join(header + [table(rows, setup), ""] + [f"- {i}" for i in infos + targets(rows)]) + "\n"
+    matched = kitchen_rows.matched_accuracy(rows) if setup.kitchen else [f"kitchen rows skipped: {why}"]
+    text = "\n".join(header + [table(rows, setup), ""] + [f"- {i}" for i in infos + targets(rows)]
+                     + ["", "Matched accuracy (kitchen vs the fastest of ours at rel-L2 <= kitchen's):", ""]
+                     + [f"- {m}" for m in matched]) + "\n"
     print(text)
     if a.out:
         import pathlib

@@ -38,7 +38,9 @@ MEMORY_HELP = ("How the blocks run (one line per option):\n"
                "- low_vram: exact streamed attention and chunked MLP (about a third of the activations).\n"
                "- ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
 ATTENTION_HELP = ("Which attention runs (one line per option):\n"
-                  "- auto (recommended): the fastest exact attention that fits; Sol only when nothing exact fits.\n"
+                  "- auto (recommended): keeps the attention you started ComfyUI with (--use-sage-attention, "
+                  "--use-flash-attention, --use-ck-attention, ...) where it can run; with ComfyUI's default PyTorch "
+                  "attention, the fastest exact attention that fits; Sol only when nothing exact fits.\n"
                   "- existing: keep ComfyUI's installed attention.\n"
                   "- sol: approximate block-sparse attention at a fixed tau.\n"
                   "- scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")

@@ -14,7 +14,8 @@ from types import ModuleType
 
 import torch
 
-from .protocol import AttentionFn
+from .kitchen import kitchen_backends
+from .protocol import AttentionFn, merge_heads
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext
 
 HALF = frozenset({torch.float16, torch.bfloat16})
@@ -31,12 +32,6 @@ REFUSED = ("No available kernel", "No viable backend")
 
 class SdpaFallbackWarning(UserWarning):
     """A pinned SDPA kernel refused the inputs; torch's default kernel choice ran instead (still exact)."""
-
-
-def merge_heads(out: torch.Tensor) -> torch.Tensor:
-    """[B, H, rows, D] -> [B, rows, H * D] (free when the storage is already [B, rows, H, D])."""
-    b, h, rows, d = out.shape
-    return out.transpose(1, 2).reshape(b, rows, h * d)
 
 
 def _scale_kwargs(context: BuildContext) -> dict[str, float]:
@@ -263,7 +258,8 @@ def _sdpa_spec(name: str, kernel: str | None, rank: int, **fields) -> BackendSpe
 
 
 def builtin_backends() -> tuple[BackendSpec, ...]:
-    """Declarations of every built-in backend: exact ones fastest first, then Sol, then `existing`."""
+    """Declarations of every built-in backend: exact ones fastest first, then Sol, then `existing`, then
+    comfy-kitchen's kernels (kitchen.py; approximate, probed for the package)."""
     return (
         _sdpa_spec("sdpa_cudnn", "CUDNN_ATTENTION", 0, dtypes=HALF, head_dims=(32, 64, 96, 128),
                    min_capability=(9, 0),
@@ -293,18 +289,18 @@ def builtin_backends() -> tuple[BackendSpec, ...]:
                     probe=_kernel_probe("qstream_reference", QSTREAM_REF, needs_triton=False),
                     description="eager fp32 torch reference of the exact kernel: the last exact fallback"),
         BackendSpec(name="sol", exact=False, dtypes=HALF, head_dims=(64, 128), min_capability=(8, 0),
-                    workspace=_sol_workspace, speed_rank=0, factory=_sol_factory("sol_attention", SOL),
+                    workspace=_sol_workspace, speed_rank=0, takes_tau=True, factory=_sol_factory("sol_attention", SOL),
                     probe=_kernel_probe("sol_attention", SOL, needs_triton=True),
                     description="our block-sparse Sol kernel: approximate, routed by tau"),
         BackendSpec(name="sol_reference", exact=False, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
-                    kv_element_bytes=6, score_bytes=8, workspace=_sol_workspace, speed_rank=1,
+                    kv_element_bytes=6, score_bytes=8, workspace=_sol_workspace, speed_rank=2, takes_tau=True,
                     factory=_sol_factory("sol_reference", SOL_REF),
                     probe=_kernel_probe("sol_reference", SOL_REF, needs_triton=False),
                     description="eager fp32 torch reference of Sol: the approximate fallback"),
         BackendSpec(name="existing", exact=True, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
                     speed_rank=50, factory=_existing_factory,
                     description="ComfyUI's installed optimized_attention, called as it is, per query chunk"),
-    )
+    ) + kitchen_backends()
 
 
 def default_registry() -> BackendRegistry:

@@ -1,9 +1,11 @@
 """Which attention runs: `resolve_attention` turns a mode and the job's facts into an AttentionChoice.
 
-Modes: `existing` (ComfyUI's installed attention, never swapped), `auto` (exact whenever the budget
-allows: the fastest exact backend that fits, unstreamed or per query chunk, then exact over int8
+Modes: `existing` (ComfyUI's installed attention, never swapped), `auto` (keeps the attention the user
+chose for ComfyUI, `host_attention`, where it can run in the planned path; otherwise exact whenever the
+budget allows: the fastest exact backend that fits, unstreamed or per query chunk, then exact over int8
 K/V; Sol only when no exact path fits), `sol` (Sol at tau = tau_start), `scheduled_sol` (tau over
-the sampler's sigma progress, see schedule.py).
+the sampler's sigma progress, see schedule.py). The Sol modes pick among backends routed by tau
+(`takes_tau`); `streamed` (the caller calls attention per query chunk) rules out whole-sequence ones.
 
 `budget_bytes_for_attention` covers what the attention path holds: K and V for the whole sequence
 (of the `heads` held at once), one call's query and output rows, and whatever scores or summaries
@@ -22,6 +24,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from .backends import default_registry
+from .existing import existing_backend_is_exact, existing_spec
+from .host import HostAttention
 from .protocol import AttentionFn
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext, Capability
 from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
@@ -29,23 +33,10 @@ from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_ro
 MODES = ("auto", "existing", "sol", "scheduled_sol")
 QUERY_ROW_LADDER = (16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64)
 """Rows per query chunk tried, largest first, when one call over the whole sequence does not fit."""
-APPROXIMATE_EXISTING_MARKERS = ("sage", "int8", "fp8", "fp4")
 
 
 class AttentionModeError(ValueError):
     """An attention mode or a fact handed to the dispatcher is outside its allowed range."""
-
-
-def existing_backend_is_exact(name: str | None) -> bool:
-    """Whether ComfyUI's installed attention (by function name, e.g. `attention_sage`) is exact.
-
-    Quantised backends (sage, comfy-kitchen int8, fp8/fp4) are not; unknown (None) counts as exact,
-    as ComfyUI's default backends (pytorch, flash, xformers, split, sub-quadratic) are.
-    """
-    if name is None:
-        return True
-    lowered = name.lower()
-    return not any(marker in lowered for marker in APPROXIMATE_EXISTING_MARKERS)
 
 
 def _gib(n: int | float) -> str:
@@ -61,6 +52,7 @@ class AttentionChoice:
     query_chunk_tokens: 0 = one call over the whole sequence fits the budget, else the most query
     rows per call that fit. working_bytes: the attention bytes predicted at that size.
     sol / scheduled / fixed_tau: the Sol settings, whether tau follows the schedule, and the fixed tau.
+    host: what ComfyUI runs, when the caller said (sizes `existing`'s working set).
     """
 
     mode: str
@@ -76,6 +68,7 @@ class AttentionChoice:
     sol: SolSettings | None = None
     scheduled: bool = False
     fixed_tau: float | None = None
+    host: HostAttention | None = None
 
     @property
     def reason(self) -> str:
@@ -123,6 +116,8 @@ def _fit(spec: BackendSpec, budget: int | None, seq_len: int, heads: int, head_d
     whole = need(seq_len)
     if budget is None or whole <= budget:
         return _Fit(spec, 0, whole)
+    if spec.call_shape != "query_chunks":
+        return _Fit(spec, -1, whole)
     for rows in QUERY_ROW_LADDER:
         if rows < seq_len and need(rows) <= budget:
             return _Fit(spec, rows, need(rows))
@@ -136,6 +131,8 @@ def _describe_fit(fit: _Fit, budget: int | None) -> str:
     if fit.query_chunk_tokens > 0:
         return (f"streamed in query chunks of <= {fit.query_chunk_tokens} rows, "
                 f"{_gib(fit.working_bytes)} within {_gib(budget or 0)}")
+    if fit.spec.call_shape != "query_chunks":
+        return f"one call over the whole sequence needs {_gib(fit.working_bytes)}, over {_gib(budget or 0)}"
     return f"needs {_gib(fit.working_bytes)} even at {QUERY_ROW_LADDER[-1]} query rows, over {_gib(budget or 0)}"
 
 
@@ -166,6 +163,7 @@ class _Facts:
     capability: Capability | None
     budget: int | None
     int8_kv_storage: bool = True
+    streamed: bool = False
 
     @property
     def dtype_bytes(self) -> int:
@@ -185,14 +183,21 @@ def _usable(registry: BackendRegistry, available: frozenset[str], facts: _Facts,
     and the others with why they cannot run."""
     usable, rejected = [], []
     for spec in registry.backends:
-        if spec.exact != exact or spec.name == "existing":
-            continue
+        if spec.exact != exact or spec.name == "existing" or (not exact and not spec.takes_tau):
+            continue  # approximate backends not routed by tau (kitchen_int8) are no Sol
         if spec.name not in available:
             rejected.append((spec, f"{spec.name} (not available here)"))
             continue
         if spec.quantized_kv and not facts.int8_kv_storage:
             rejected.append((spec, f"{spec.name} (saves memory only over K/V stored as int8; this caller holds K/V "
                                    f"in {facts.dtype})"))
+            continue
+        if spec.call_shape == "qkv_producer":
+            rejected.append((spec, f"{spec.name} (a QKV producer, not an attention call)"))
+            continue
+        if spec.call_shape == "whole_sequence" and facts.streamed:
+            rejected.append((spec, f"{spec.name} (takes whole-sequence calls only; the planned path calls "
+                                   "attention per query chunk)"))
             continue
         ok, why = spec.supports(dtype=facts.dtype, head_dim=facts.head_dim, seq_len=facts.seq_len,
                                 device_capability=facts.capability)
@@ -242,13 +247,16 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
                       device_capability: Capability | None, budget_bytes_for_attention: int | None = None,
                       available: Collection[str] | None = None, sol_settings: SolSettings | None = None,
                       registry: BackendRegistry | None = None, existing_name: str | None = None,
-                      int8_kv_storage: bool = True) -> AttentionChoice:
+                      int8_kv_storage: bool = True, host_attention: HostAttention | None = None,
+                      streamed: bool = False) -> AttentionChoice:
     """Pick the attention path for one job.
 
     device_capability: CUDA (major, minor), None = CPU. available: backend names installed here
     (None = probe the registry now). existing_name: ComfyUI's installed attention function's name,
-    used to tell whether `existing` is exact. int8_kv_storage: the caller stores K/V as int8 + scales when a
-    quantised-K/V backend is chosen (False: those backends are passed over).
+    used to tell whether `existing` is exact (default: host_attention's). int8_kv_storage: the caller stores
+    K/V as int8 + scales when a quantised-K/V backend is chosen (False: those backends are passed over).
+    host_attention: what ComfyUI runs (None = unknown: auto picks the fastest exact backend as before).
+    streamed: the caller calls attention once per query chunk (whole-sequence backends cannot serve it).
     """
     _check_inputs(mode, seq_len, heads, head_dim, dtype, device_capability, budget_bytes_for_attention)
     registry = default_registry() if registry is None else registry
@@ -256,23 +264,56 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
     settings = SolSettings() if sol_settings is None else sol_settings
     if not isinstance(settings, SolSettings):
         raise SolSettingsError(f"sol_settings must be a SolSettings, got {type(settings).__name__}")
+    if host_attention is not None and not isinstance(host_attention, HostAttention):
+        raise AttentionModeError(f"host_attention must be a HostAttention or None, got {host_attention!r}")
     facts = _Facts(seq_len, heads, head_dim, dtype,
                    None if device_capability is None else tuple(device_capability), budget_bytes_for_attention,
-                   bool(int8_kv_storage))
+                   bool(int8_kv_storage), bool(streamed))
+    if existing_name is None and host_attention is not None:
+        existing_name = host_attention.function
 
     if mode == "existing":
-        fit = facts.fit(registry.get("existing"))
-        label = existing_name or "ComfyUI's optimized_attention"
+        fit = facts.fit(existing_spec(registry, host_attention))
+        label = host_attention.label if host_attention is not None else (existing_name or
+                                                                         "ComfyUI's optimized_attention")
         reasons = [f"existing: {label} runs as installed (one call per query chunk when streamed), never swapped",
                    _describe_fit(fit, facts.budget)]
         if not existing_backend_is_exact(existing_name):
             reasons.append(f"{label} quantises attention: not exact")
-        return _choice(mode, fit, facts, reasons, exact=existing_backend_is_exact(existing_name))
+        return _choice(mode, fit, facts, reasons, exact=existing_backend_is_exact(existing_name), host=host_attention)
 
     exact_fit, passed, tried = _resolve_exact(registry, avail, facts)
     if mode == "auto":
-        return _resolve_auto(registry, avail, facts, settings, exact_fit, passed, tried)
+        kept, lead = _keep_host(registry, facts, host_attention)
+        if kept is not None:
+            return kept
+        choice = _resolve_auto(registry, avail, facts, settings, exact_fit, passed, tried)
+        return replace(choice, reasons=lead + choice.reasons, host=host_attention)
     return _resolve_sol(mode, registry, avail, facts, settings, exact_fit, passed, tried)
+
+
+def _keep_host(registry: BackendRegistry, facts: _Facts, host: HostAttention | None
+               ) -> tuple[AttentionChoice | None, tuple[str, ...]]:
+    """auto and ComfyUI's attention: (the choice keeping it, ()) where the user chose it and it can run in the
+    planned path; else (None, the reason auto swaps it, which leads the swapped choice's reasons)."""
+    if host is None:
+        return None, ()
+    if host.swappable:
+        whose = "its default pick" if not host.chosen else "PyTorch attention"
+        return None, (f"auto: ComfyUI runs {host.label}, {whose}: swapped for auto's own choice, below",)
+    spec = existing_spec(registry, host)
+    ok, why = spec.supports(dtype=facts.dtype, head_dim=facts.head_dim, seq_len=facts.seq_len,
+                            device_capability=facts.capability)
+    fit = facts.fit(spec) if ok else None
+    if fit is None or not fit.fits:
+        cannot = why if fit is None else _describe_fit(fit, facts.budget)
+        return None, (f"auto: {host.label}, the attention chosen for ComfyUI, cannot run in the planned path "
+                      f"({cannot}): swapped",)
+    how = "called once per query chunk by the streamed executor" if facts.streamed else "as installed"
+    reasons = [f"auto: keeps {host.label}, the attention chosen for ComfyUI ({how})", _describe_fit(fit, facts.budget)]
+    if not host.exact:
+        reasons.append(f"{host.function} quantises attention: not exact")
+    return _choice("auto", fit, facts, reasons, exact=host.exact, host=host), ()
 
 
 def _resolve_auto(registry: BackendRegistry, avail: frozenset[str], facts: _Facts, settings: SolSettings,
@@ -349,7 +390,8 @@ def call_extra_bytes(choice: AttentionChoice, *, query_rows: int, heads: int, he
     query chunk, not the dispatcher's, sets `query_rows`; the planner adds this to the attention stage."""
     registry = default_registry() if registry is None else registry
     names = {choice.backend, choice.exact_backend} & set(registry.names)
-    return max((registry.get(n).extra_bytes(seq_len=choice.seq_len, heads=heads, head_dim=head_dim,
+    spec = {n: existing_spec(registry, choice.host) if n == "existing" else registry.get(n) for n in names}
+    return max((spec[n].extra_bytes(seq_len=choice.seq_len, heads=heads, head_dim=head_dim,
                                             dtype_bytes=dtype.itemsize, query_rows=query_rows) for n in names),
                default=0)
 
@@ -380,5 +422,5 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
                                                        sm_scale=sm_scale))
 
 
-__all__ = ["MODES", "CURVES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "resolve_attention",
-           "build_attention_fn", "existing_backend_is_exact"]
+__all__ = ["MODES", "CURVES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "HostAttention",
+           "resolve_attention", "build_attention_fn", "existing_backend_is_exact", "existing_spec"]

@@ -20,6 +20,12 @@ class AttentionFn(Protocol):
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int) -> torch.Tensor: ...
 
 
+def merge_heads(out: torch.Tensor) -> torch.Tensor:
+    """[B, H, rows, D] -> [B, rows, H * D] (free when the storage is already [B, rows, H, D])."""
+    b, h, rows, d = out.shape
+    return out.transpose(1, 2).reshape(b, rows, h * d)
+
+
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
     """PyTorch SDPA in ComfyUI's `attention_pytorch` layout: the default when no backend is handed in."""
     del q_offset  # exact attention does not depend on where the chunk sits

@@ -15,6 +15,7 @@ import torch
 from .protocol import AttentionFn
 
 Capability = tuple[int, int]
+CALL_SHAPES = ("query_chunks", "whole_sequence", "qkv_producer")
 
 
 class AttentionBackendError(RuntimeError):
@@ -36,6 +37,8 @@ class BuildContext:
     existing: ComfyUI's installed attention as an AttentionFn (the `existing` backend only).
     tau: Sol's routing threshold (Sol backends only). sink_ranges / exact_query_ranges: packed
     ranges [start, stop) whose keys / query rows Sol keeps exact. sm_scale: None = 1/sqrt(head_dim).
+    topk_ratio: kitchen's Sol only: > 0 keeps that fraction of key blocks per query block (SLA top-k)
+    instead of routing by tau.
     """
 
     existing: AttentionFn | None = None
@@ -43,6 +46,7 @@ class BuildContext:
     sink_ranges: tuple[tuple[int, int], ...] = ()
     exact_query_ranges: tuple[tuple[int, int], ...] = ()
     sm_scale: float | None = None
+    topk_ratio: float = 0.0
 
 
 def always_available() -> tuple[bool, str]:
@@ -61,6 +65,14 @@ class BackendSpec:
     heads=, head_dim=, dtype_bytes=, query_rows=): bytes one call allocates besides q/k/v/out and the
     scores (Sol's summaries, lists, mask and proxies; None = nothing). speed_rank: lower is faster (ties
     keep declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
+    max_head_dim: largest head size (None = no limit; head_dims, when given, lists the allowed ones).
+    takes_tau: approximate and routed by Sol's tau (what the Sol modes pick from).
+    call_shape: "query_chunks" (any query rows against all keys: what the streamed executor calls),
+    "whole_sequence" (q rows must equal the keys: one call over the whole sequence only) or "qkv_producer"
+    (not an attention call: it needs the block's own projections, so no AttentionFn of ours can run it).
+    requires: the package (and version) it needs beyond torch, for reports. rel_l2_bound: approximate
+    backends only, the relative L2 error against exact attention the declaration promises at its default
+    settings (int8 quantisation; Sol at tau <= 1) on H3-like inputs.
     """
 
     name: str
@@ -78,6 +90,15 @@ class BackendSpec:
     speed_rank: int = 100
     probe: Callable[[], tuple[bool, str]] = always_available
     description: str = ""
+    max_head_dim: int | None = None
+    takes_tau: bool = False
+    call_shape: str = "query_chunks"
+    requires: str = ""
+    rel_l2_bound: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.call_shape not in CALL_SHAPES:
+            raise ValueError(f"call_shape must be one of {', '.join(CALL_SHAPES)}, got {self.call_shape!r}")
 
     @property
     def quantized_kv(self) -> bool:
@@ -91,6 +112,8 @@ class BackendSpec:
             return False, f"takes {names}, not {str(dtype).removeprefix('torch.')}"
         if self.head_dims and head_dim not in self.head_dims:
             return False, f"takes head_dim in {self.head_dims}, not {head_dim}"
+        if self.max_head_dim is not None and head_dim > self.max_head_dim:
+            return False, f"takes head_dim <= {self.max_head_dim}, not {head_dim}"
         if self.max_tokens is not None and seq_len > self.max_tokens:
             return False, f"takes at most {self.max_tokens} tokens, not {seq_len}"
         if device_capability is None:

@@ -26,6 +26,10 @@ from ..attention.schedule import sigma_progress
 OVERRIDE_KEY = "optimized_attention_override"
 ROW_SPANS_KEY = "longmedia_row_spans"
 LAYOUT_KEY = "minimax_h3_layout"  # ComfyUI 0.38+: the current call's PackedLayout, published by the model
+PREFERRED_KEY = "longmedia_preferred_attention"
+"""transformer_options key (one block call's copy only) for the block's ComfyAttention (ComfyUI 0.38+: a
+checkpoint's attention config, e.g. comfy_kitchen_int8), handed on as `preferred_attention=` exactly as H3's
+Attention.forward does."""
 
 
 def host_layout_row_spans(options: Mapping[str, Any] | None, seq_len: int | None = None) -> tuple | None:
@@ -96,17 +100,20 @@ def existing_attention_fn(transformer_options: Mapping[str, Any] | None, heads: 
     AttentionTensorContainers where this ComfyUI has them, exactly as H3 calls it. A foreign override
     in transformer_options is honoured; ours is bypassed (it would route back here).
     heads: the model's head count; each call passes q's own head count (head groups hand in fewer).
+    The block's ComfyAttention (options[PREFERRED_KEY], ComfyUI 0.38+) goes on as `preferred_attention=`.
     attention / container: injectable for tests (default: ComfyUI's, detected)."""
     fn = installed_attention() if attention is None else attention
     container = _container_type() if container is DETECT else container
     options = _options_for_existing(transformer_options)
+    preferred = options.pop(PREFERRED_KEY, None) if options is not None else None
+    extra = {} if preferred is None else {"preferred_attention": preferred}
 
     def existing(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int = 0) -> torch.Tensor:
         del q_offset  # ComfyUI's backends do not take positions
         n_heads = q.shape[1]  # head groups hand in fewer heads than the model has: count them from q
         if container is not None:
             q, k, v = container(q), container(k), container(v)
-        return fn(q, k, v, n_heads, mask=None, skip_reshape=True, transformer_options=options)
+        return fn(q, k, v, n_heads, mask=None, skip_reshape=True, transformer_options=options, **extra)
     return existing
 
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 from ..execution.chunks import ChunkSizes
 from ..execution.streamed_block import run_block
+from .attention_override import PREFERRED_KEY
 
 AttentionFactory = Callable[[dict, int], Callable]  # (transformer_options, heads) -> AttentionFn
 LAYOUT_KEY = "minimax_h3_layout"
@@ -83,6 +84,9 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
                 "chunk and cannot run it. Remove that node from the model path, or set memory_mode=normal.")
         if "layout" in args and LAYOUT_KEY not in topts:  # ComfyUI 0.38+ hands the packed layout here too
             topts = {**topts, LAYOUT_KEY: args["layout"]}
+        preferred = getattr(block.attn, "comfy_attention", None)  # ComfyUI 0.38+: the checkpoint's attention config
+        if getattr(preferred, "function", None) is not None:
+            topts = {**topts, PREFERRED_KEY: preferred}  # this call's copy: `existing` hands it on as H3 does
         if on_block is not None:
             on_block(index, "start")
         with malloc_graph_paused():

@@ -31,6 +31,7 @@ from ..planning.types import ExecutionPlan, PlanRequest
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 from . import inputs
+from .host_attention import host_attention
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .residency import residency_boundary
@@ -142,6 +143,10 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
         device = device_profile
     else:
         device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
+    if request.host_attention is None:  # what the user runs ComfyUI with: auto keeps it where it can run
+        request = dataclasses.replace(request, host_attention=host_attention(
+            getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
+            diffusion_model=model))
     plan = make_plan(profile, device, geometry, request)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
     plan = reconcile_block_sparse(plan, evidence)

@@ -23,7 +23,9 @@ def default_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
                            chunks: ChunkSizes, budget_bytes: int, why: str = "not consulted") -> AttentionPath:
     """No probing: `auto`/`existing` run ComfyUI's installed attention (assumed fused and exact)."""
     mode = request.attention_mode
-    note = (f"attention dispatcher {why}: planned with ComfyUI's installed attention, assumed a fused exact "
+    host = request.host_attention
+    installed = "ComfyUI's installed attention" if host is None else f"ComfyUI's {host.label}"
+    note = (f"attention dispatcher {why}: planned with {installed}, assumed a fused exact "
             "kernel (flash / PyTorch SDPA, no score matrix)")
     if mode in ("sol", "scheduled_sol"):
         return AttentionPath(mode, "sol (unresolved)", False, 0, "default",
@@ -57,7 +59,8 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
                                    head_dim=model.dims.head_dim, dtype=torch.bfloat16,
                                    device_capability=device.compute_capability,
                                    budget_bytes_for_attention=int(budget_bytes), sol_settings=request.sol,
-                                   int8_kv_storage=False)
+                                   int8_kv_storage=False, host_attention=request.host_attention,
+                                   streamed=chunks.streams_attention)
     rows = chunks.qkv_chunk_tokens or geometry.seq_len  # the executor's query rows per call
     extra = mod.call_extra_bytes(choice, query_rows=rows, heads=heads, head_dim=model.dims.head_dim,
                                  dtype=torch.bfloat16)

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from ..attention.host import HostAttention
 from ..attention.schedule import SolSettings
 from ..errors import check_choice, check_int
 from ..execution.chunks import ChunkSizes
@@ -42,7 +43,11 @@ MANUAL_FIELDS = tuple(c[0] for c in MANUAL_CONTROLS)
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """The user's choices: memory and attention modes, and ten manual controls (None = auto)."""
+    """The user's choices: memory and attention modes, and ten manual controls (None = auto).
+
+    host_attention: the attention the user runs ComfyUI with (detected by longmedia/comfy/host_attention.py;
+    None = unknown, e.g. the CLI): attention_mode=auto keeps it where it can run in the planned path.
+    """
 
     memory_mode: str = "auto"
     attention_mode: str = "auto"
@@ -57,6 +62,7 @@ class PlanRequest:
     late_block_guard_target_mb: int | None = None
     step_boundary_cleanup_mb: int | None = None
     sol: SolSettings | None = None  # for sol / scheduled_sol; None = SolSettings' defaults
+    host_attention: HostAttention | None = None
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")

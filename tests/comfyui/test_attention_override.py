@@ -32,7 +32,8 @@ def spy_registry(log):
                 log.append((name, ctx.tau, ctx.sink_ranges, q_offset))
                 return sdpa_attention(q, k, v)
             return fn
-        return BackendSpec(name=name, exact=exact, dtypes=FLOATS, cpu=True, factory=factory, speed_rank=-1)
+        return BackendSpec(name=name, exact=exact, dtypes=FLOATS, cpu=True, factory=factory, speed_rank=-1,
+                           takes_tau=not exact)
     return default_registry().with_backends(spy("spy_exact", True), spy("spy_sol", False))
 
 

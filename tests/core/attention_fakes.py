@@ -24,6 +24,7 @@ def fake_spec(name, log, exact=True, rank=0, **fields):
             return sdpa_attention(q, k, v) + (0.0 if exact else 1.0)  # Sol marks its output
         return fn
     fields.setdefault("cpu", True)
+    fields.setdefault("takes_tau", not exact)  # an approximate fake stands in for Sol
     fields.setdefault("dtypes", builtin.FLOATS)
     return BackendSpec(name=name, exact=exact, factory=factory, speed_rank=rank, **fields)
 

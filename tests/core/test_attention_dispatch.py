@@ -58,8 +58,9 @@ CASES = [
     ("sol", (9, 0), None, (), 8000, "sdpa_cudnn", "sdpa_cudnn", 0, True, "< sol_min_tokens 16384"),
     ("sol", (9, 0), 4, (), S, "sol", "sdpa_cudnn", 16384, True, "exact phases run sdpa_cudnn"),
     ("scheduled_sol", (9, 0), None, (), S, "sol", "sdpa_cudnn", 0, True, "tau 1.3 -> 0.8"),
-    ("scheduled_sol", (9, 0), None, ("sol", "sol_reference"), S, "sdpa_cudnn", "sdpa_cudnn", 0, True,
+    ("scheduled_sol", (9, 0), None, ("sol", "sol_reference", "kitchen_sol"), S, "sdpa_cudnn", "sdpa_cudnn", 0, True,
      "no Sol backend usable"),
+    ("scheduled_sol", (9, 0), None, ("sol",), S, "kitchen_sol", "sdpa_cudnn", 0, True, "passed over sol (not avail"),
 ]
 
 
@@ -87,7 +88,7 @@ def test_resolution_table(mode, cap, budget, unavailable, seq, backend, exact_ba
         (backend, exact_backend, chunk, fits), choice.reason
     assert fragment in choice.reason
     assert choice.exact == (choice.sol is None)
-    assert choice.uses_sol == (backend in ("sol", "sol_reference"))
+    assert choice.uses_sol == (backend in ("sol", "sol_reference", "kitchen_sol"))
     if budget is not None and fits:
         assert choice.working_bytes <= budget * GIB
 
