@@ -73,20 +73,20 @@ export function autoLabel(widget) {
 }
 
 // The manual controls keep -1 as their value (workflows and API prompts use it); the canvas shows "auto".
+// The frontend's own _displayValue getter sits on the widget's prototype (1.49) or on the widget itself (1.53).
 export function showAuto(node, names) {
   for (const name of names) {
     const widget = widgetByName(node, name);
     if (!widget) continue;
     autoLabel(widget);
-    if (Object.getOwnPropertyDescriptor(widget, "_displayValue")) continue;
-    const proto = Object.getPrototypeOf(widget);
-    const own = Object.getOwnPropertyDescriptor(proto, "_displayValue") ??
-      Object.getOwnPropertyDescriptor(Object.getPrototypeOf(proto) ?? {}, "_displayValue");
-    if (!own?.get) continue;   // not a canvas number widget of this frontend
+    if (widget.longmediaAuto) continue;
+    const own = propertyDescriptor(widget, "_displayValue");
+    if (!own?.get || (Object.hasOwn(widget, "_displayValue") && !own.configurable)) continue;   // not a canvas number widget
     Object.defineProperty(widget, "_displayValue", {
       configurable: true,
       get() { return this.value === AUTO && !this.computedDisabled ? "auto" : own.get.call(this); },
     });
+    widget.longmediaAuto = true;
   }
 }
 
