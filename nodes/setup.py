@@ -32,7 +32,7 @@ def dynamic_inputs_available() -> bool:
 def _family_inputs(dynamic: bool) -> list:
     """`family` and the inputs only some families use: a DynamicCombo whose fl2va option holds the frames and
     whose ref2va option holds one Autogrow per reference kind, or (older ComfyUI) a combo and flat sockets
-    that web/longmedia.js shows by family."""
+    that web/lib/setup_sockets.js shows by family."""
     frames = [io.Image.Input(name, optional=True, tooltip=FRAME_HELP[name]) for name in FRAME_INPUTS]
     if not dynamic:
         return [io.Combo.Input("family", options=list(FAMILIES), default="t2va", tooltip=FAMILY_HELP)], \
