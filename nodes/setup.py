@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy.setup import run_setup
+from ..longmedia.comfy.setup import FRAME_INPUTS, REFERENCE_GROUPS, run_setup, setup_media
 from ..longmedia.errors import LongMediaInputError
 from ..longmedia.h3.references import REFERENCE_BUDGETS
 from ..longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
@@ -14,6 +14,39 @@ Job = io.Custom("LONGMEDIA_JOB")
 BUDGET_HELP = ("Caps on references before they reach H3 (they ride through every step): low 512x512 pictures, "
                "512x288 x 22-frame videos, 5 s audio; medium / high larger; max = stock sizes. A reference over the "
                "cap is resized or trimmed and the job notes say so.")
+
+
+FAMILY_HELP = "t2va: text; fl2va: first and/or last frame; ref2va: picture/video/audio references."
+REFERENCE_HELP = {"pictures": "Picture reference <Picture N> (ref2va; numbered in order of connection).",
+                  "videos": "Video reference <Video N>: frames at 24 fps (ref2va).",
+                  "video_audios": "Soundtrack of ref_video_N (needs audio_vae).",
+                  "audios": "Audio reference <Audio N> (needs audio_vae)."}
+FRAME_HELP = {"first_frame": "fl2va: the first frame.", "last_frame": "fl2va: the last frame."}
+
+
+def dynamic_inputs_available() -> bool:
+    """This ComfyUI has the V3 schema's dynamic inputs (DynamicCombo, Autogrow)."""
+    return hasattr(io, "DynamicCombo") and hasattr(io, "Autogrow")
+
+
+def _family_inputs(dynamic: bool) -> list:
+    """`family` and the inputs only some families use: a DynamicCombo whose fl2va option holds the frames and
+    whose ref2va option holds one Autogrow per reference kind, or (older ComfyUI) a combo and flat sockets
+    that web/lib/setup_sockets.js shows by family."""
+    frames = [io.Image.Input(name, optional=True, tooltip=FRAME_HELP[name]) for name in FRAME_INPUTS]
+    if not dynamic:
+        return [io.Combo.Input("family", options=list(FAMILIES), default="t2va", tooltip=FAMILY_HELP)], \
+            frames + _reference_inputs()
+    groups = []
+    for group, (prefix, most) in REFERENCE_GROUPS.items():
+        kind = io.Audio if group.endswith("audios") else io.Image
+        template = io.Autogrow.TemplateNames(kind.Input(prefix.rstrip("_"), optional=True, tooltip=REFERENCE_HELP[group]),
+                                             names=[f"{prefix}{i}" for i in range(1, most + 1)], min=0)
+        groups.append(io.Autogrow.Input(group, template=template, optional=True, tooltip=REFERENCE_HELP[group]))
+    options = [io.DynamicCombo.Option("t2va", []), io.DynamicCombo.Option("fl2va", frames),
+               io.DynamicCombo.Option("ref2va", groups)]
+    assert [o.key for o in options] == list(FAMILIES)
+    return [io.DynamicCombo.Input("family", options=options, tooltip=FAMILY_HELP)], []
 
 
 def _reference_inputs() -> list:
@@ -33,6 +66,7 @@ def _reference_inputs() -> list:
 class LongMediaSetup(io.ComfyNode):
     @classmethod
     def define_schema(cls):
+        family, media = _family_inputs(dynamic_inputs_available())
         return io.Schema(
             node_id="LongMediaSetup",
             display_name="LongMedia Setup",
@@ -44,8 +78,7 @@ class LongMediaSetup(io.ComfyNode):
                 io.Int.Input("height", default=768, min=32, max=16384, step=32, tooltip="Video height in pixels (multiple of 32)."),
                 io.Float.Input("seconds", default=10.0, min=0.2, max=3600.0, step=0.5,
                                tooltip="Duration at 24 fps, snapped up to H3's 17k+5 frame grid (10 s -> 243 frames)."),
-                io.Combo.Input("family", options=list(FAMILIES), default="t2va",
-                               tooltip="t2va: text; fl2va: first and/or last frame; ref2va: picture/video/audio references."),
+                *family,
                 io.Combo.Input("reference_budget", options=list(REFERENCE_BUDGETS), default="low", tooltip=BUDGET_HELP),
                 io.Float.Input("segment_seconds", default=0.0, min=0.0, max=MAX_SEGMENT_SECONDS, step=0.5,
                                tooltip="0 = one pass. Else new seconds per segment of a long job (16 GB: 5-10)."),
@@ -68,9 +101,7 @@ class LongMediaSetup(io.ComfyNode):
                 io.Vae.Input("audio_vae", optional=True, tooltip="H3 audio VAE: encodes audio references and soundtracks."),
                 io.Combo.Input("ref_image_size", options=["match", "max"], default="match", optional=True, advanced=True,
                                tooltip="Stock picture sizing: match = the video's area, max = 2048 short edge (slow)."),
-                io.Image.Input("first_frame", optional=True, tooltip="fl2va: the first frame."),
-                io.Image.Input("last_frame", optional=True, tooltip="fl2va: the last frame."),
-                *_reference_inputs(),
+                *media,
             ],
             outputs=[
                 io.Conditioning.Output(display_name="positive",
@@ -85,7 +116,9 @@ class LongMediaSetup(io.ComfyNode):
     @classmethod
     def execute(cls, width, height, seconds, family, reference_budget, segment_seconds, context_frames,
                 positive=None, negative=None, clip=None, prompt="", vae=None, audio_vae=None, ref_image_size="match",
-                first_frame=None, last_frame=None, **references) -> io.NodeOutput:
+                **media) -> io.NodeOutput:
+        family, media = setup_media(family, media)
+        first_frame, last_frame = (media.pop(name, None) for name in FRAME_INPUTS)
         if negative is None:
             raise LongMediaInputError("negative", None, "a CONDITIONING (CLIPTextEncode)",
                                       "Connect a negative prompt; an empty CLIPTextEncode is fine.")
@@ -93,6 +126,6 @@ class LongMediaSetup(io.ComfyNode):
                            reference_budget=reference_budget, segment_seconds=segment_seconds,
                            context_frames=context_frames, ref_image_size=ref_image_size, clip=clip,
                            prompt=prompt, vae=vae, audio_vae=audio_vae, first_frame=first_frame,
-                           last_frame=last_frame, references=references)
+                           last_frame=last_frame, references=media)
         return io.NodeOutput(result.positive, result.negative, result.latent, result.job,
                              ui={"text": [result.summary], "longmedia_job": [result.job.to_dict()]})

@@ -15,7 +15,7 @@ import asyncio
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -139,13 +139,35 @@ def input_doc(inp) -> InputDoc:
                     spec=(io_type, tuple(sorted((k, repr(v)) for k, v in d.items()))))
 
 
+def input_docs(inp) -> list[InputDoc]:
+    """One row per input; a V3 DynamicCombo gives its combo row and a row per input of each option (named as
+    API prompts name them, family.first_frame), an Autogrow group one row for all its names."""
+    if inp.get_io_type() != "COMFY_DYNAMICCOMBO_V3":
+        return [input_doc(inp)]
+    keys = [option.key for option in inp.options]
+    combo = input_doc(inp)
+    rows = [replace(combo, type="COMBO (dynamic)", default=_value(keys[0]), range=" / ".join(f"`{k}`" for k in keys))]
+    for option in inp.options:
+        for sub in option.inputs:
+            template = getattr(sub, "template", None)
+            if template is None:
+                doc = input_doc(sub)
+                rows.append(replace(doc, name=f"{inp.id}.{sub.id}", range=f"{doc.range}; {option.key} only"))
+                continue
+            doc = input_doc(template.input)
+            names = template.names
+            rows.append(replace(doc, name=f"{inp.id}.{sub.id}.{names[0]} .. {names[-1]}", optional=True,
+                                range=f"{doc.range}; {option.key} only; one more appears as each is connected"))
+    return rows
+
+
 def node_doc(cls) -> NodeDoc:
     schema = cls.define_schema()
     outputs = tuple(OutputDoc(name=o.display_name or o.id or o.io_type, type=o.io_type, tooltip=o.tooltip or "")
                     for o in schema.outputs or ())
     return NodeDoc(node_id=schema.node_id, display_name=schema.display_name or schema.node_id,
                    category=schema.category or "", description=schema.description or "",
-                   inputs=tuple(input_doc(i) for i in schema.inputs or ()), outputs=outputs)
+                   inputs=tuple(d for i in schema.inputs or () for d in input_docs(i)), outputs=outputs)
 
 
 def shared_controls(nodes: list[NodeDoc], names: tuple[str, ...]) -> tuple[tuple[InputDoc, ...], tuple[str, ...]]:

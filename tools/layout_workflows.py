@@ -3,8 +3,10 @@
     python tools/layout_workflows.py
 
 Re-runnable; it changes only layout and metadata, never a value or a link's ends:
-* Setup lists `positive` before `negative` and keeps only the sockets its family uses (the web extension shows
-  the same ones: frames for fl2va, reference slots up to one past the last connected one for ref2va);
+* Setup lists `positive` before `negative` and keeps only the sockets its family uses (the frontend shows the
+  same ones: frames for fl2va, reference slots up to one past the last connected one for ref2va), under their
+  V3 dynamic names (family.first_frame, family.pictures.ref_image_1: nodes/setup.py's DynamicCombo and
+  Autogrow groups; a flat name from an older file is renamed, its label keeping the short name);
 * each node goes into its stage's column, stacked at its saved size (sizes come from the browser test:
   `LONGMEDIA_UPDATE_WORKFLOWS=1 pytest tests/comfyui/test_web_extension.py -k workflow_renders` writes the
   sizes the canvas computes), with a group around each stage;
@@ -34,6 +36,15 @@ COLORS = ("#3f789e", "#8a8", "#a1309b", "#88a", "#b58b2a", "#444")
 TITLE_PX, GAP_PX, PAD_PX, GROUP_TITLE_PX, COLUMN_GAP_PX = 30, 30, 12, 42, 70
 FRAME_INPUTS = ("first_frame", "last_frame")
 KINDS = ((("ref_image_",), 9), (("ref_video_", "ref_video_audio_"), 3), (("ref_audio_",), 3))
+GROUPS = {"ref_image_": "pictures", "ref_video_": "videos", "ref_video_audio_": "video_audios", "ref_audio_": "audios"}
+
+
+def dynamic_name(name: str) -> str | None:
+    """Setup's V3 dynamic input name for a flat one (web/lib/setup_sockets.js dynamicName), else None."""
+    if name in FRAME_INPUTS:
+        return f"family.{name}"
+    return next((f"family.{group}.{name}" for prefix, group in GROUPS.items()
+                 if name.startswith(prefix) and name[len(prefix):].isdigit()), None)
 
 
 def setup_sockets(family: str, linked: set[str]) -> set[str]:
@@ -61,12 +72,17 @@ def fix_setup(wf: dict) -> None:
         if node["type"] != "LongMediaSetup":
             continue
         inputs = node["inputs"]
+        for entry in inputs:
+            if dynamic_name(entry["name"]):
+                entry["label"] = entry["name"]
+                entry["name"] = dynamic_name(entry["name"])
         by_name = {i["name"]: i for i in inputs}
-        linked = {i["name"] for i in inputs if i.get("link") is not None}
+        short = {i["name"]: i["name"].rsplit(".", 1)[-1] for i in inputs}
+        linked = {short[i["name"]] for i in inputs if i.get("link") is not None}
         shown = setup_sockets(node["widgets_values"][3], linked) | {n for n in linked if managed(n)}
         head = [by_name[n] for n in ("positive", "negative") if n in by_name]
-        rest = [i for i in inputs if i["name"] not in ("positive", "negative") and (not managed(i["name"]) or
-                                                                                    i["name"] in shown)]
+        rest = [i for i in inputs if i["name"] not in ("positive", "negative") and (not managed(short[i["name"]]) or
+                                                                                    short[i["name"]] in shown)]
         node["inputs"] = head + rest
         for slot, entry in enumerate(node["inputs"]):
             if entry.get("link") is not None:

@@ -27,6 +27,50 @@ from .memory_facts import comfy_memory_reader
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
     tuple(f"{SOUNDTRACK_PREFIX}{i}" for i in range(1, SLOTS["video"][1] + 1))
+FRAME_INPUTS = ("first_frame", "last_frame")
+# Setup's Autogrow groups under the `family` DynamicCombo's ref2va option: group -> (slot prefix, slots)
+REFERENCE_GROUPS = {"pictures": SLOTS["picture"], "videos": SLOTS["video"],
+                    "video_audios": (SOUNDTRACK_PREFIX, SLOTS["video"][1]), "audios": SLOTS["audio"]}
+
+
+def _leaves(value: dict, path: str) -> dict[str, tuple[str, object]]:
+    """A DynamicCombo/Autogrow value (nested dicts) -> {last name: (dotted input name, value)}."""
+    out = {}
+    for key, inner in value.items():
+        name = f"{path}.{key}"
+        if isinstance(inner, dict) and not {"waveform", "sample_rate"} & set(inner):   # AUDIO is a dict too
+            out.update(_leaves(inner, name))
+        else:
+            out[key] = (name, inner)
+    return out
+
+
+def setup_media(family, extra: dict) -> tuple[str, dict]:
+    """Setup's `family` and its frame / reference inputs in either schema, as (family name, {core name: value}).
+
+    Where ComfyUI has V3 dynamic inputs, `family` arrives as the DynamicCombo's nested dict
+    ({"family": "ref2va", "pictures": {"ref_image_1": ...}, ...}); otherwise it is the family name. Workflows
+    and API prompts saved with the flat names (ref_image_1, first_frame) still reach execute as extra keywords
+    on either host, and those saved with the dotted names (family.pictures.ref_image_1) as dotted keywords on a
+    host without dynamic inputs; every form lands on the flat core names.
+    """
+    given: dict[str, tuple[str, object]] = {}
+    if isinstance(family, dict):
+        nested = _leaves(family, "family")
+        family = nested.pop("family", (None, None))[1]
+        given.update(nested)
+    for name, value in extra.items():
+        core = name.rsplit(".", 1)[-1]
+        if core in given and given[core][1] is not None and value is not None:
+            raise LongMediaInputError(name, "connected", f"one source for {core}, but {given[core][0]} is connected "
+                                      "too", f"Disconnect {name} (the old name of {given[core][0]}).")
+        if value is not None or core not in given:
+            given[core] = (name, value)
+    known = FRAME_INPUTS + REFERENCE_INPUTS
+    for core, (name, _) in given.items():
+        if core not in known:
+            raise LongMediaInputError(name, "given", "one of " + ", ".join(known), "Rename the input.")
+    return family, {core: value for core, (_, value) in given.items() if value is not None}
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,30 @@ def test_setup_errors_come_before_any_encoding(env, kw, name):
     assert vae.calls == 0
 
 
+def test_setup_reads_dynamic_flat_and_dotted_input_names_alike():
+    """ComfyUI hands a DynamicCombo `family` to execute as a nested dict; a prompt saved with the flat names
+    (ref_image_1) or, on a host without dynamic inputs, with the dotted ones (family.pictures.ref_image_1)
+    arrives as extra keywords. All land on the same core names; two sources for one input are refused."""
+    from longmedia.comfy.setup import setup_media
+
+    pic, video, track, first = rand(1, 8, 8, 3, seed=1), rand(5, 8, 8, 3, seed=2), audio(1.0, seed=3), rand(1, 8, 8, 3)
+    nested = {"family": "ref2va", "pictures": {"ref_image_1": pic}, "videos": {"ref_video_1": video},
+              "video_audios": {"ref_video_audio_1": track}, "audios": {}}
+    flat = {"ref_image_1": pic, "ref_video_1": video, "ref_video_audio_1": track}
+    dotted = {"family.pictures.ref_image_1": pic, "family.videos.ref_video_1": video,
+              "family.video_audios.ref_video_audio_1": track}
+    for family, extra in ((nested, {}), ("ref2va", flat), ("ref2va", dotted), ({"family": "ref2va"}, flat)):
+        name, media = setup_media(family, extra)
+        assert name == "ref2va" and media.keys() == flat.keys(), (family, extra)
+        assert all(media[k] is flat[k] for k in flat)
+    assert setup_media({"family": "fl2va", "first_frame": first}, {}) == ("fl2va", {"first_frame": first})
+    assert setup_media("t2va", {"ref_image_2": None}) == ("t2va", {})
+    with pytest.raises(LongMediaInputError, match="ref_image_1.*family.pictures.ref_image_1"):
+        setup_media(nested, {"ref_image_1": pic})
+    with pytest.raises(LongMediaInputError, match="family.pictures.ref_picture_1"):
+        setup_media("ref2va", {"family.pictures.ref_picture_1": pic})
+
+
 def test_setup_job_samples_on_tiny_h3_with_the_planned_sequence(env):
     refs = {"ref_image_1": rand(1, 64, 96, 3, seed=10)}
     result = setup(env, family="ref2va", clip=env["clip"], prompt="<Picture 1> runs", vae=TinyVideoVAE(),

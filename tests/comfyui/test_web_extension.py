@@ -90,8 +90,9 @@ PAGE_JS = r"""
   window.longmediaTest = {
     ready: () => !!app.graph && !!app.canvas,
     classify: (info) => ext().classifyInputs(info),
-    extensionUrl: () => performance.getEntriesByType("resource").map((e) => e.name)
-      .find((n) => n.includes("/extensions/ComfyUI-LongMedia/")) ?? "",
+    extensionUrls: () => performance.getEntriesByType("resource").map((e) => e.name)
+      .filter((n) => n.includes("/extensions/ComfyUI-LongMedia/")).map((n) => n.split("/ComfyUI-LongMedia/")[1]),
+    ourExtensions: () => app.extensions.filter((e) => e.name.startsWith("LongMedia")).map((e) => e.name),
     fitView: async () => { await app.extensionManager.command.execute("Comfy.Canvas.FitView"); await sleep(800); },
     focus: async (id) => {
       const node = app.graph.getNodeById(id), ds = app.canvas.ds;
@@ -132,6 +133,17 @@ PAGE_JS = r"""
       const look = async (key) => { await settle(); seen[key] = visible(node); };
       await look("auto");
       set(node, "memory_mode", "low_vram"); await look("low_vram");
+      // a manual control at -1 reads "auto": the value on the canvas, the label in Nodes 2.0 (its DOM shows it)
+      const manual = ext().classifyInputs(node.constructor.nodeData).manual;
+      const text = () => document.querySelector(`[data-node-id="${node.id}"]`)?.innerText ?? "";
+      // [label, plain label, the value as the canvas draws it, the Nodes 2.0 DOM shows "<label>: auto"]
+      const labels = (n) => { const w = widget(node, n);
+        return [w.label, w.longmediaLabel, w._displayValue ?? null, text().includes(`${w.longmediaLabel}: auto`)]; };
+      seen.auto_labels = manual.map(labels);
+      set(node, manual[0], 512); await settle();
+      seen.set_512 = labels(manual[0]);
+      seen.saved_with_512 = JSON.stringify(node.serialize());
+      set(node, manual[0], -1); await settle();
       set(node, "memory_mode", "auto"); set(node, "attention_mode", "scheduled_sol"); await look("scheduled_sol");
       set(node, "attention_mode", "sol"); set(node, "memory_mode", "ultra_low_vram"); await look("sol+ultra");
       set(node, "memory_mode", "auto"); set(node, "attention_mode", "auto");
@@ -149,32 +161,60 @@ PAGE_JS = r"""
       return seen;
     },
     // Setup's sockets as the family changes and pictures connect; the prompt box with positive connected or not.
-    async setupWalk() {
+    // `type`: LongMediaSetup (a V3 DynamicCombo family where ComfyUI has one: the frontend adds the sockets) or
+    // LongMediaTestFlatSetup (the flat schema of an older ComfyUI: the extension adds them).
+    async setupWalk(type) {
       app.graph.clear();
-      const setup = add("LongMediaSetup", [400, 0]), clip = add("LongMediaTestTinyCLIP", [0, 0]);
+      const setup = add(type, [400, 0]), clip = add("LongMediaTestTinyCLIP", [0, 0]);
       const enc = add("CLIPTextEncode", [0, 200]), image = add("EmptyImage", [0, 400]);
+      const dynamic = ext().hasDynamicFamily(setup.constructor.nodeData);
+      const nm = (n) => (dynamic ? ext().dynamicName(n) : n);
       const sockets = () => setup.inputs.filter((i) => !i.widget).map((i) => i.name);
       const promptShown = () => visible(setup).includes("prompt");
-      const seen = {};
-      await settle(); seen.t2va = sockets(); seen.prompt_free = promptShown();
+      const textareas = () => [...(document.querySelector(`[data-node-id="${setup.id}"]`)?.querySelectorAll("textarea")
+                                   ?? [])].filter((t) => !t.disabled).length;
+      const linkedAt = () => setup.inputs.flatMap((i, k) => (setup.getInputLink(k) ? [i.name] : []));
+      const seen = { dynamic };
+      await settle(); seen.t2va = sockets(); seen.prompt_free = promptShown(); seen.textareas_free = textareas();
       clip.connect(0, enc, enc.findInputSlot("clip")); enc.connect(0, setup, setup.findInputSlot("positive"));
-      await settle(); seen.prompt_with_positive = promptShown();
+      await settle(); seen.prompt_with_positive = promptShown(); seen.textareas_with_positive = textareas();
       seen.prompt_flagged_hidden = !!widget(setup, "prompt").options.hidden;
+      seen.prompt_disabled = widget(setup, "prompt").disabled === true;
       set(setup, "family", "fl2va"); await settle(); seen.fl2va = sockets();
       set(setup, "family", "ref2va"); await settle(); seen.ref2va = sockets();
-      image.connect(0, setup, setup.findInputSlot("ref_image_1")); await settle(); seen.ref2va_one = sockets();
-      set(setup, "family", "t2va"); await settle(); seen.t2va_linked = sockets();
-      const link = app.graph.links.get?.(setup.inputs.find((i) => i.name === "ref_image_1").link)
-                   ?? app.graph.links[setup.inputs.find((i) => i.name === "ref_image_1").link];
-      seen.link_slot_ok = setup.inputs[link.target_slot].name === "ref_image_1";
+      image.connect(0, setup, setup.findInputSlot(nm("ref_image_1"))); await settle(); seen.ref2va_one = sockets();
+      set(setup, "family", "t2va"); await settle(); seen.t2va_linked = sockets(); seen.linked_t2va = linkedAt();
+      seen.links_to_setup = [...(app.graph.links.values?.() ?? Object.values(app.graph.links))]
+        .filter((l) => l && l.target_id === setup.id).length;
+      if (!dynamic) {
+        const link = setup.getInputLink(setup.findInputSlot("ref_image_1"));
+        seen.link_slot_ok = setup.inputs[link.target_slot].name === "ref_image_1";
+      }
       // a socket removed before a connected one: the link moves with its socket
-      const linkedAt = () => setup.inputs.flatMap((i, k) => (setup.getInputLink(k) ? [i.name] : []));
       set(setup, "family", "ref2va"); await settle();
-      image.connect(0, setup, setup.findInputSlot("ref_video_1")); await settle();
-      set(setup, "family", "t2va"); await settle();
-      setup.disconnectInput(setup.findInputSlot("ref_image_1")); await settle();
-      seen.t2va_video_only = sockets(); seen.linked_after_removal = linkedAt();
+      if (dynamic) { image.connect(0, setup, setup.findInputSlot(nm("ref_image_1"))); await settle(); }
+      image.connect(0, setup, setup.findInputSlot(nm("ref_video_1"))); await settle();
+      if (!dynamic) { set(setup, "family", "t2va"); await settle(); }
+      setup.disconnectInput(setup.findInputSlot(nm("ref_image_1"))); await settle();
+      seen.after_removal = sockets(); seen.linked_after_removal = linkedAt();
+      setup.disconnectInput(setup.findInputSlot("positive")); await settle();
+      seen.prompt_after_disconnect = promptShown(); seen.textareas_after_disconnect = textareas();
+      seen.prompt_enabled_again = widget(setup, "prompt").disabled !== true;
       return seen;
+    },
+    // A workflow saved with Setup's flat socket names, loaded where `family` is dynamic: its sockets, their
+    // links' origins and the prompt it queues.
+    async loadFlat(data) {
+      await app.loadGraphData(data, true, true, "longmedia-flat-names");
+      await settle();
+      const setup = app.graph.nodes.find((n) => n.type === "LongMediaSetup");
+      const linked = Object.fromEntries(setup.inputs.flatMap((i, k) => {
+        const link = setup.getInputLink(k);
+        return link ? [[i.name, String(link.origin_id)]] : [];
+      }));
+      const prompt = (await app.graphToPrompt()).output[setup.id].inputs;
+      return { sockets: setup.inputs.filter((i) => !i.widget).map((i) => i.name), linked,
+               prompt_links: Object.keys(prompt).filter((k) => Array.isArray(prompt[k])) };
     },
     // After a run: the "why" list opening grows the panel and closing shrinks it; a changed input marks it stale.
     async panelBehaviour(id) {
@@ -352,7 +392,11 @@ def test_extension_loads_without_console_errors(page, comfy_server):
     groups = page.eval(f"window.longmediaTest.classify({json.dumps(info)})")
     assert groups["manual"] == list(MANUAL_FIELDS)
     assert groups["sol"] == list(SOL_INPUTS)
-    assert page.eval("window.longmediaTest.extensionUrl()").endswith("/longmedia.js")
+    # the entry and its ES modules load from /extensions/<pack>/ (relative imports resolve there), and only the
+    # entry registers an extension although ComfyUI serves every .js under web/
+    urls = page.eval("window.longmediaTest.extensionUrls()")
+    assert {"longmedia.js", "lib/controls.js", "lib/setup_sockets.js", "lib/report_panel.js"} <= set(urls), urls
+    assert page.eval("window.longmediaTest.ourExtensions()") == [EXTENSION]
     assert unexpected(page.console()) == [], page.console_text()
 
 
@@ -371,25 +415,85 @@ def test_controls_follow_the_modes(page):
     assert seen["serialized"] == ["auto", "auto", 1.3, 0.8, "cosine", 16384, 0.2, "exact_kv"] + [-1] * 10
     assert seen["prompt_inputs"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS)
     assert seen["options"] == [list(MEMORY_MODES), list(ATTENTION_MODES)]
+    # -1 reads "auto": the canvas draws the value so; Nodes 2.0 draws the number itself, so the label says it
+    for name, (label, plain, shown, in_dom) in zip(MANUAL_FIELDS, seen["auto_labels"]):
+        assert shown == "auto" and plain, (name, seen["auto_labels"])
+        if page.renderer == "classic":
+            assert label == plain, (name, label)
+        else:
+            assert label == f"{plain}: auto" and in_dom, (name, label, in_dom)
+    label, plain, shown, in_dom = seen["set_512"]
+    assert label == plain and shown == "512" and not in_dom, seen["set_512"]
+    assert ": auto" not in seen["saved_with_512"]    # the label never reaches the workflow
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
-def test_setup_shows_the_sockets_its_family_uses(page):
+def dynamic_name(name: str) -> str:
+    """Setup's V3 dynamic input name for a flat one (web/lib/setup_sockets.js dynamicName)."""
+    if name.endswith("_frame"):
+        return f"family.{name}"
+    group = {"ref_image": "pictures", "ref_video": "videos", "ref_video_audio": "video_audios",
+             "ref_audio": "audios"}[name.rsplit("_", 1)[0]]
+    return f"family.{group}.{name}"
+
+
+@pytest.mark.parametrize("node_type", ["LongMediaSetup", "LongMediaTestFlatSetup"])
+def test_setup_shows_the_sockets_its_family_uses(page, node_type):
+    """Setup where `family` is a V3 DynamicCombo (both test hosts: the frontend adds the family's sockets, named
+    family.*), and the flat schema of an older ComfyUI (the extension adds them)."""
     mark = page.mark()
-    seen = page.eval("window.longmediaTest.setupWalk()")
+    seen = page.eval(f"window.longmediaTest.setupWalk({json.dumps(node_type)})")
+    dynamic = node_type == "LongMediaSetup"
+    assert seen["dynamic"] is dynamic, seen
+    nm = dynamic_name if dynamic else (lambda n: n)
     common = ["positive", "negative", "clip", "vae", "audio_vae"]
     assert seen["t2va"] == common, seen            # no reference or frame socket in text-to-AV
-    assert seen["fl2va"] == common + ["first_frame", "last_frame"], seen
-    assert seen["ref2va"] == common + ["ref_image_1", "ref_video_1", "ref_video_audio_1", "ref_audio_1"], seen
-    assert seen["ref2va_one"] == common + ["ref_image_1", "ref_image_2", "ref_video_1", "ref_video_audio_1",
-                                           "ref_audio_1"], seen
-    assert seen["t2va_linked"] == common + ["ref_image_1"], seen   # a connected socket never disappears
-    assert seen["link_slot_ok"], seen
-    assert seen["t2va_video_only"] == common + ["ref_video_1"], seen
-    assert seen["linked_after_removal"] == ["positive", "ref_video_1"], seen
-    assert seen["prompt_free"] and seen["prompt_flagged_hidden"], seen
-    if page.renderer == "classic":   # Nodes 2.0 does not re-read a widget's hidden flag on a connection change
+    assert seen["fl2va"] == common + [nm("first_frame"), nm("last_frame")], seen
+    assert seen["ref2va"] == common + [nm(n) for n in ("ref_image_1", "ref_video_1", "ref_video_audio_1",
+                                                        "ref_audio_1")], seen
+    assert seen["ref2va_one"] == common + [nm(n) for n in ("ref_image_1", "ref_image_2", "ref_video_1",
+                                                            "ref_video_audio_1", "ref_audio_1")], seen
+    if dynamic:
+        # the stock DynamicCombo drops the sockets of the family left, with their links (none left dangling)
+        assert seen["t2va_linked"] == common and seen["linked_t2va"] == ["positive"], seen
+        assert seen["links_to_setup"] == 1, seen
+        assert seen["after_removal"] == common + [nm(n) for n in ("ref_image_1", "ref_video_1", "ref_video_2",
+                                                                   "ref_video_audio_1", "ref_audio_1")], seen
+    else:
+        assert seen["t2va_linked"] == common + ["ref_image_1"], seen   # a connected socket never disappears
+        assert seen["link_slot_ok"], seen
+        assert seen["after_removal"] == common + ["ref_video_1"], seen
+    assert seen["linked_after_removal"] == ["positive", nm("ref_video_1")], seen
+    # the prompt box is unused while positive is connected: hidden on the canvas, disabled (so not shown as an
+    # editable box) in Nodes 2.0, and back when positive goes
+    assert seen["prompt_free"] and seen["prompt_flagged_hidden"] and seen["prompt_disabled"], seen
+    assert seen["prompt_after_disconnect"] and seen["prompt_enabled_again"], seen
+    if page.renderer == "classic":
         assert not seen["prompt_with_positive"], seen
+    else:
+        assert seen["textareas_free"] >= 1 and seen["textareas_with_positive"] == 0, seen
+        assert seen["textareas_after_disconnect"] >= 1, seen
+    assert unexpected(page.console(mark)) == [], page.console_text(mark)
+
+
+def test_a_workflow_saved_with_flat_setup_names_moves_its_links(page, comfy_server):
+    """ref2va_hires_refiner.json with Setup's sockets under their old flat names (ref_image_1): where `family`
+    is dynamic, each link moves onto its family.* socket, from the same node, and the prompt names those."""
+    mark = page.mark()
+    data = json.loads((REPO_ROOT / "workflows" / "ref2va_hires_refiner.json").read_text(encoding="utf-8"))
+    provide_pictures(data, comfy_server.base / "input")
+    setup = next(n for n in data["nodes"] if n["type"] == "LongMediaSetup")
+    origin = {link[0]: str(link[1]) for link in data["links"]}
+    saved = {i["name"]: origin[i["link"]] for i in setup["inputs"] if i.get("link") is not None}
+    for slot in setup["inputs"]:
+        if slot["name"].startswith("family."):
+            slot["name"] = slot.pop("label")
+    assert "ref_image_1" in {i["name"] for i in setup["inputs"]}
+    seen = page.eval(f"window.longmediaTest.loadFlat({json.dumps(data)})")
+    assert seen["linked"] == saved, seen
+    assert not [n for n in seen["sockets"] if n.startswith("ref_")], seen
+    assert sorted(k for k in seen["prompt_links"] if k.startswith("family.")) == \
+        ["family.pictures.ref_image_1", "family.pictures.ref_image_2"], seen
     assert unexpected(page.console(mark)) == [], page.console_text(mark)
 
 
@@ -483,8 +587,10 @@ def test_workflow_renders(page, workflow, comfy_server, shots, capsys):
                     f"{workflow} saves {node['type']} at {saved[str(node['id'])]}, its content needs {node['content']}"
     setup = next(n for n in layout if n["type"] == "LongMediaSetup")
     family = next(n for n in data["nodes"] if n["type"] == "LongMediaSetup")["widgets_values"][3]
-    refs = [name for name in setup["inputs"] if name.startswith("ref_") or name.endswith("_frame")]
-    linked = {i["name"] for n in data["nodes"] if n["type"] == "LongMediaSetup" for i in n["inputs"]
+    short = [name.rsplit(".", 1)[-1] for name in setup["inputs"]]
+    refs = [name for name in short if name.startswith("ref_") or name.endswith("_frame")]
+    assert [dynamic_name(n) for n in refs] == [n for n in setup["inputs"] if n.startswith("family.")], setup["inputs"]
+    linked = {i["name"].rsplit(".", 1)[-1] for n in data["nodes"] if n["type"] == "LongMediaSetup" for i in n["inputs"]
               if i.get("link") is not None}
     assert refs == expected_setup_sockets(family, linked), (family, setup["inputs"])
     assert setup["inputs"].index("positive") < setup["inputs"].index("negative"), setup["inputs"]

@@ -165,6 +165,17 @@ def test_ref2va_hires_refiner_runs_and_keeps_the_first_pass_audio(vae_server):
     assert job["family"] == "ref2va" and len(job["geometry"]["references"]) == 2
     hires = outputs[node_id(prompt, "LongMediaHiRes")]["longmedia_report"][0]
     assert hires["plan"]["geometry"]["video_rows"] == 7 * 9 and any("Hi-Res" in n for n in hires["notes"])
+    # the same prompt saved with the flat names of an older Setup (ref_image_1, not family.pictures.ref_image_1)
+    # still runs where `family` is a DynamicCombo, to the same latent bit for bit
+    flat = copy.deepcopy(prompt)
+    setup = flat[node_id(flat, "LongMediaSetup")]["inputs"]
+    assert {"family.pictures.ref_image_1", "family.pictures.ref_image_2"} <= set(setup)
+    flat[node_id(flat, "LongMediaSetup")]["inputs"] = {k.rsplit(".", 1)[-1]: v for k, v in setup.items()}
+    del flat["save_first"]
+    flat["save"]["inputs"]["filename"] = "wf_ref2va_flat.safetensors"
+    vae_server.run(flat, timeout=300)
+    again = saved(vae_server, "wf_ref2va_flat.safetensors")
+    assert torch.equal(again["video"], final["video"]) and torch.equal(again["audio"], final["audio"])
 
 
 def test_t2va_30s_segmented_runs(comfy_server):
@@ -196,18 +207,20 @@ def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
 
 
 def test_every_node_has_help_the_info_tab_finds(comfy_server):
-    """The frontend's Info tab fetches /extensions/<pack>/docs/<node id>.md for a custom node (no 404)."""
+    """The frontend's Info tab fetches /extensions/<pack>/docs/<node id>/<locale>.md, then docs/<node id>.md:
+    both are served for English (no 404 first) and for the fallback other locales take."""
     import urllib.request
 
     ours = [k for k, v in comfy_server.object_info().items() if v.get("python_module") == PACK_MODULE]
     assert sorted(ours) == ["LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler", "LongMediaSetup"]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     for node in ours:
-        url = f"{comfy_server.url}/extensions/{harness.PACK_LINK_NAME}/docs/{node}.md"
-        with opener.open(url, timeout=10) as reply:
-            text = reply.read().decode("utf-8")
         title = comfy_server.object_info()[node]["display_name"]
-        assert reply.status == 200 and text.startswith(f"# {title}\n"), (node, text[:80])
+        for path in (f"{node}/en.md", f"{node}.md"):
+            url = f"{comfy_server.url}/extensions/{harness.PACK_LINK_NAME}/docs/{path}"
+            with opener.open(url, timeout=10) as reply:
+                text = reply.read().decode("utf-8")
+            assert reply.status == 200 and text.startswith(f"# {title}\n"), (path, text[:80])
 
 
 # --- our stage nodes through /prompt ----------------------------------------------------------------------------
@@ -225,9 +238,19 @@ def test_stage_nodes_register_with_tooltips(comfy_server):
             assert len(value) > 1 and value[1].get("tooltip"), f"{name}.{key} has no tooltip"
     assert info["LongMediaSetup"]["output"] == ["CONDITIONING", "CONDITIONING", "LATENT", "LONGMEDIA_JOB"]
     assert info["LongMediaHiRes"]["output_name"] == ["output", "denoised_output", "report"]
-    setup_inputs = info["LongMediaSetup"]["input"]["optional"]
-    assert sum(k.startswith("ref_image_") and k[-1].isdigit() for k in setup_inputs) == 9
-    assert "ref_video_audio_3" in setup_inputs and "ref_audio_3" in setup_inputs
+    # family is a DynamicCombo (both test hosts have V3 dynamic inputs): fl2va holds the frames, ref2va one
+    # Autogrow group per reference kind; nothing else lists a frame or reference socket
+    family = info["LongMediaSetup"]["input"]["required"]["family"]
+    assert family[0] == "COMFY_DYNAMICCOMBO_V3" and family[1].get("tooltip")
+    options = {o["key"]: o["inputs"] for o in family[1]["options"]}
+    assert list(options) == ["t2va", "fl2va", "ref2va"] and not any(options["t2va"].values())
+    assert list(options["fl2va"]["optional"]) == ["first_frame", "last_frame"]
+    groups = {k: v[1]["template"]["names"] for k, v in options["ref2va"]["optional"].items()}
+    assert groups == {"pictures": [f"ref_image_{i}" for i in range(1, 10)],
+                      "videos": ["ref_video_1", "ref_video_2", "ref_video_3"],
+                      "video_audios": ["ref_video_audio_1", "ref_video_audio_2", "ref_video_audio_3"],
+                      "audios": ["ref_audio_1", "ref_audio_2", "ref_audio_3"]}
+    assert not [k for k in info["LongMediaSetup"]["input"]["optional"] if k[-1].isdigit() or k.endswith("_frame")]
 
 
 def stage_prompt(out_prefix: str, **setup_overrides) -> dict:

@@ -30,3 +30,15 @@ def test_pyproject_installs_every_longmedia_package():
     text = (ROOT / "pyproject.toml").read_text()
     assert 'include = ["longmedia", "longmedia.*"]' in text
     assert "package-dir" not in text  # the kernels live inside the package: no mapping, no import hook
+
+
+def test_node_help_copies_match_their_en_md():
+    """web/docs/<NodeId>.md (the Info tab's fallback for other locales) is tools/gen_node_docs.py's copy of en.md."""
+    spec = importlib.util.spec_from_file_location("gen_node_docs", ROOT / "tools" / "gen_node_docs.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    copies = tool.copies()
+    assert sorted(p.stem for p in copies) == ["LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler", "LongMediaSetup"]
+    for path, text in copies.items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name} drifted: run python tools/gen_node_docs.py"
+    assert sorted(p.name for p in (ROOT / "web" / "docs").glob("*.md")) == sorted(p.name for p in copies)

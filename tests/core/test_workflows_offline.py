@@ -41,8 +41,12 @@ def load(name: str) -> dict:
 
 # --- schema helpers ---------------------------------------------------------------------------------------------
 
-def input_spec(schema: dict, name: str):
-    """(type, options dict, section) of one input, or None."""
+def input_spec(schema: dict, name: str, values: dict | None = None):
+    """(type, options dict, section) of one input, or None. A dotted name (family.pictures.ref_image_1) is a V3
+    dynamic input: it exists when `values` selects the DynamicCombo option that holds it (ComfyUI's
+    get_finalized_class_inputs); an Autogrow group's inputs are its template's names."""
+    if "." in name:
+        return dynamic_spec(schema["input"], name.split("."), values or {}, "")
     for section in ("required", "optional"):
         entry = schema["input"].get(section, {}).get(name)
         if entry is not None:
@@ -51,6 +55,23 @@ def input_spec(schema: dict, name: str):
             if isinstance(entry[0], list):
                 opts["options"] = entry[0]
             return kind, opts, section
+    return None
+
+
+def dynamic_spec(inputs: dict, parts: list[str], values: dict, prefix: str):
+    for section in ("required", "optional"):
+        entry = inputs.get(section, {}).get(parts[0])
+        if entry is None or len(parts) < 2:
+            continue
+        path = f"{prefix}{parts[0]}"
+        if entry[0] == "COMFY_DYNAMICCOMBO_V3":
+            option = next((o for o in entry[1]["options"] if o["key"] == values.get(path)), None)
+            if option is not None:
+                return input_spec({"input": option["inputs"]}, parts[1]) if len(parts) == 2 else \
+                    dynamic_spec(option["inputs"], parts[1:], values, f"{path}.")
+        if entry[0] == "COMFY_AUTOGROW_V3" and len(parts) == 2 and parts[1] in entry[1]["template"]["names"]:
+            (kind, opts), = [v for sec in entry[1]["template"]["input"].values() for v in sec.values()]
+            return kind, dict(opts), "optional"
     return None
 
 
@@ -103,7 +124,7 @@ def validate_api(prompt: dict, schemas: dict) -> list[str]:
             if section == "required" and name not in inputs:
                 errors.append(f"node {nid} {ctype}: required input {name!r} missing")
         for name, value in inputs.items():
-            spec = input_spec(schema, name)
+            spec = input_spec(schema, name, inputs)
             where = f"node {nid} {ctype}.{name}"
             if spec is None:
                 errors.append(f"{where}: no such input")
@@ -184,7 +205,7 @@ def ui_to_api(workflow: dict, schemas: dict) -> dict:
                 _, src, out, *_ = links[slot["link"]]
                 inputs[slot["name"]] = [str(src), out]
         order = [n for n, *_ in ordered_inputs(schema)]
-        inputs = {k: inputs[k] for k in sorted(inputs, key=order.index)}
+        inputs = {k: inputs[k] for k in sorted(inputs, key=lambda k: order.index(k) if k in order else len(order))}
         prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs,
                                    "_meta": {"title": node.get("title") or schema["display_name"]}}
     return prompt
@@ -224,8 +245,9 @@ def validate_ui(workflow: dict, schemas: dict) -> list[str]:
                           f"expected {expected}")
         if [o["type"] for o in node["outputs"]] != schema["output"]:
             errors.append(f"node {node['id']} {node['type']}: outputs differ from the schema")
+        values = dict(zip([n for n, *_ in ui_widget_slots(schema)], node.get("widgets_values", [])))
         for slot in node.get("inputs", []):
-            spec = input_spec(schema, slot["name"])
+            spec = input_spec(schema, slot["name"], values)
             if spec is None or (spec[0] != slot["type"] and not is_widget(spec[0], spec[1])):
                 errors.append(f"node {node['id']} {node['type']}: input {slot['name']!r} not in the schema")
     return errors
@@ -256,7 +278,7 @@ def nodes_of(prompt: dict, ctype: str) -> list[dict]:
 
 def setup_plan(prompt: dict):
     (setup,) = nodes_of(prompt, "LongMediaSetup")
-    refs = {k: v for k, v in setup.items() if k.startswith("ref_") and isinstance(v, list)}
+    refs = {k.rsplit(".", 1)[-1]: v for k, v in setup.items() if k.startswith("family.") and isinstance(v, list)}
     from longmedia.job.setup_plan import MediaInput
 
     media = tuple(MediaInput(k, "picture", 1024, 1024) for k in refs)
@@ -304,6 +326,9 @@ def test_validator_catches_mistakes(schemas):
     cases = {
         "unknown class_type": lambda p: p["1"].update(class_type="UNETLoaderX"),
         "no such input": lambda p: p[setup_id]["inputs"].update(frames=10),
+        # a ref2va socket on a t2va job: the DynamicCombo's t2va option has no such input
+        "family.pictures.ref_image_1: no such input": lambda p: p[setup_id]["inputs"].update(
+            {"family.pictures.ref_image_1": ["1", 0]}),
         "outside [32, 16384]": lambda p: p[setup_id]["inputs"].update(width=16),
         "not in": lambda p: p[setup_id]["inputs"].update(family="i2v"),
         "links to missing node": lambda p: p[setup_id]["inputs"].update(negative=["777", 0]),

@@ -4,6 +4,8 @@
   stock CLIPTextEncode to get CONDITIONING in the stock H3 layout.
 - LongMediaTestLoadConditioning: CONDITIONING from a file written by `save_conditioning`.
 - LongMediaTestAudio: an AUDIO of random noise, `seconds` long (0 gives a 0-sample waveform).
+- LongMediaTestFlatSetup: Setup's sockets in the flat schema of a ComfyUI without V3 dynamic inputs (a `family`
+  combo and every frame / reference socket listed), for the web extension's fallback; it runs nothing.
 - LongMediaTestSaveLatent: writes a LATENT's raw tensors (every stream of a nested AV latent) to a
   safetensors file in the output directory, so a test can read them back.
 """
@@ -113,13 +115,38 @@ class LongMediaTestSaveLatent:
         return {"ui": {"longmedia_latent": [info]}}
 
 
+class LongMediaTestFlatSetup:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "refuse"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        _tiny()   # the repo root on sys.path when the package is not installed
+        from longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
+
+        refs = [(f"ref_image_{i}", "IMAGE") for i in range(1, SLOTS["picture"][1] + 1)]
+        for i in range(1, SLOTS["video"][1] + 1):
+            refs += [(f"ref_video_{i}", "IMAGE"), (f"{SOUNDTRACK_PREFIX}{i}", "AUDIO")]
+        refs += [(f"ref_audio_{i}", "AUDIO") for i in range(1, SLOTS["audio"][1] + 1)]
+        optional = {"positive": ("CONDITIONING",), "negative": ("CONDITIONING",), "clip": ("CLIP",),
+                    "prompt": ("STRING", {"multiline": True, "default": ""}), "vae": ("VAE",), "audio_vae": ("VAE",),
+                    "first_frame": ("IMAGE",), "last_frame": ("IMAGE",), **{n: (t,) for n, t in refs}}
+        return {"required": {"family": (list(FAMILIES),)}, "optional": optional}
+
+    def refuse(self, **_):
+        raise RuntimeError("LongMediaTestFlatSetup only shows the flat socket layout; it does not run")
+
+
 NODE_CLASS_MAPPINGS = {
+    "LongMediaTestFlatSetup": LongMediaTestFlatSetup,
     "LongMediaTestTinyCLIP": LongMediaTestTinyCLIP,
     "LongMediaTestLoadConditioning": LongMediaTestLoadConditioning,
     "LongMediaTestSaveLatent": LongMediaTestSaveLatent,
     "LongMediaTestAudio": LongMediaTestAudio,
 }
 NODE_DISPLAY_NAME_MAPPINGS = {
+    "LongMediaTestFlatSetup": "LongMedia Test: Setup sockets, flat schema",
     "LongMediaTestTinyCLIP": "LongMedia Test: Tiny H3 Text Encoder",
     "LongMediaTestLoadConditioning": "LongMedia Test: Load Conditioning",
     "LongMediaTestSaveLatent": "LongMedia Test: Save Raw Latent",

@@ -1,0 +1,133 @@
+// The plan panel's text: one report dict (a run's plan and measurements, a segmented Sampler run, or Setup's
+// job summary) -> rows, a table, warnings, notes and reasons, as plain strings (see longmedia/report/).
+
+const GIB = 2 ** 30;
+
+function gib(bytes) {
+  return typeof bytes === "number" && Number.isFinite(bytes) ? `${(bytes / GIB).toFixed(2)} GiB` : "n/a";
+}
+
+function plural(count, word) {
+  return `${count} ${word}${count === 1 ? "" : word.endsWith("s") ? "es" : "s"}`;
+}
+
+function ratio(value) {
+  return typeof value === "number" && Number.isFinite(value) ? `x${value.toFixed(3)}` : "n/a";
+}
+
+// Rows of one run's plan (an ExecutionPlan dict) and what the run measured.
+function planRows(plan, run, measured, measuredDevice = run.measured_device_bytes) {
+  const rows = [];
+  const requested = plan.requested_memory_mode;
+  const how = requested === "auto" ? "auto picked it" : requested ? "set by hand" : "";
+  rows.push(["mode", `${plan.memory_mode ?? "?"}${how ? ` (${how})` : ""}`]);
+
+  const att = plan.attention ?? {};
+  const backend = run.attention_backend || att.backend || "?";
+  const requestedAtt = att.mode && att.mode !== backend ? `requested ${att.mode}` : "";
+  const notes = [att.exact === false ? "approximate" : att.exact ? "exact" : "",
+                 att.query_chunk_tokens ? `${att.query_chunk_tokens}-row query chunks` : "",
+                 att.mode === "auto" ? "auto picked it" : requestedAtt];
+  const attNotes = notes.filter(Boolean).join(", ");
+  rows.push(["attention", attNotes ? `${backend} (${attNotes})` : backend]);
+
+  const fits = plan.fits === false ? " (does NOT fit)" : "";
+  const seen = (bytes) => (bytes > 0 ? gib(bytes) : "n/a (no CUDA)");
+  const pred = run.predicted;
+  if (pred && typeof pred === "object") {
+    // like for like: torch's allocator against the plan without VBAR weights; the device against the whole plan
+    rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}`]);
+    const what = pred.weights_outside_torch ? "activations; weights in VBAR" : "activations + resident weights";
+    rows.push(["torch peak", `predicted ${gib(pred.torch_bytes)} (${what}); measured ${seen(measured)}`]);
+    rows.push(["device", `predicted ${gib(pred.device_bytes)} (weights included); measured ${seen(measuredDevice)}`]);
+  } else {
+    rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}; ` +
+                       `measured ${seen(measured)}`]);
+  }
+
+  const blocks = plan.model?.dims?.num_blocks;
+  const streamed = Array.isArray(run.streamed_blocks) ? run.streamed_blocks.length : 0;
+  rows.push(["blocks", blocks ? `${streamed} of ${blocks} streamed` : `${streamed} streamed`]);
+  const g = plan.geometry ?? {};
+  if (g.seq_len) rows.push(["sequence", `${g.seq_len} packed rows`]);
+  return rows;
+}
+
+// What the run did beside the plan: guard clean-ups and the stage's notes (resize, audio kept ...).
+function notesOf(run) {
+  return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
+}
+
+// A segmented Sampler run: entry.plan is the segment plan, each entry.segments[i].run a run report. The rows
+// describe the largest pass (the most packed rows: the one that sets the memory), labelled; a table lists all.
+function formatSegmented(entry) {
+  const segs = entry.segments;
+  const rowsOf = (s) => s.run?.plan?.geometry?.seq_len ?? 0;
+  const largest = segs.reduce((best, s) => (rowsOf(s) > rowsOf(best) ? s : best), segs[0]);
+  const run = largest.run ?? {};
+  const device = Math.max(0, ...segs.map((s) => s.run?.measured_device_bytes ?? 0));
+  const rows = planRows(run.plan ?? {}, run, entry.measured_peak_bytes, device);
+  const label = `largest pass, #${largest.index} of ${segs.length}`;
+  for (const row of rows) if (row[0] === "sequence") row[1] += ` (${label})`;
+  const p = entry.plan ?? {};
+  const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
+  rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
+  const table = {
+    head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak"],
+    rows: segs.map((s) => [`#${s.index}`, String(s.pass_frames), String(s.context_frames), String(rowsOf(s) || "?"),
+                           s.run?.plan?.memory_mode ?? "", typeof s.seconds_per_step === "number"
+                             ? s.seconds_per_step.toFixed(2) : "", s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a"]),
+  };
+  const tail = [];
+  if (segs.length > 1) tail.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
+  const runs = segs.map((s) => s.run ?? {});
+  const warnings = [...new Set(runs.flatMap((r) => (r.plan?.warnings ?? []).map(String)))];
+  const notes = [...new Set(runs.flatMap(notesOf)), ...(entry.notes ?? []).map(String)];
+  return { rows, table, tail, warnings, notes, reasons: (run.plan?.reasons ?? []).map(String) };
+}
+
+// Setup's summary: text lines, with its segment table ("a | b | c" lines, the first one the header) as a table
+// of the columns a reader needs (the latent and audio ranges go to each row's tooltip).
+const SETUP_COLUMNS = { "seg": "pass", "pass frames": "frames", "context": "context",
+                        "new frames -> result frames": "new -> result" };
+
+export function splitSummary(lines) {
+  const text = [];
+  let head = null;
+  const rows = [];
+  const titles = [];
+  for (const line of lines) {
+    const cells = line.split(" | ").map((c) => c.trim());
+    if (cells.length < 3) { text.push(line); continue; }
+    if (!head) { head = cells; continue; }
+    const keep = head.map((h, i) => (h in SETUP_COLUMNS ? i : -1)).filter((i) => i >= 0);
+    rows.push(keep.map((i) => cells[i] ?? ""));
+    titles.push(head.map((h, i) => `${h}: ${cells[i] ?? ""}`).join("\n"));
+  }
+  if (!head) return { lines: text };
+  const table = { head: head.filter((h) => h in SETUP_COLUMNS).map((h) => SETUP_COLUMNS[h]), rows, titles };
+  return { lines: text, table };
+}
+
+/** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). */
+export function formatReport(entry) {
+  if (Array.isArray(entry?.segments) && entry.segments.length && entry.segments[0]?.run) {
+    return formatSegmented(entry);
+  }
+  const plan = entry?.plan;
+  if (!plan || typeof plan !== "object") {
+    const { lines, table } = splitSummary((entry?.summary ?? []).map(String));
+    return { rows: [], warnings: [], notes: [], reasons: [], lines, table };
+  }
+  const rows = planRows(plan, entry, entry.measured_peak_bytes);
+  const g = plan.geometry ?? {};
+  if (typeof g.seconds === "number") rows.push(["length", `${g.seconds.toFixed(1)} s in one pass`]);
+  const tip = plan.segment_suggestion;
+  if (tip && typeof tip.seconds === "number" && tip.seconds > 0) {
+    rows.push(["suggested", `segment_seconds ${tip.seconds}`]);
+  }
+  const manual = entry.manual_fields?.length ? entry.manual_fields : plan.manual_fields ?? [];
+  if (manual.length) rows.push(["manual", manual.join(", ")]);
+  return { rows, warnings: (plan.warnings ?? []).map(String), notes: notesOf(entry),
+           reasons: (plan.reasons ?? []).map(String) };
+}
