@@ -5,6 +5,8 @@ On the lent GPU machine, after tools/gpu/bootstrap.sh:
     python bench/cards.py --smoke                      # 2 blocks, 1 step, one card: proves the script runs
     python bench/cards.py --blocks 2 --steps 2         # the table: 4 cards x 4 lengths x bf16/int8 x 2 samplers
     python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --steps 1   # full depth
+    python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --extras --extras-only \
+        --models /tmp/lm50                             # issue 14's extras alone (~4-6 min, bench/_cards_extras.py)
 
 The model is a full-width random-weight H3 (`python -m longmedia.testing.full_h3`, drawn on the GPU)
 with `--blocks` DiT blocks, loaded through UNETLoader. Each card runs in its own child process that
@@ -46,8 +48,15 @@ def parse(argv=None):
     p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], choices=["longmedia", "stock"])
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 14.4 s: three seed-only "
-                   "reruns (same plan?) and attention_mode sol / scheduled_sol")
+    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 14.4 s (bench/_cards_extras.py): "
+                   "injected OOM per phase (on the --oom-blocks model, 5 s), three seed-only reruns (same boundary "
+                   "and plan?), an interrupt mid step 1 then a rerun (equal to the fresh run?), a 3-pass segmented "
+                   "job (s/step drift), attention_mode sol / scheduled_sol; each with a pass/fail check")
+    p.add_argument("--extras-only", action="store_true", help="run only the extras (no main table rows)")
+    p.add_argument("--extras-steps", type=int, default=1, help="sampler steps of the extras (the segmented job "
+                   "runs at least 2: its check compares warm steps)")
+    p.add_argument("--oom-blocks", type=int, default=2, help="DiT blocks of the model the injected-OOM rows use "
+                   "(the phase is what they check; 2 keeps them cheap)")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
     p.add_argument("--simulate", choices=["ballast", "reserve"], default="ballast",
@@ -62,6 +71,7 @@ def parse(argv=None):
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    a.extras = a.extras or a.extras_only
     if a.smoke:
         a.cards, a.seconds, a.formats, a.blocks, a.steps = [16], [5], ["int8"], 2, 1
     return a
@@ -78,7 +88,7 @@ def _gpu_and_comfyui() -> bool:
 def main(argv=None) -> int:
     a = parse(argv)
     if a.table:
-        print(table(read_rows(a.table)))
+        print(tables(read_rows(a.table)))
         return 0
     if a.child is not None:
         return child(a)
@@ -96,6 +106,11 @@ def main(argv=None) -> int:
           flush=True)
     if gen.returncode:
         return gen.returncode
+    if a.extras and a.oom_blocks != a.blocks:  # the injected-OOM rows' model
+        gen = subprocess.run([sys.executable, "-m", "longmedia.testing.full_h3", str(a.models), "--blocks",
+                              str(a.oom_blocks), "--variant", "int8"], cwd=REPO, capture_output=True, text=True,
+                             check=False)
+        print(f"OOM rows' checkpoint: {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}", flush=True)
     rows_file = a.out / "cards.jsonl"
     for card in a.cards:
         if time.time() > deadline - 30:
@@ -105,7 +120,9 @@ def main(argv=None) -> int:
                "--seconds", *map(str, a.seconds), "--formats", *a.formats, "--samplers", *a.samplers,
                "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
         if a.extras:
-            cmd.append("--extras")
+            cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--oom-blocks", str(a.oom_blocks)]
+        if a.extras_only:
+            cmd.append("--extras-only")
         cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
         try:
             ballast = _ballast(card) if a.simulate == "ballast" else None
@@ -119,7 +136,7 @@ def main(argv=None) -> int:
             if ballast is not None:
                 ballast.kill()
                 ballast.wait()
-    print(table(read_rows(rows_file)))
+    print(tables(read_rows(rows_file)))
     return 0
 
 
@@ -156,6 +173,15 @@ def read_rows(path: Path) -> list[dict]:
 
 def _g(n) -> str:
     return "-" if n is None else f"{n / GIB:.2f}"
+
+
+def tables(rows: list[dict]) -> str:
+    """The main table (rows of the card x job grid) and, when there are any, the extras table."""
+    from _cards_checks import extras_table
+
+    main = [r for r in rows if not r.get("extra")]
+    extra = [r for r in rows if r.get("extra")]
+    return table(main) + ("\n\nextras\n" + extras_table(extra) if extra else "")
 
 
 def table(rows: list[dict]) -> str:
@@ -197,7 +223,8 @@ class _Server:
 
 
 def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
-           simulate: str = "ballast"):
+           simulate: str = "ballast", memory_mode: str = "auto", **extra_inputs):
+    """One row's prompt; `extra_inputs` go to LongMediaBenchSampler's optional inputs (the extras)."""
     from longmedia.h3.lattice import frames_for_seconds
 
     w, h = JOB
@@ -223,8 +250,8 @@ def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card:
         p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
     else:
         p["sample"] = {"class_type": "LongMediaBenchSampler",
-                       "inputs": {**links, "memory_mode": "auto", "attention_mode": attention, "card_gib": card,
-                                  "simulate": simulate}}
+                       "inputs": {**links, "memory_mode": memory_mode, "attention_mode": attention, "card_gib": card,
+                                  "simulate": simulate, **extra_inputs}}
         p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
     return p
 
@@ -282,19 +309,11 @@ def child(a) -> int:
             "simulate": a.simulate, "reserve_vram_gib": reserve_gib, "cap_enforced": cap,
             "free_at_start_bytes": int(torch.cuda.mem_get_info()[0]),
             "comfy_total_mib": round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)}
-    jobs = [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
-    if a.extras and card == 16 and "int8" in a.formats:
-        jobs += [("int8", 14.4, "longmedia", "auto", seed, f"auto seed {seed}") for seed in (1, 2, 3)]
-        jobs += [("int8", 14.4, "longmedia", att, 0, att) for att in ("sol", "scheduled_sol")]
-    for fmt, seconds, sampler, attention, seed, label in jobs:
-        row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
-               "label": label, "seed": seed}
-        if time.time() > a.deadline - 20:
-            row["result"] = "not run (bench budget spent)"
-            _append(a.out, row)
-            continue
-        unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
-        mm.unload_all_models()
+    def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True) -> dict:
+        """Run prompt `p` through the PromptExecutor and measure it into `row` (models unloaded first unless
+        `unload` is False: a rerun finds what the previous prompt left loaded, as in a user's session)."""
+        if unload:
+            mm.unload_all_models()
         # as ComfyUI's prompt worker does between prompts: an OOM's traceback cycle keeps the failed
         # prompt's activations alive until the cyclic GC runs (the second GPU run lost 12.5 GiB that way)
         gc.collect()
@@ -306,15 +325,43 @@ def child(a) -> int:
         step_memory.clear()
         server.events.clear()
         t0 = time.perf_counter()
-        executor.execute(prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
-                         f"{label}-{fmt}-{seconds}", {"client_id": "bench"}, ["sink"])
+        executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
         torch.cuda.synchronize()
         row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
+        return row
+
+    def reading() -> dict:
+        """Device memory with no prompt running, after ComfyUI's prompt-worker clean-up (gc, soft_empty_cache)."""
+        gc.collect()
+        mm.soft_empty_cache()
+        torch.cuda.synchronize()
+        return {"torch_allocated": int(torch.cuda.memory_allocated()), "process": memory.process_used(),
+                "aimdo_usage": aimdo_vram_usage(), "vbar_resident": vbar_resident_bytes()}
+
+    def write(row: dict) -> None:
         _append(a.out, row)
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
-                                                   "process_peak_bytes", "torch_peak_bytes")}), flush=True)
+                                                   "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
+
+    jobs = [] if a.extras_only else [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds
+                                     for smp in a.samplers]
+    for fmt, seconds, sampler, attention, seed, label in jobs:
+        row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
+               "label": label, "seed": seed}
+        if time.time() > a.deadline - 20:
+            row["result"] = "not run (bench budget spent)"
+            _append(a.out, row)
+            continue
+        unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
+        write(run(row, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
+                  f"{label}-{fmt}-{seconds}"))
+    if a.extras and card == 16 and "int8" in a.formats:
+        import _cards_extras
+
+        _cards_extras.run_extras(_cards_extras.Bench(a=a, card=card, base=base, run=run, reading=reading,
+                                                     write=write, steps_at=steps_at, prompt=prompt))
     memory.close()
     return 0
 
@@ -330,10 +377,16 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
         name, size, resident = max(loaded, key=lambda t: t[1])
         out.update(model_class=name, model_bytes=size, resident_bytes=resident, moved_per_step_bytes=size - resident)
     if not executor.success:
+        out["steps_done"] = len(steps_at)
+        if any(ev == "execution_interrupted" for ev, _ in executor.status_messages):  # ComfyUI's Cancel
+            out.update(result="interrupted")
+            return out
         err = next((d for ev, d in executor.status_messages if ev == "execution_error"), {})
         text = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"
         oom = "out of memory" in text.lower() or "OOM" in text or "OutOfMemory" in text
         out.update(result="OOM" if oom else "error", error=text[:600])
+        if oom:  # the whole OOM report (the extras read its phase and advice)
+            out["error_full"] = text[:4000]
         return out
     out["result"] = "ok"
     started = next((t for t, ev, d in server.events if ev == "executing" and d.get("node") == "sample"), None)
@@ -358,6 +411,10 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
                    planned_streamed_bytes=mem.get("streamed_weight_bytes"),
                    plan_json=json.dumps(plan, sort_keys=True), boundaries=rep.get("boundaries"),
                    report_steps=rep.get("steps"))
+        if rep.get("segments"):  # a segmented job: one summary per pass
+            from _cards_checks import segment_summary
+
+            out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out
 
 
