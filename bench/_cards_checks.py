@@ -14,6 +14,7 @@ BYTES_TOLERANCE = 128 * MIB        # plan / boundary byte figures that differ by
 TORCH_BACK_TOLERANCE = 64 * MIB    # torch allocated after an interrupt vs. idle with the model loaded
 PROCESS_BACK_TOLERANCE = 256 * MIB  # the process's device memory (NVML) less comfy-aimdo's, same comparison
 STEP_TIME_TOLERANCE = 0.05         # segment 3's s/step within 5 % of segment 1's
+HOST_RAM_FIGURES = ("ram_available", "ram_headroom")  # the host's free RAM and what the plan derives from it
 
 # the advice (OOM report's pressure point) that fits each phase, by whether the blocks ran stock (normal mode)
 # or streamed (low_vram / ultra_low_vram): longmedia/report/oom.py pressure_point, read as the user would
@@ -69,12 +70,13 @@ def differences(a, b, tolerance: int = BYTES_TOLERANCE) -> tuple[list[str], list
     """(differences, tolerated) between two JSON values, as 'path: a -> b' lines.
 
     Tolerated: byte figures (a key ending in `_bytes`, or any integer above 1 MiB) within `tolerance`, the
-    host's available RAM (it moves between any two runs and only gates pinning, which is compared itself),
+    host's available RAM and the headroom derived from it (they move between any two runs and only gate
+    pinning, whose decision is compared itself),
     and text that differs only in its numbers (reasons quoting GiB figures). Everything else is a difference.
     """
     fa, fb = _flatten(a), _flatten(b)
     diff, tolerated = [], []
-    for path in sorted(set(fa) | set(fb)):
+    for path in sorted(set(fa) | set(fb), key=lambda p: (p.count(".") + p.count("["), p)):  # decisions first
         x, y = fa.get(path, "<absent>"), fb.get(path, "<absent>")
         if x == y:
             continue
@@ -82,7 +84,7 @@ def differences(a, b, tolerance: int = BYTES_TOLERANCE) -> tuple[list[str], list
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
         if numeric and (path.endswith("_bytes") or max(abs(x), abs(y)) > MIB) and abs(x - y) <= tolerance:
             tolerated.append(f"{path}: {_mib(y - x)}")
-        elif "ram_available" in path:
+        elif any(key in path for key in HOST_RAM_FIGURES):
             tolerated.append(line)
         elif isinstance(x, str) and isinstance(y, str) and _NUMBER.sub("#", x) == _NUMBER.sub("#", y):
             tolerated.append(f"{path}: numbers in the text")
