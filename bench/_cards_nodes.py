@@ -101,6 +101,13 @@ def card_probe(card_gib: float, simulate: str, load_device):
     return probe
 
 
+def _text_rows(guider) -> int:
+    """The longest text conditioning: attention over more keys than this is the DiT's joint attention."""
+    rows = [int(c["cross_attn"].shape[1]) for entries in (getattr(guider, "original_conds", None) or {}).values()
+            for c in entries if isinstance(c, dict) and getattr(c.get("cross_attn"), "ndim", 0) >= 2]
+    return max(rows, default=1024)
+
+
 def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
            segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0):
     """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it."""
@@ -116,7 +123,8 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
     with contextlib.ExitStack() as stack:
         if inject_oom:
-            stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model))
+            stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
+                                                         min_rows=_text_rows(guider)))
         if interrupt_after_calls > 0:
             stack.enter_context(_cards_faults.InterruptAfter(interrupt_after_calls).armed())
         if segment_seconds > 0:
