@@ -6,12 +6,13 @@ In this order (each extra writes its rows; an extra that fails writes its row wi
    normal mode and in low_vram (attention existing), on the `--oom-blocks` model at 5 s, 1 step (the phase
    is what they check): reported phase == injected, advice fitting the phase, and the next row starts with
    memory back (torch allocated, process NVML) after ComfyUI's own OOM clean-up and the prompt worker's gc;
-2. three seed-only reruns of the 14.4 s job at full depth, planned after the residency boundary as the
-   product plans (seed 1 from unloaded models, seeds 2 and 3 find the previous run's model loaded, as a
-   user's rerun does): same boundary snapshot and plan;
+2. three seed-only reruns at full depth (`--extras-seconds`, default 5 s: the plan is what they check, and
+   a 5 s step costs a fifth of a 14.4 s one), planned after the residency boundary as the product plans
+   (seed 1 from unloaded models, seeds 2 and 3 find the previous run's model loaded, as a user's rerun
+   does): same boundary snapshot and plan;
 3. an interrupt (ComfyUI's Cancel) mid step 1 of seed 1's prompt, memory read before and after (model
    loaded, no prompt running), then the same prompt again: its checksum equals seed 1's fresh run;
-4. the same 14.4 s job segmented as Setup would (segment_seconds 5, context 5 frames: 3 passes of 124
+4. the 14.4 s job segmented as Setup would (segment_seconds 5, context 5 frames: 3 passes of 124
    frames), at least 2 steps: segment 3's s/step (warm model call) within 5 % of segment 1's;
 5. attention_mode sol and scheduled_sol on the 14.4 s job: they complete.
 
@@ -58,9 +59,10 @@ class Bench:
     def unet(self, blocks: int | None = None) -> str:
         return f"full_h3_int8_{blocks or self.a.blocks}blocks.safetensors"
 
-    def job(self, seed: int, steps: int | None = None, seconds: float = JOB_SECONDS, unet: str | None = None,
+    def job(self, seed: int, steps: int | None = None, seconds: float | None = None, unet: str | None = None,
             attention: str = "auto", memory_mode: str = "auto", **inputs) -> dict:
-        return self.prompt(unet or self.unet(), seconds, steps or self.a.extras_steps, 42 + seed, "longmedia",
+        return self.prompt(unet or self.unet(), seconds or self.a.extras_seconds, steps or self.a.extras_steps,
+                           42 + seed, "longmedia",
                            self.card, attention, self.a.simulate, memory_mode, **inputs)
 
     def out_of_time(self) -> bool:
@@ -133,23 +135,23 @@ def seed_reruns(bench: Bench, state: dict) -> None:
     rows = []
     for seed in (1, 2, 3):
         row = bench.row(f"auto seed {seed}" + (" (after unloading)" if seed == 1 else " (model left loaded)"),
-                        JOB_SECONDS, seed=seed)
+                        bench.a.extras_seconds, seed=seed)
         bench.run(row, bench.job(seed, plan_after_boundary=True), f"seed-{seed}", unload=seed == 1)
         row.update(check="pass" if row.get("result") == "ok" else "fail", detail="run for the seed check")
         bench.write(row)
         rows.append(row)
     state["fresh"] = rows[0]
-    bench.write({**bench.row("seed reruns", JOB_SECONDS), "result": "-", **checks.check_seed_reruns(rows)})
+    bench.write({**bench.row("seed reruns", bench.a.extras_seconds), "result": "-", **checks.check_seed_reruns(rows)})
 
 
 def interrupt_rerun(bench: Bench, state: dict) -> None:
     idle = bench.reading()  # the model of the previous prompt still loaded, no prompt running
-    interrupted = bench.row(f"interrupt at check {INTERRUPT_AFTER_CALLS}, then rerun", JOB_SECONDS, seed=1)
+    interrupted = bench.row(f"interrupt at check {INTERRUPT_AFTER_CALLS}, then rerun", bench.a.extras_seconds, seed=1)
     bench.run(interrupted, bench.job(1, plan_after_boundary=True, interrupt_after_calls=INTERRUPT_AFTER_CALLS),
               "interrupted", unload=False)
     interrupted["interrupt_call"] = INTERRUPT_AFTER_CALLS
     after = bench.reading()
-    rerun = bench.row("rerun after the interrupt", JOB_SECONDS, seed=1)
+    rerun = bench.row("rerun after the interrupt", bench.a.extras_seconds, seed=1)
     bench.run(rerun, bench.job(1, plan_after_boundary=True), "rerun", unload=False)
     fresh = state.get("fresh")
     result = checks.check_interrupt(interrupted, idle, after, rerun, fresh)
@@ -163,7 +165,7 @@ def segmented(bench: Bench) -> None:
     steps = max(2, bench.a.extras_steps)
     row = bench.row(f"segmented: {JOB_SECONDS:g} s as {SEGMENT_SECONDS:g} s segments, {CONTEXT_FRAMES} context "
                     "frames", JOB_SECONDS, steps=steps)
-    bench.run(row, bench.job(0, steps=steps, plan_after_boundary=True, job_seconds=JOB_SECONDS,
+    bench.run(row, bench.job(0, steps=steps, seconds=JOB_SECONDS, plan_after_boundary=True, job_seconds=JOB_SECONDS,
                              segment_seconds=SEGMENT_SECONDS, context_frames=CONTEXT_FRAMES), "segmented",
               unload=False)
     bench.write({**row, **checks.check_segmented(row), "label": row["label"]})
@@ -171,7 +173,7 @@ def segmented(bench: Bench) -> None:
 
 def attention_row(bench: Bench, attention: str) -> None:
     row = bench.row(attention, JOB_SECONDS)
-    bench.run(row, bench.job(0, attention=attention), attention)
+    bench.run(row, bench.job(0, seconds=JOB_SECONDS, attention=attention), attention)
     ok = row.get("result") == "ok"
     bench.write({**row, "check": "pass" if ok else "fail",
                  "detail": f"completes: {row.get('attention_backend')}" if ok else row.get("error", "")[:300]})

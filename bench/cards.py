@@ -55,6 +55,8 @@ def parse(argv=None):
     p.add_argument("--extras-only", action="store_true", help="run only the extras (no main table rows)")
     p.add_argument("--extras-steps", type=int, default=1, help="sampler steps of the extras (the segmented job "
                    "runs at least 2: its check compares warm steps)")
+    p.add_argument("--extras-seconds", type=float, default=5.0, help="job length of the seed-only reruns and the "
+                   "interrupt (the segmented job and sol / scheduled_sol run the 14.4 s job)")
     p.add_argument("--oom-blocks", type=int, default=2, help="DiT blocks of the model the injected-OOM rows use "
                    "(the phase is what they check; 2 keeps them cheap)")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
@@ -120,7 +122,8 @@ def main(argv=None) -> int:
                "--seconds", *map(str, a.seconds), "--formats", *a.formats, "--samplers", *a.samplers,
                "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
         if a.extras:
-            cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--oom-blocks", str(a.oom_blocks)]
+            cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--extras-seconds", str(a.extras_seconds),
+                    "--oom-blocks", str(a.oom_blocks)]
         if a.extras_only:
             cmd.append("--extras-only")
         cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
