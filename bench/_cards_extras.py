@@ -93,18 +93,20 @@ def run_extras(bench: Bench) -> None:
 
 
 def _back(start: dict, now: dict) -> bool:
-    """Memory at `now` back to `start` (two prompt-free readings): torch allocated and the process's NVML bytes."""
+    """Memory at `now` back to `start` (two prompt-free readings): torch allocated, and the process's NVML bytes
+    less comfy-aimdo's own (its VBAR pages and cast buffers, which it keeps and hands out again; both raw
+    readings stay in the row)."""
     torch_ok = now["torch_allocated"] - start["torch_allocated"] <= checks.TORCH_BACK_TOLERANCE
     if start.get("process") is None or now.get("process") is None:
         return torch_ok
-    return torch_ok and now["process"] - start["process"] <= checks.PROCESS_BACK_TOLERANCE
+    grown = (now["process"] - (now.get("aimdo_usage") or 0)) - (start["process"] - (start.get("aimdo_usage") or 0))
+    return torch_ok and grown <= checks.PROCESS_BACK_TOLERANCE
 
 
 def oom_rows(bench: Bench) -> None:
     blocks = bench.a.oom_blocks
     unet = bench.unet(blocks)
     pending: list[tuple[dict, str, bool]] = []
-    first = None
     for mode in OOM_MODES:
         for phase in PHASES:
             label = f"OOM {phase} ({mode}, {blocks} blocks, {OOM_SECONDS:g} s)"
@@ -114,20 +116,19 @@ def oom_rows(bench: Bench) -> None:
                 continue
             start = bench.reading()  # models unloaded by the previous OOM (ComfyUI's handler) and the run below
             row["memory_at_start"] = start
-            first = first or start
             if pending:  # the previous OOM row is judged by where this row starts
-                _write_oom(bench, *pending.pop(), memory_back=_back(first, start), start=start)
+                _write_oom(bench, *pending.pop(), now=start)
             bench.run(row, bench.job(0, steps=1, seconds=OOM_SECONDS, unet=unet, attention="existing",
                                      memory_mode=mode, inject_oom=phase), f"oom-{mode}-{phase}")
             pending.append((row, phase, mode != "normal"))
     if pending:
-        now = bench.reading()
-        _write_oom(bench, *pending.pop(), memory_back=_back(first, now), start=now)
+        _write_oom(bench, *pending.pop(), now=bench.reading())
 
 
-def _write_oom(bench: Bench, row: dict, phase: str, streamed: bool, *, memory_back: bool, start: dict) -> None:
-    row["memory_at_next_start"] = start
-    row.update(checks.check_oom(row, phase, streamed, memory_back), label=row["label"])
+def _write_oom(bench: Bench, row: dict, phase: str, streamed: bool, *, now: dict) -> None:
+    """Judge an OOM row once the next row's start (`now`) is known: memory back to this row's own start."""
+    row["memory_at_next_start"] = now
+    row.update(checks.check_oom(row, phase, streamed, _back(row["memory_at_start"], now)), label=row["label"])
     bench.write(row)
 
 

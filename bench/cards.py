@@ -5,8 +5,8 @@ On the lent GPU machine, after tools/gpu/bootstrap.sh:
     python bench/cards.py --smoke                      # 2 blocks, 1 step, one card: proves the script runs
     python bench/cards.py --blocks 2 --steps 2         # the table: 4 cards x 4 lengths x bf16/int8 x 2 samplers
     python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --steps 1   # full depth
-    python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --extras --extras-only \
-        --models /tmp/lm50                             # issue 14's extras alone (~4-6 min, bench/_cards_extras.py)
+    python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --extras-only \
+        --models /tmp/lm50                             # issue 14's extras alone (~4-5 min, bench/_cards_extras.py)
 
 The model is a full-width random-weight H3 (`python -m longmedia.testing.full_h3`, drawn on the GPU)
 with `--blocks` DiT blocks, loaded through UNETLoader. Each card runs in its own child process that
@@ -21,6 +21,13 @@ auto, the card's DeviceProfile; see bench/_cards_nodes.py). Models are unloaded 
 Process peak = this process's device memory from NVML, sampled every 4 ms (comfy-aimdo's VBAR pages and
 cast buffers included); torch peak = torch.cuda.max_memory_allocated. Rows go to OUT/cards.jsonl as
 they finish; the table is printed at the end (and by `--table OUT/cards.jsonl`).
+
+`--extras` (`--extras-only`: nothing else) adds issue 14's checks on the 16 GiB card, INT8, each a row
+with `"extra": true`, a `label`, `check` (pass / fail) and `detail`, printed as a second table "extras":
+injected OOM per phase (normal and low_vram, on the `--oom-blocks` model at 5 s), three seed-only
+reruns (same boundary snapshot and plan), an interrupt mid step 1 then a rerun (memory back, checksum
+equal to the fresh run), the 14.4 s job segmented into 3 passes (segment 3's s/step within 5 % of
+segment 1's), attention_mode sol / scheduled_sol; see bench/_cards_extras.py and bench/_cards_checks.py.
 """
 
 from __future__ import annotations
@@ -35,9 +42,10 @@ import sys
 import time
 from pathlib import Path
 
+from _cards_prompt import JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
+
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1024 ** 3
-JOB = (1344, 768)
 
 
 def parse(argv=None):
@@ -48,7 +56,7 @@ def parse(argv=None):
     p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], choices=["longmedia", "stock"])
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 14.4 s (bench/_cards_extras.py): "
+    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
                    "injected OOM per phase (on the --oom-blocks model, 5 s), three seed-only reruns (same boundary "
                    "and plan?), an interrupt mid step 1 then a rerun (equal to the fresh run?), a 3-pass segmented "
                    "job (s/step drift), attention_mode sol / scheduled_sol; each with a pass/fail check")
@@ -210,54 +218,6 @@ def table(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- child (one card)
-
-class _Server:
-    """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
-
-    def __init__(self):
-        self.client_id = None
-        self.last_node_id = None
-        self.last_prompt_id = None
-        self.sockets_metadata = {}
-        self.events: list[tuple[float, str, dict]] = []
-
-    def send_sync(self, event, data, sid=None):
-        self.events.append((time.perf_counter(), event, data if isinstance(data, dict) else {}))
-
-
-def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
-           simulate: str = "ballast", memory_mode: str = "auto", **extra_inputs):
-    """One row's prompt; `extra_inputs` go to LongMediaBenchSampler's optional inputs (the extras)."""
-    from longmedia.h3.lattice import frames_for_seconds
-
-    w, h = JOB
-    p = {
-        "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
-        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["unet", 0], "shift_video": 12.0,
-                                                                   "shift_audio": 3.0}},
-        "pos": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 128, "seed": 1}},
-        "neg": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 16, "seed": 2}},
-        "guider": {"class_type": "CFGGuider", "inputs": {"model": ["shift", 0], "positive": ["pos", 0],
-                                                         "negative": ["neg", 0], "cfg": 1.0}},
-        "sampler": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
-        "sigmas": {"class_type": "BasicScheduler", "inputs": {"model": ["shift", 0], "scheduler": "simple",
-                                                              "steps": steps, "denoise": 1.0}},
-        "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
-        "latent": {"class_type": "EmptyMiniMaxH3LatentAV",
-                   "inputs": {"width": w, "height": h, "length": frames_for_seconds(seconds)}},
-    }
-    links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
-             "latent_image": ["latent", 0]}
-    if sampler == "stock":
-        p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
-        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
-    else:
-        p["sample"] = {"class_type": "LongMediaBenchSampler",
-                       "inputs": {**links, "memory_mode": memory_mode, "attention_mode": attention, "card_gib": card,
-                                  "simulate": simulate, **extra_inputs}}
-        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
-    return p
-
 
 def child(a) -> int:
     sys.path.insert(0, str(REPO / "tools" / "gpu"))

@@ -57,6 +57,7 @@ def bench_env(comfy_inprocess, tiny_checkpoints, tmp_path_factory):
 def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     import _cards_extras
     import _cards_nodes
+    import _cards_prompt
     import cards
     import comfy.model_management as mm
     import torch
@@ -65,7 +66,7 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     from longmedia.h3.profiles import DeviceProfile
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
-    monkeypatch.setattr(cards, "JOB", (128, 96))
+    monkeypatch.setattr(_cards_prompt, "JOB", (128, 96))
     monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)  # the bench conditioning at the tiny width
     monkeypatch.setattr(_cards_nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
     monkeypatch.setattr(_cards_extras, "INTERRUPT_AFTER_CALLS", 5)
