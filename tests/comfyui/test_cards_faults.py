@@ -71,11 +71,9 @@ def test_the_interrupt_cancels_mid_step_1_and_the_rerun_equals_a_fresh_run(env):
     import comfy.model_management as mm
 
     fresh = sample(env).output["samples"].unbind()[0].clone()
-    steps: list[int] = []
     with pytest.raises(mm.InterruptProcessingException):
         sample(env, interrupt_after_calls=5)
     assert not mm.processing_interrupted()  # the flag was consumed; nothing cancels the next prompt
-    del steps
     rerun = sample(env).output["samples"].unbind()[0]
     assert torch.equal(rerun, fresh)
 
