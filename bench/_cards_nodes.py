@@ -7,6 +7,12 @@
   neither `--reserve-vram` nor `set_per_process_memory_fraction` shrinks, so the node hands the planner
   what a real card of `card_gib` would report (the card, less what this process already holds).
 - LongMediaBenchSink: the output node; returns the latent's statistics and the report to the history.
+
+The sampler's optional inputs serve `--extras` (bench/_cards_extras.py): `plan_after_boundary` hands
+run_sampler a probe read after the residency boundary, with comfy-aimdo's reclaimable weight pages
+counted free (what the product does without a fixed profile); `segment_seconds` > 0 runs the job as
+Setup would segment it (`plan_segments(total_seconds=job_seconds, ...)` -> `run_segmented`);
+`inject_oom` / `interrupt_after_calls` inject a fault for the duration of the call (bench/_cards_faults.py).
 """
 
 from __future__ import annotations
@@ -62,17 +68,70 @@ class LongMediaBenchSampler:
                              "memory_mode": ("STRING", {"default": "auto"}),
                              "attention_mode": ("STRING", {"default": "auto"}),
                              "card_gib": ("FLOAT", {"default": 16.0}),
-                             "simulate": ("STRING", {"default": "ballast"})}}
+                             "simulate": ("STRING", {"default": "ballast"})},
+                "optional": {"plan_after_boundary": ("BOOLEAN", {"default": False}),
+                             "job_seconds": ("FLOAT", {"default": 0.0}),
+                             "segment_seconds": ("FLOAT", {"default": 0.0}),
+                             "context_frames": ("INT", {"default": 5}),
+                             "inject_oom": ("STRING", {"default": ""}),
+                             "interrupt_after_calls": ("INT", {"default": 0})}}
 
     def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
-               simulate="ballast"):
-        from longmedia.comfy.sampler import run_sampler
-        from longmedia.planning.types import PlanRequest
-
-        request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
-        result = run_sampler(noise, guider, sampler, sigmas, latent_image, request,
-                             device_profile=card_profile(card_gib, simulate))
+               simulate="ballast", plan_after_boundary=False, job_seconds=0.0, segment_seconds=0.0, context_frames=5,
+               inject_oom="", interrupt_after_calls=0):
+        if plan_after_boundary:
+            profile = card_probe(card_gib, simulate, guider.model_patcher.load_device)
+        else:
+            profile = card_profile(card_gib, simulate)
+        result = sample(noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, profile,
+                        job_seconds=job_seconds, segment_seconds=segment_seconds, context_frames=context_frames,
+                        inject_oom=inject_oom, interrupt_after_calls=interrupt_after_calls)
         return (result.output, result.report.to_json())
+
+
+def card_probe(card_gib: float, simulate: str, load_device):
+    """The card's profile read when called (after the residency boundary), with the weight pages comfy-aimdo could
+    give back counted free, as the Sampler's own `_device_profile` does."""
+    def probe():
+        from longmedia.comfy.memory_facts import vbar_reclaimable_bytes
+
+        card = card_profile(card_gib, simulate)
+        reclaimable = vbar_reclaimable_bytes(load_device) or 0
+        return dataclasses.replace(card, vram_free_bytes=min(card.vram_total_bytes, card.vram_free_bytes + reclaimable))
+    return probe
+
+
+def _text_rows(guider) -> int:
+    """The longest text conditioning: attention over more keys than this is the DiT's joint attention."""
+    rows = [int(c["cross_attn"].shape[1]) for entries in (getattr(guider, "original_conds", None) or {}).values()
+            for c in entries if isinstance(c, dict) and getattr(c.get("cross_attn"), "ndim", 0) >= 2]
+    return max(rows, default=1024)
+
+
+def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
+           segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0):
+    """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it."""
+    import contextlib
+
+    import _cards_faults
+
+    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.segmented import run_segmented
+    from longmedia.planning.types import PlanRequest
+    from longmedia.segments.timeline import plan_segments
+
+    request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
+    with contextlib.ExitStack() as stack:
+        if inject_oom:
+            stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
+                                                         min_rows=_text_rows(guider)))
+        if interrupt_after_calls > 0:
+            stack.enter_context(_cards_faults.InterruptAfter(interrupt_after_calls).armed())
+        if segment_seconds > 0:
+            plan = plan_segments(total_seconds=job_seconds, segment_seconds=segment_seconds,
+                                 context_frames=context_frames)
+            return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile)
+        return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile)
 
 
 class LongMediaBenchSink:

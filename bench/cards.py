@@ -5,6 +5,8 @@ On the lent GPU machine, after tools/gpu/bootstrap.sh:
     python bench/cards.py --smoke                      # 2 blocks, 1 step, one card: proves the script runs
     python bench/cards.py --blocks 2 --steps 2         # the table: 4 cards x 4 lengths x bf16/int8 x 2 samplers
     python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --steps 1   # full depth
+    python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --extras-only \
+        --models /tmp/lm50                             # issue 14's extras alone (~4-5 min, bench/_cards_extras.py)
 
 The model is a full-width random-weight H3 (`python -m longmedia.testing.full_h3`, drawn on the GPU)
 with `--blocks` DiT blocks, loaded through UNETLoader. Each card runs in its own child process that
@@ -19,6 +21,13 @@ auto, the card's DeviceProfile; see bench/_cards_nodes.py). Models are unloaded 
 Process peak = this process's device memory from NVML, sampled every 4 ms (comfy-aimdo's VBAR pages and
 cast buffers included); torch peak = torch.cuda.max_memory_allocated. Rows go to OUT/cards.jsonl as
 they finish; the table is printed at the end (and by `--table OUT/cards.jsonl`).
+
+`--extras` (`--extras-only`: nothing else) adds issue 14's checks on the 16 GiB card, INT8, each a row
+with `"extra": true`, a `label`, `check` (pass / fail) and `detail`, printed as a second table "extras":
+injected OOM per phase (normal and low_vram, on the `--oom-blocks` model at 5 s), three seed-only
+reruns (same boundary snapshot and plan), an interrupt mid step 1 then a rerun (memory back, checksum
+equal to the fresh run), the 14.4 s job segmented into 3 passes (segment 3's s/step within 5 % of
+segment 1's), attention_mode sol / scheduled_sol; see bench/_cards_extras.py and bench/_cards_checks.py.
 """
 
 from __future__ import annotations
@@ -33,9 +42,10 @@ import sys
 import time
 from pathlib import Path
 
+from _cards_prompt import JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
+
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1024 ** 3
-JOB = (1344, 768)
 
 
 def parse(argv=None):
@@ -46,8 +56,17 @@ def parse(argv=None):
     p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], choices=["longmedia", "stock"])
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 14.4 s: three seed-only "
-                   "reruns (same plan?) and attention_mode sol / scheduled_sol")
+    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
+                   "injected OOM per phase (on the --oom-blocks model, 5 s), three seed-only reruns (same boundary "
+                   "and plan?), an interrupt mid step 1 then a rerun (equal to the fresh run?), a 3-pass segmented "
+                   "job (s/step drift), attention_mode sol / scheduled_sol; each with a pass/fail check")
+    p.add_argument("--extras-only", action="store_true", help="run only the extras (no main table rows)")
+    p.add_argument("--extras-steps", type=int, default=1, help="sampler steps of the extras (the segmented job "
+                   "runs at least 2: its check compares warm steps)")
+    p.add_argument("--extras-seconds", type=float, default=5.0, help="job length of the seed-only reruns and the "
+                   "interrupt (the segmented job and sol / scheduled_sol run the 14.4 s job)")
+    p.add_argument("--oom-blocks", type=int, default=2, help="DiT blocks of the model the injected-OOM rows use "
+                   "(the phase is what they check; 2 keeps them cheap)")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
     p.add_argument("--simulate", choices=["ballast", "reserve"], default="ballast",
@@ -62,6 +81,7 @@ def parse(argv=None):
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    a.extras = a.extras or a.extras_only
     if a.smoke:
         a.cards, a.seconds, a.formats, a.blocks, a.steps = [16], [5], ["int8"], 2, 1
     return a
@@ -78,7 +98,7 @@ def _gpu_and_comfyui() -> bool:
 def main(argv=None) -> int:
     a = parse(argv)
     if a.table:
-        print(table(read_rows(a.table)))
+        print(tables(read_rows(a.table)))
         return 0
     if a.child is not None:
         return child(a)
@@ -96,6 +116,11 @@ def main(argv=None) -> int:
           flush=True)
     if gen.returncode:
         return gen.returncode
+    if a.extras and a.oom_blocks != a.blocks:  # the injected-OOM rows' model
+        gen = subprocess.run([sys.executable, "-m", "longmedia.testing.full_h3", str(a.models), "--blocks",
+                              str(a.oom_blocks), "--variant", "int8"], cwd=REPO, capture_output=True, text=True,
+                             check=False)
+        print(f"OOM rows' checkpoint: {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}", flush=True)
     rows_file = a.out / "cards.jsonl"
     for card in a.cards:
         if time.time() > deadline - 30:
@@ -105,7 +130,10 @@ def main(argv=None) -> int:
                "--seconds", *map(str, a.seconds), "--formats", *a.formats, "--samplers", *a.samplers,
                "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
         if a.extras:
-            cmd.append("--extras")
+            cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--extras-seconds", str(a.extras_seconds),
+                    "--oom-blocks", str(a.oom_blocks)]
+        if a.extras_only:
+            cmd.append("--extras-only")
         cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
         try:
             ballast = _ballast(card) if a.simulate == "ballast" else None
@@ -119,7 +147,7 @@ def main(argv=None) -> int:
             if ballast is not None:
                 ballast.kill()
                 ballast.wait()
-    print(table(read_rows(rows_file)))
+    print(tables(read_rows(rows_file)))
     return 0
 
 
@@ -158,6 +186,15 @@ def _g(n) -> str:
     return "-" if n is None else f"{n / GIB:.2f}"
 
 
+def tables(rows: list[dict]) -> str:
+    """The main table (rows of the card x job grid) and, when there are any, the extras table."""
+    from _cards_checks import extras_table
+
+    main = [r for r in rows if not r.get("extra")]
+    extra = [r for r in rows if r.get("extra")]
+    return table(main) + ("\n\nextras\n" + extras_table(extra) if extra else "")
+
+
 def table(rows: list[dict]) -> str:
     head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
             "torch peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
@@ -181,53 +218,6 @@ def table(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- child (one card)
-
-class _Server:
-    """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
-
-    def __init__(self):
-        self.client_id = None
-        self.last_node_id = None
-        self.last_prompt_id = None
-        self.sockets_metadata = {}
-        self.events: list[tuple[float, str, dict]] = []
-
-    def send_sync(self, event, data, sid=None):
-        self.events.append((time.perf_counter(), event, data if isinstance(data, dict) else {}))
-
-
-def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
-           simulate: str = "ballast"):
-    from longmedia.h3.lattice import frames_for_seconds
-
-    w, h = JOB
-    p = {
-        "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
-        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["unet", 0], "shift_video": 12.0,
-                                                                   "shift_audio": 3.0}},
-        "pos": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 128, "seed": 1}},
-        "neg": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 16, "seed": 2}},
-        "guider": {"class_type": "CFGGuider", "inputs": {"model": ["shift", 0], "positive": ["pos", 0],
-                                                         "negative": ["neg", 0], "cfg": 1.0}},
-        "sampler": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
-        "sigmas": {"class_type": "BasicScheduler", "inputs": {"model": ["shift", 0], "scheduler": "simple",
-                                                              "steps": steps, "denoise": 1.0}},
-        "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
-        "latent": {"class_type": "EmptyMiniMaxH3LatentAV",
-                   "inputs": {"width": w, "height": h, "length": frames_for_seconds(seconds)}},
-    }
-    links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
-             "latent_image": ["latent", 0]}
-    if sampler == "stock":
-        p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
-        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
-    else:
-        p["sample"] = {"class_type": "LongMediaBenchSampler",
-                       "inputs": {**links, "memory_mode": "auto", "attention_mode": attention, "card_gib": card,
-                                  "simulate": simulate}}
-        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
-    return p
-
 
 def child(a) -> int:
     sys.path.insert(0, str(REPO / "tools" / "gpu"))
@@ -282,19 +272,11 @@ def child(a) -> int:
             "simulate": a.simulate, "reserve_vram_gib": reserve_gib, "cap_enforced": cap,
             "free_at_start_bytes": int(torch.cuda.mem_get_info()[0]),
             "comfy_total_mib": round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)}
-    jobs = [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
-    if a.extras and card == 16 and "int8" in a.formats:
-        jobs += [("int8", 14.4, "longmedia", "auto", seed, f"auto seed {seed}") for seed in (1, 2, 3)]
-        jobs += [("int8", 14.4, "longmedia", att, 0, att) for att in ("sol", "scheduled_sol")]
-    for fmt, seconds, sampler, attention, seed, label in jobs:
-        row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
-               "label": label, "seed": seed}
-        if time.time() > a.deadline - 20:
-            row["result"] = "not run (bench budget spent)"
-            _append(a.out, row)
-            continue
-        unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
-        mm.unload_all_models()
+    def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True) -> dict:
+        """Run prompt `p` through the PromptExecutor and measure it into `row` (models unloaded first unless
+        `unload` is False: a rerun finds what the previous prompt left loaded, as in a user's session)."""
+        if unload:
+            mm.unload_all_models()
         # as ComfyUI's prompt worker does between prompts: an OOM's traceback cycle keeps the failed
         # prompt's activations alive until the cyclic GC runs (the second GPU run lost 12.5 GiB that way)
         gc.collect()
@@ -306,15 +288,43 @@ def child(a) -> int:
         step_memory.clear()
         server.events.clear()
         t0 = time.perf_counter()
-        executor.execute(prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
-                         f"{label}-{fmt}-{seconds}", {"client_id": "bench"}, ["sink"])
+        executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
         torch.cuda.synchronize()
         row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
+        return row
+
+    def reading() -> dict:
+        """Device memory with no prompt running, after ComfyUI's prompt-worker clean-up (gc, soft_empty_cache)."""
+        gc.collect()
+        mm.soft_empty_cache()
+        torch.cuda.synchronize()
+        return {"torch_allocated": int(torch.cuda.memory_allocated()), "process": memory.process_used(),
+                "aimdo_usage": aimdo_vram_usage(), "vbar_resident": vbar_resident_bytes()}
+
+    def write(row: dict) -> None:
         _append(a.out, row)
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
-                                                   "process_peak_bytes", "torch_peak_bytes")}), flush=True)
+                                                   "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
+
+    jobs = [] if a.extras_only else [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds
+                                     for smp in a.samplers]
+    for fmt, seconds, sampler, attention, seed, label in jobs:
+        row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
+               "label": label, "seed": seed}
+        if time.time() > a.deadline - 20:
+            row["result"] = "not run (bench budget spent)"
+            _append(a.out, row)
+            continue
+        unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
+        write(run(row, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
+                  f"{label}-{fmt}-{seconds}"))
+    if a.extras and card == 16 and "int8" in a.formats:
+        import _cards_extras
+
+        _cards_extras.run_extras(_cards_extras.Bench(a=a, card=card, base=base, run=run, reading=reading,
+                                                     write=write, steps_at=steps_at, prompt=prompt))
     memory.close()
     return 0
 
@@ -330,10 +340,16 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
         name, size, resident = max(loaded, key=lambda t: t[1])
         out.update(model_class=name, model_bytes=size, resident_bytes=resident, moved_per_step_bytes=size - resident)
     if not executor.success:
+        out["steps_done"] = len(steps_at)
+        if any(ev == "execution_interrupted" for ev, _ in executor.status_messages):  # ComfyUI's Cancel
+            out.update(result="interrupted")
+            return out
         err = next((d for ev, d in executor.status_messages if ev == "execution_error"), {})
         text = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"
         oom = "out of memory" in text.lower() or "OOM" in text or "OutOfMemory" in text
         out.update(result="OOM" if oom else "error", error=text[:600])
+        if oom:  # the whole OOM report (the extras read its phase and advice)
+            out["error_full"] = text[:4000]
         return out
     out["result"] = "ok"
     started = next((t for t, ev, d in server.events if ev == "executing" and d.get("node") == "sample"), None)
@@ -361,6 +377,10 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
                    planned_streamed_bytes=mem.get("streamed_weight_bytes"),
                    plan_json=json.dumps(plan, sort_keys=True), boundaries=rep.get("boundaries"),
                    report_steps=rep.get("steps"))
+        if rep.get("segments"):  # a segmented job: one summary per pass
+            from _cards_checks import segment_summary
+
+            out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out
 
 

@@ -1,0 +1,55 @@
+"""bench/cards.py's prompt: one row as a ComfyUI API prompt, and the PromptServer stand-in the executor reports to."""
+
+from __future__ import annotations
+
+import time
+
+JOB = (1344, 768)
+
+
+class _Server:
+    """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
+
+    def __init__(self):
+        self.client_id = None
+        self.last_node_id = None
+        self.last_prompt_id = None
+        self.sockets_metadata = {}
+        self.events: list[tuple[float, str, dict]] = []
+
+    def send_sync(self, event, data, sid=None):
+        self.events.append((time.perf_counter(), event, data if isinstance(data, dict) else {}))
+
+
+def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
+           simulate: str = "ballast", memory_mode: str = "auto", **extra_inputs):
+    """One row's prompt; `extra_inputs` go to LongMediaBenchSampler's optional inputs (the extras)."""
+    from longmedia.h3.lattice import frames_for_seconds
+
+    w, h = JOB
+    p = {
+        "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
+        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["unet", 0], "shift_video": 12.0,
+                                                                   "shift_audio": 3.0}},
+        "pos": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 128, "seed": 1}},
+        "neg": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 16, "seed": 2}},
+        "guider": {"class_type": "CFGGuider", "inputs": {"model": ["shift", 0], "positive": ["pos", 0],
+                                                         "negative": ["neg", 0], "cfg": 1.0}},
+        "sampler": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "sigmas": {"class_type": "BasicScheduler", "inputs": {"model": ["shift", 0], "scheduler": "simple",
+                                                              "steps": steps, "denoise": 1.0}},
+        "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
+        "latent": {"class_type": "EmptyMiniMaxH3LatentAV",
+                   "inputs": {"width": w, "height": h, "length": frames_for_seconds(seconds)}},
+    }
+    links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
+             "latent_image": ["latent", 0]}
+    if sampler == "stock":
+        p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
+        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
+    else:
+        p["sample"] = {"class_type": "LongMediaBenchSampler",
+                       "inputs": {**links, "memory_mode": memory_mode, "attention_mode": attention, "card_gib": card,
+                                  "simulate": simulate, **extra_inputs}}
+        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
+    return p

@@ -1,0 +1,120 @@
+"""A CPU dry run of bench/cards.py --extras: every extra through ComfyUI's real PromptExecutor on the tiny
+checkpoint (a 128x96 canvas, tiny conditioning), with cards.py's own prompt builder, `_measure` and checks.
+
+Only the device readings are stand-ins (no CUDA here): torch's CUDA counters read 0 and the prompt-free
+memory readings are constant, so this proves the sequencing, the prompts, the result parsing and the
+checks, not the GPU's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent / "tools" / "gpu"))
+
+
+class _NoCuda:
+    """torch as `_measure` uses it, without CUDA."""
+
+    class cuda:  # noqa: N801  (mirrors torch.cuda)
+        @staticmethod
+        def max_memory_allocated(*a):
+            return 0
+
+
+class _Memory:
+    def peak(self):
+        return {"process_bytes": 0, "device_used_bytes": 0, "process_source": "dry run"}
+
+
+@pytest.fixture(scope="module")
+def bench_env(comfy_inprocess, tiny_checkpoints, tmp_path_factory):
+    import comfy_process
+
+    comfy_process.load_builtin_nodes()
+    import _cards_nodes
+    import comfy.utils
+    import execution
+    import folder_paths
+
+    _cards_nodes.register()
+    models = tmp_path_factory.mktemp("cards_models")
+    for blocks in (2, 50):  # the tiny checkpoint under the names cards.py asks for
+        shutil.copy(tiny_checkpoints["int8"], models / f"full_h3_int8_{blocks}blocks.safetensors")
+    folder_paths.add_model_folder_path("diffusion_models", str(models))
+    return {"execution": execution, "utils": comfy.utils}
+
+
+def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
+    import _cards_extras
+    import _cards_nodes
+    import _cards_prompt
+    import cards
+    import comfy.model_management as mm
+    import torch
+
+    import longmedia.h3.dims
+    from longmedia.h3.profiles import DeviceProfile
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    monkeypatch.setattr(_cards_prompt, "JOB", (128, 96))
+    monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)  # the bench conditioning at the tiny width
+    monkeypatch.setattr(_cards_nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
+    monkeypatch.setattr(_cards_extras, "INTERRUPT_AFTER_CALLS", 5)
+    execution, utils = bench_env["execution"], bench_env["utils"]
+    server = cards._Server()
+    steps_at: list[float] = []
+
+    def hook(value, total, preview, prompt_id=None, node_id=None):
+        steps_at.append(time.perf_counter())
+        mm.throw_exception_if_processing_interrupted()
+
+    utils.set_progress_bar_global_hook(hook)
+    executor = execution.PromptExecutor(server, cache_type=execution.CacheType.CLASSIC,
+                                        cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+
+    def run(row, p, prompt_id, *, unload=True):  # the child's run(), less its CUDA calls and its unloading:
+        # on the CPU, ComfyUI's reload of an unloaded INT8 model inside the executor's inference_mode fails
+        # in its own partially_load ("Cannot set version_counter for inference tensor"); the GPU's dynamic
+        # patcher reloads (the table's rows do it between every row)
+        del unload
+        steps_at.clear()
+        server.events.clear()
+        t0 = time.perf_counter()
+        executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
+        row.update(cards._measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0))
+        return row
+
+    rows: list[dict] = []
+    a = types.SimpleNamespace(blocks=50, extras_steps=1, extras_seconds=5.0, oom_blocks=2, simulate="ballast",
+                              deadline=time.time() + 3600)
+    bench = _cards_extras.Bench(a=a, card=16.0, base={"card_gib": 16.0}, run=run,
+                                reading=lambda: {"torch_allocated": 0, "process": None, "aimdo_usage": None},
+                                write=rows.append, steps_at=steps_at, prompt=cards.prompt)
+    with torch.inference_mode(False):  # the executor enters inference_mode itself, as in the prompt worker
+        _cards_extras.run_extras(bench)
+    utils.set_progress_bar_global_hook(None)
+    by_label = {r["label"]: r for r in rows}
+    assert all(r.get("extra") and r.get("check") in ("pass", "fail") for r in rows)
+    ooms = [r for r in rows if r.get("injected_phase")]
+    assert len(ooms) == 12 and all(r["check"] == "pass" for r in ooms), [(r["label"], r["detail"]) for r in ooms]
+    seeds = by_label["check: seed-only reruns, same boundary snapshot and plan"]
+    assert seeds["check"] == "pass" and seeds["detail"].startswith("same plan and boundary"), seeds["detail"]
+    interrupt = next(r for r in rows if r["label"].startswith("interrupt"))
+    assert interrupt["result"] == "interrupted" and interrupt["check"] == "pass", interrupt["detail"]
+    segmented = next(r for r in rows if r["label"].startswith("segmented"))
+    assert [p["pass_frames"] for p in segmented["segments"]] == [124, 124, 124]
+    assert "ratio 3:1" in segmented["detail"]
+    assert all(by_label[a]["check"] == "pass" for a in ("sol", "scheduled_sol")), [by_label[a] for a in ("sol",)]
+    table = cards.tables(rows)
+    assert "\nextras\n| extra |" in table and "| check: seed-only reruns, same boundary snapshot and plan |" in table
+    json.dumps(rows, default=str)  # every row serialises as cards.jsonl writes it

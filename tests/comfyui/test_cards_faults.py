@@ -1,0 +1,108 @@
+"""bench/cards.py's extras on the CPU: the bench sampler's injected OOM per phase, its interrupt and its
+segmented path, on the tiny checkpoint in-process (what the GPU run does through the PromptExecutor)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from longmedia.comfy import tiny_conditioning as tc
+from longmedia.report.oom import LongMediaOOM
+from longmedia.testing.tiny_h3 import TINY_DIMS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import _cards_checks as checks  # noqa: E402
+import _cards_faults  # noqa: E402
+import _cards_nodes  # noqa: E402
+
+WIDTH, HEIGHT = 128, 96
+
+
+@pytest.fixture(scope="module")
+def env(comfy_inprocess, tiny_checkpoints):
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n,
+            "model": comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))}
+
+
+def job(env, frames=39, seed=3, steps=2):
+    samplers, ncs, h3n = env["samplers"], env["ncs"], env["h3n"]
+    patcher = env["model"]
+    guider = samplers.CFGGuider(patcher)
+    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
+    guider.set_cfg(3.0)
+    sigmas = samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
+    latent = h3n.EmptyMiniMaxH3LatentAV.execute(WIDTH, HEIGHT, frames).result[0]
+    return ncs.Noise_RandomNoise(seed), guider, samplers.sampler_object("euler"), sigmas, latent
+
+
+def sample(env, mode="normal", frames=39, **faults):
+    with torch.inference_mode():
+        return _cards_nodes.sample(*job(env, frames), mode, "existing", None, **faults)
+
+
+def comfy_message(error: BaseException) -> str:
+    """cards.py's error text for a node exception: ComfyUI's exception_type and exception_message (with its tip)."""
+    return f"{type(error).__module__}.{type(error).__qualname__}: {error}\nThis error means you ran out of memory"
+
+
+@pytest.mark.parametrize("mode", ["normal", "low_vram"])
+@pytest.mark.parametrize("phase", _cards_faults.PHASES)
+def test_each_injected_oom_is_reported_in_its_phase_with_its_advice(env, mode, phase):
+    with pytest.raises(LongMediaOOM) as info:
+        sample(env, mode, inject_oom=phase)
+    row = {"result": "OOM", "error_full": comfy_message(info.value)}
+    out = checks.check_oom(row, phase, mode != "normal", memory_back=True)
+    assert out["check"] == "pass", out["detail"]
+    result = sample(env, mode)  # the injection is gone: the same job completes
+    assert torch.isfinite(result.output["samples"].unbind()[0]).all()
+
+
+def test_the_interrupt_cancels_mid_step_1_and_the_rerun_equals_a_fresh_run(env):
+    import comfy.model_management as mm
+
+    fresh = sample(env).output["samples"].unbind()[0].clone()
+    with pytest.raises(mm.InterruptProcessingException):
+        sample(env, interrupt_after_calls=5)
+    assert not mm.processing_interrupted()  # the flag was consumed; nothing cancels the next prompt
+    rerun = sample(env).output["samples"].unbind()[0]
+    assert torch.equal(rerun, fresh)
+
+
+def test_interrupt_counts_only_the_checks_under_it():
+    import comfy.model_management as mm
+
+    trigger = _cards_faults.InterruptAfter(3)
+    with trigger.armed():
+        mm.throw_exception_if_processing_interrupted()
+        mm.throw_exception_if_processing_interrupted()
+        with pytest.raises(mm.InterruptProcessingException):
+            mm.throw_exception_if_processing_interrupted()
+    assert trigger.fired and trigger.seen == 3
+    mm.throw_exception_if_processing_interrupted()  # restored: no flag, no wrapper
+
+
+def test_the_segmented_path_runs_three_passes_and_its_check_reads_them(env):
+    # 56 frames as 22-frame segments with 5 context frames: passes of 22, 22 and 22 frames (Setup's plan)
+    result = sample(env, frames=56, job_seconds=56 / 24, segment_seconds=22 / 24, context_frames=5)
+    report = json.loads(result.report.to_json())
+    passes = checks.segment_summary(report)
+    assert [p["pass_frames"] for p in passes] == [22, 22, 22]
+    assert [p["context_frames"] for p in passes] == [0, 5, 5]
+    assert all(p["seconds_per_step"] > 0 and len(p["call_seconds"]) >= 2 for p in passes)
+    out = checks.check_segmented({"result": "ok", "segments": passes})
+    assert out["check"] in ("pass", "fail") and "ratio 3:1" in out["detail"]
+
+
+def test_an_unknown_phase_is_refused(env):
+    with pytest.raises(ValueError, match="phase must be one of"):
+        _cards_faults.inject_oom("vae", env["model"].model.diffusion_model)
