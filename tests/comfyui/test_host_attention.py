@@ -1,5 +1,5 @@
 """Reading which attention ComfyUI runs (longmedia/comfy/host_attention.py) on the real host, and auto's
-decision over it (the decision table on fakes: tests/core/test_host_attention.py)."""
+decision over it (the decision table on fakes: tests/core/test_host_attention_decision.py)."""
 
 from __future__ import annotations
 
