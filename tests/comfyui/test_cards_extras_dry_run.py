@@ -69,7 +69,8 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     monkeypatch.setattr(_cards_prompt, "JOB", (128, 96))
     monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)  # the bench conditioning at the tiny width
     monkeypatch.setattr(_cards_nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
-    monkeypatch.setattr(_cards_extras, "INTERRUPT_AFTER_CALLS", 5)
+    # the first rung is never reached (as 60 was not on the H200's 2-block prompt): the ladder's next one fires
+    monkeypatch.setattr(_cards_extras, "INTERRUPT_LADDER", (10 ** 6, 5))
     execution, utils = bench_env["execution"], bench_env["utils"]
     server = cards._Server()
     steps_at: list[float] = []
@@ -111,6 +112,7 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     assert seeds["check"] == "pass" and seeds["detail"].startswith("same plan and boundary"), seeds["detail"]
     interrupt = next(r for r in rows if r["label"].startswith("interrupt"))
     assert interrupt["result"] == "interrupted" and interrupt["check"] == "pass", interrupt["detail"]
+    assert interrupt["interrupt_call"] == 5 and interrupt["label"].startswith("interrupt at check 5")
     segmented = next(r for r in rows if r["label"].startswith("segmented"))
     assert [p["pass_frames"] for p in segmented["segments"]] == [124, 124, 124]
     assert "ratio 3:1" in segmented["detail"]
