@@ -268,6 +268,11 @@ def check_segmented(row: dict) -> dict:
               f"{whole}; "
               f"rows {' / '.join(str(p.get('seq_len')) for p in passes)}; "
               f"modes {' / '.join(str(p.get('memory_mode')) for p in passes)}")
+    rows = [p.get("seq_len") for p in passes]
+    if rows[0] and rows[2] and rows[0] != rows[2]:  # the context guide's rows: the ratio per packed row, for reading
+        detail += f"; per row 3:1 {ratio * rows[0] / rows[2]:.3f}"
+    if warm[1]:
+        detail += f"; 3:2 {third / warm[1]:.3f}"
     if ratio < 1 - STEP_TIME_TOLERANCE:
         detail += "; segment 3 is faster: segment 1 carried a warm-up"
     return _row(label, abs(ratio - 1) <= STEP_TIME_TOLERANCE, detail, step_time_ratio=ratio)
