@@ -75,10 +75,13 @@ class _Pass:
         self.fixed = self.held + self.workspace + self.min_weights
         self.dynamic_vram = device.dynamic_vram
 
-    def need(self, torch_bytes: int, stock_path: bool = False) -> int:
-        """Device bytes a stage of `torch_bytes` (must-have weights included) needs, outside torch's count too."""
-        return torch_bytes + pm.outside_torch_bytes(torch_bytes - self.min_weights, self.model, self.dynamic_vram,
-                                                    stock_path)
+    def outside(self, torch_bytes: int, stock_path: bool = False) -> int:
+        """What a stage of `torch_bytes` (must-have weights included) costs beside torch's allocated count."""
+        return pm.outside_torch_bytes(torch_bytes - self.min_weights, self.model, self.dynamic_vram, stock_path)
+
+    def need(self, torch_bytes: int) -> int:
+        """Device bytes a streamed stage of `torch_bytes` needs, outside torch's count too."""
+        return torch_bytes + self.outside(torch_bytes)
 
     def manual(self, chunks: ChunkSizes) -> ChunkSizes:
         r = self.request
@@ -101,7 +104,7 @@ class _Pass:
                               final_bytes=self.final if chunks.is_stock else self.final_chunked,
                               min_weight_bytes=self.min_weights, resident_weight_bytes=self.min_weights,
                               model_weight_bytes=self.model.weight_bytes)
-        mem = replace(mem, outside_torch_bytes=self.need(mem.torch_need_bytes, chunks.is_stock) - mem.torch_need_bytes)
+        mem = replace(mem, outside_torch_bytes=self.outside(mem.torch_need_bytes, chunks.is_stock))
         spare = self.usable - mem.activation_need_bytes
         extra = max(0, min(spare, self.model.weight_bytes - self.min_weights))
         return Candidate(mode, chunks, replace(mem, resident_weight_bytes=self.min_weights + extra), self.usable)
