@@ -13,7 +13,8 @@ In this order (each extra writes its rows; an extra that fails writes its row wi
 3. an interrupt (ComfyUI's Cancel) mid step 1 of seed 1's prompt, memory read before and after (model
    loaded, no prompt running), then the same prompt again: its checksum equals seed 1's fresh run;
 4. the 14.4 s job segmented as Setup would (segment_seconds 5, context 5 frames: 3 passes of 124
-   frames), at least 2 steps: segment 3's s/step (warm model call) within 5 % of segment 1's;
+   frames), at least 2 steps: segment 3's s/step (warm model call) within 5 % of segment 1's, rows like for
+   like (the context guide's extra rows priced by the block-time fit; passes 2 and 3 must also agree);
 5. attention_mode sol and scheduled_sol on the 14.4 s job: they complete.
 
 The checks are pure functions in bench/_cards_checks.py (unit tests: tests/core/test_cards_checks.py); the
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import _cards_checks as checks
+from _cards_checks import EXTRAS
 from _cards_faults import PHASES
 
 from longmedia.h3.lattice import frames_for_seconds
@@ -84,13 +86,23 @@ def _guarded(bench: Bench, label: str, fn: Callable[[], None]) -> None:
 
 
 def run_extras(bench: Bench) -> None:
+    """The extras named in `--extras-which` (all by default), in EXTRAS' order; the interrupt's rerun is compared
+    with seed 1's fresh run, so naming `interrupt` runs `seeds` too."""
     state: dict = {}
-    _guarded(bench, "injected OOM", lambda: oom_rows(bench))
-    _guarded(bench, "seed-only reruns", lambda: seed_reruns(bench, state))
-    _guarded(bench, "interrupt and rerun", lambda: interrupt_rerun(bench, state))
-    _guarded(bench, "segmented 3 passes", lambda: segmented(bench))
+    which = set(getattr(bench.a, "extras_which", None) or EXTRAS)
+    if "interrupt" in which:
+        which.add("seeds")
+    if "oom" in which:
+        _guarded(bench, "injected OOM", lambda: oom_rows(bench))
+    if "seeds" in which:
+        _guarded(bench, "seed-only reruns", lambda: seed_reruns(bench, state))
+    if "interrupt" in which:
+        _guarded(bench, "interrupt and rerun", lambda: interrupt_rerun(bench, state))
+    if "segmented" in which:
+        _guarded(bench, "segmented 3 passes", lambda: segmented(bench))
     for attention in ("sol", "scheduled_sol"):
-        _guarded(bench, attention, lambda attention=attention: attention_row(bench, attention))
+        if attention in which:
+            _guarded(bench, attention, lambda attention=attention: attention_row(bench, attention))
 
 
 def _back(start: dict, now: dict) -> bool:

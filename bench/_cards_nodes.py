@@ -12,7 +12,8 @@ The sampler's optional inputs serve `--extras` (bench/_cards_extras.py): `plan_a
 run_sampler a probe read after the residency boundary, with comfy-aimdo's reclaimable weight pages
 counted free (what the product does without a fixed profile); `segment_seconds` > 0 runs the job as
 Setup would segment it (`plan_segments(total_seconds=job_seconds, ...)` -> `run_segmented`);
-`inject_oom` / `interrupt_after_calls` inject a fault for the duration of the call (bench/_cards_faults.py).
+`inject_oom` / `interrupt_after_calls` inject a fault for the duration of the call (bench/_cards_faults.py);
+`prefetch_off` turns ComfyUI's block prefetch off in every model call (cards.py's `longmedia_prefetch_off` rows).
 """
 
 from __future__ import annotations
@@ -74,18 +75,20 @@ class LongMediaBenchSampler:
                              "segment_seconds": ("FLOAT", {"default": 0.0}),
                              "context_frames": ("INT", {"default": 5}),
                              "inject_oom": ("STRING", {"default": ""}),
-                             "interrupt_after_calls": ("INT", {"default": 0})}}
+                             "interrupt_after_calls": ("INT", {"default": 0}),
+                             "prefetch_off": ("BOOLEAN", {"default": False})}}
 
     def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
                simulate="ballast", plan_after_boundary=False, job_seconds=0.0, segment_seconds=0.0, context_frames=5,
-               inject_oom="", interrupt_after_calls=0):
+               inject_oom="", interrupt_after_calls=0, prefetch_off=False):
         if plan_after_boundary:
             profile = card_probe(card_gib, simulate, guider.model_patcher.load_device)
         else:
             profile = card_profile(card_gib, simulate)
         result = sample(noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, profile,
                         job_seconds=job_seconds, segment_seconds=segment_seconds, context_frames=context_frames,
-                        inject_oom=inject_oom, interrupt_after_calls=interrupt_after_calls)
+                        inject_oom=inject_oom, interrupt_after_calls=interrupt_after_calls,
+                        prefetch_off=prefetch_off)
         return (result.output, result.report.to_json())
 
 
@@ -109,8 +112,10 @@ def _text_rows(guider) -> int:
 
 
 def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
-           segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0):
-    """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it."""
+           segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0, prefetch_off=False):
+    """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it;
+    `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
+    the setting to ComfyUI when no weight streams (the control of that change)."""
     import contextlib
 
     import _cards_faults
@@ -121,6 +126,8 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     from longmedia.segments.timeline import plan_segments
 
     request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
+    if prefetch_off:
+        guider = _prefetch_forced_off(guider)
     with contextlib.ExitStack() as stack:
         if inject_oom:
             stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
@@ -132,6 +139,25 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
                                  context_frames=context_frames)
             return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile)
         return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile)
+
+
+def _prefetch_forced_off(guider):
+    """A copy of `guider` whose model calls run with `prefetch_dynamic_vbars` False (an outer DIFFUSION_MODEL
+    wrapper: LongMedia's own wrapper, inside it, leaves the value when its plan keeps prefetch)."""
+    import copy
+
+    import comfy.model_patcher
+    import comfy.patcher_extension as ext
+
+    def off(executor, x, timestep, context, transformer_options, *args, **kwargs):
+        transformer_options["prefetch_dynamic_vbars"] = False
+        return executor(x, timestep, context, transformer_options, *args, **kwargs)
+
+    g = copy.copy(guider)
+    g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
+    ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, "longmedia_bench_prefetch_off", off, g.model_options,
+                             is_model_options=True)
+    return g
 
 
 class LongMediaBenchSink:

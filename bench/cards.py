@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+from _cards_checks import EXTRAS
 from _cards_prompt import JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +54,10 @@ def parse(argv=None):
     p.add_argument("--cards", type=float, nargs="*", default=[8, 12, 16, 24], help="simulated card sizes, GiB")
     p.add_argument("--seconds", type=float, nargs="*", default=[5, 10, 14.4, 20])
     p.add_argument("--formats", nargs="*", default=["int8", "bf16"], choices=["int8", "bf16"])
-    p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], choices=["longmedia", "stock"])
+    p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"],
+                   choices=["longmedia", "stock", "longmedia_prefetch_off"],
+                   help="longmedia_prefetch_off: LongMedia with ComfyUI's block prefetch forced off in every model "
+                        "call, as LongMedia's plan did when every weight stays resident (the control of that change)")
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -65,6 +69,9 @@ def parse(argv=None):
                    "runs at least 2: its check compares warm steps)")
     p.add_argument("--extras-seconds", type=float, default=5.0, help="job length of the seed-only reruns and the "
                    "interrupt (the segmented job and sol / scheduled_sol run the 14.4 s job)")
+    p.add_argument("--extras-which", nargs="*", default=None, choices=EXTRAS,
+                   help="run only these extras (default: all); interrupt runs seeds too (its rerun is compared with "
+                        "seed 1's fresh run). A long full-depth list can be split over two device calls")
     p.add_argument("--oom-blocks", type=int, default=2, help="DiT blocks of the model the injected-OOM rows use "
                    "(the phase is what they check; 2 keeps them cheap)")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
@@ -132,6 +139,8 @@ def main(argv=None) -> int:
         if a.extras:
             cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--extras-seconds", str(a.extras_seconds),
                     "--oom-blocks", str(a.oom_blocks)]
+            if a.extras_which:
+                cmd += ["--extras-which", *a.extras_which]
         if a.extras_only:
             cmd.append("--extras-only")
         cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
@@ -197,7 +206,7 @@ def tables(rows: list[dict]) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
-            "torch peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
+            "torch peak GiB | torch reserved peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
             "(measured / planned) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -212,7 +221,8 @@ def table(rows: list[dict]) -> str:
         first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}"
         lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
                      f"{r['format']} | {r['blocks']} | {r['label']} | {r['result']} | {sps} | {first} | "
-                     f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | {mode} | {block} | "
+                     f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | "
+                     f"{_g(r.get('torch_reserved_peak_bytes'))} | {mode} | {block} | "
                      f"{_g(r.get('moved_per_step_bytes'))} / {_g(r.get('planned_streamed_bytes'))} |")
     return "\n".join(lines)
 
@@ -318,7 +328,8 @@ def child(a) -> int:
             _append(a.out, row)
             continue
         unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
-        write(run(row, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate),
+        extra = {"prefetch_off": True} if sampler == "longmedia_prefetch_off" else {}
+        write(run(row, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate, **extra),
                   f"{label}-{fmt}-{seconds}"))
     if a.extras and card == 16 and "int8" in a.formats:
         import _cards_extras

@@ -228,10 +228,9 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     # it fits beside that mode's activations, so it never makes the plan more constrained.
     p = _Pass(model, device, geometry, request, reserve, False)
     cand, reasons = _choose(p, request.memory_mode)
-    pref, pref_reason = prefetch_decision(model, device, geometry)
-    if pref and cand.memory.resident_weight_bytes >= model.weight_bytes:
-        pref, pref_reason = False, "block prefetch off: every weight stays resident, nothing streams"
-    if pref:
+    all_resident = cand.memory.resident_weight_bytes >= model.weight_bytes
+    pref, pref_reason = prefetch_decision(model, device, all_resident)
+    if pref and not all_resident:
         p2 = _Pass(model, device, geometry, request, reserve, True)
         cand2 = p2.candidate(cand.mode, cand.chunks)
         if cand2.fits or not cand.fits:

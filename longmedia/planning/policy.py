@@ -28,13 +28,18 @@ def is_16gb_int8(model: ModelProfile, device: DeviceProfile) -> bool:
     return model.is_int8 and device.vram_total_bytes <= INT8_16GB_CARD_MAX
 
 
-def prefetch_decision(model: ModelProfile, device: DeviceProfile, g: Geometry) -> tuple[bool, str]:
+def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: bool) -> tuple[bool, str]:
+    """Whether ComfyUI's dynamic-VRAM block prefetch runs. Off is something LongMedia does (it sets
+    `prefetch_dynamic_vbars` False inside the model call); on is ComfyUI's own setting, left as it is."""
+    if not device.dynamic_vram:
+        return False, "block prefetch off: it needs dynamic VRAM"
+    if all_resident:  # nothing streams: ComfyUI's own path, as stock runs it
+        return True, ("block prefetch left as ComfyUI runs it: every weight stays resident, so it fetches nothing; "
+                      "turning it off changed how torch's pool grows (bench/cards.py, docs/PERFORMANCE.md)")
     if is_16gb_int8(model, device):
         return False, (f"block prefetch off: INT8 weights on a {gib(device.vram_total_bytes)} card "
                        f"(<= {INT8_16GB_CARD_MAX / GIB:g} GiB): a speculative second block "
                        f"({gib(model.block_weight_bytes)}) would compete with live activations")
-    if not device.dynamic_vram:
-        return False, "block prefetch off: it needs dynamic VRAM"
     return True, (f"block prefetch on: the next block ({gib(model.block_weight_bytes)}) is fetched while "
                   "the current one runs")
 

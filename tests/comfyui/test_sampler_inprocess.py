@@ -186,7 +186,10 @@ def test_rejected_pinning_is_refused_on_the_clone_only(env):
     assert patcher.pin_weight_to_device.__func__ is type(patcher).pin_weight_to_device  # the user's patcher untouched
 
 
-def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_call(env, monkeypatch):
+@pytest.mark.parametrize("dynamic_vram", [False, True], ids=["plan_off", "left_to_comfyui"])
+def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, monkeypatch, dynamic_vram):
+    """A plan without prefetch sets `prefetch_dynamic_vbars` False inside the model call (the only place it is
+    honoured); a plan whose weights all stay resident leaves ComfyUI's own value, as stock runs."""
     import comfy.model_prefetch
     import comfy.patcher_extension as ext
 
@@ -210,10 +213,13 @@ def test_plan_without_prefetch_turns_dynamic_vbar_prefetch_off_inside_the_model_
     try:
         result = env["core"].run_sampler(noise, guider, sampler, sigmas, latent,
                                          PlanRequest(memory_mode="low_vram", sol_qkv_chunk_tokens=64),
-                                         device_profile=DeviceProfile.card(vram_gb=16, ram_gb=64))
+                                         device_profile=DeviceProfile.card(vram_gb=16, ram_gb=64,
+                                                                           dynamic_vram=dynamic_vram))
     finally:
         guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL].pop("test_outer")
-    assert not result.plan.prefetch and seen and not any(seen)
+    assert result.plan.prefetch is dynamic_vram and seen and all(v is dynamic_vram for v in seen)
+    reason = next(r for r in result.plan.reasons if "prefetch" in r)
+    assert ("left as ComfyUI runs it" in reason) if dynamic_vram else ("needs dynamic VRAM" in reason)
 
 
 def _spy_sol_calls(monkeypatch):

@@ -144,11 +144,29 @@ def _segmented_report(calls: list[list[float]]) -> dict:
 
 @pytest.mark.parametrize("third,ok", [(10.4, True), (9.6, True), (10.6, False), (9.4, False)])
 def test_segmented_check_compares_warm_steps_of_segment_3_and_1(third, ok):
-    rep = _segmented_report([[30.0, 10.0], [12.0, 10.2], [12.0, third]])  # first steps carry the warm-up
+    rep = _segmented_report([[30.0, 10.0], [12.0, 10.0], [12.0, third]])  # first steps carry the warm-up
     out = checks.check_segmented({"result": "ok", "segments": checks.segment_summary(rep)})
     assert (out["check"] == "pass") is ok, out["detail"]
     assert out["step_time_ratio"] == pytest.approx(third / 10.0)
     assert "40000 / 40010 / 40020" in out["detail"]
+
+
+def _passes(rows: list[int], warm: list[float]) -> list[dict]:
+    return [{"seq_len": r, "call_seconds": [5 * w, w], "seconds_per_step": w, "memory_mode": "normal"}
+            for r, w in zip(rows, warm)]
+
+
+@pytest.mark.parametrize("warm,ok,needle", [
+    ([0.25, 0.267, 0.267], True, "drift 3:1 0.98"),            # the H200's 2-block run: +5.4 % rows, 1.068x time
+    ([0.25, 0.267, 0.290], False, "drift 3:2 1.086 is past 5 %"),  # pass 3 slower than pass 2 on the same rows
+    ([0.25, 0.300, 0.300], False, "drift 3:1 1.10"),            # slower than the context guide's rows explain
+])
+def test_segmented_check_takes_the_context_guide_s_rows_into_account(warm, ok, needle):
+    expected = checks.expected_ratio(37838, 39868)
+    assert 1.0 < expected < 1.1 and checks.expected_ratio(40000, 40000) == 1.0
+    out = checks.check_segmented({"result": "ok", "segments": _passes([37838, 39872, 39868], warm)})
+    assert (out["check"] == "pass") is ok and needle in out["detail"], out["detail"]
+    assert out["expected_ratio"] == pytest.approx(expected)
 
 
 def test_segmented_check_fails_without_three_passes():

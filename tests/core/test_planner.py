@@ -127,8 +127,21 @@ def test_bigger_cards_prefetch_and_pin_less():
     small = _plan(24, "bf16")
     assert small.prefetch and any("prefetch on" in r for r in small.reasons)
     huge = _plan(80, "int8")
-    assert not huge.prefetch and huge.pinning.mode == "none"
+    assert huge.pinning.mode == "none"
     assert huge.memory.resident_weight_bytes == MODELS["int8"].weight_bytes
+    # nothing streams: ComfyUI's prefetch is left on as stock runs it (LongMedia only ever turns it off)
+    assert huge.prefetch and any("prefetch left as ComfyUI runs it" in r for r in huge.reasons)
+
+
+def test_prefetch_is_only_turned_off_where_weights_stream_or_dynamic_vram_is_off():
+    from longmedia.planning.policy import prefetch_decision
+
+    int8, card16 = MODELS["int8"], DeviceProfile.card(vram_gb=16, ram_gb=64)
+    assert prefetch_decision(int8, card16, all_resident=True)[0]          # the 16 GB INT8 rule needs streaming
+    on, why = prefetch_decision(int8, card16, all_resident=False)
+    assert not on and "INT8 weights on a 16" in why
+    static = replace(card16, dynamic_vram=False)
+    assert not prefetch_decision(int8, static, all_resident=True)[0]
 
 
 def test_pinning_rejected_when_it_would_eat_the_ram_headroom():
