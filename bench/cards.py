@@ -150,8 +150,15 @@ def main(argv=None) -> int:
             print(f"card {card:g}: {error}", flush=True)
             continue
         try:
-            proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30))
-            print(f"card {card:g}: child exit {proc.returncode}", flush=True)
+            for _ in range(len(grid(a)) + 1):  # a child that dies mid-row is restarted past that row
+                proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30))
+                print(f"card {card:g}: child exit {proc.returncode}", flush=True)
+                missing = [c for c in grid(a) if c not in _done_cells(read_rows(rows_file), card)]
+                if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
+                    break
+                _append(a.out, _lost_row(card, a, *missing[0], proc.returncode))
+                print(f"card {card:g}: the child died during {missing[0]}; restarting it for the "
+                      f"{len(missing) - 1} cells left", flush=True)
         finally:
             if ballast is not None:
                 ballast.kill()
@@ -183,6 +190,25 @@ def _ballast(card: float) -> subprocess.Popen:
         raise RuntimeError(f"ballast for {card} GiB did not start: {line}")
     print(f"card {card:g}: ballast holds {int(line[1]) / GIB:.2f} GiB, {int(line[2]) / GIB:.2f} GiB left free", flush=True)
     return proc
+
+
+def grid(a) -> list[tuple[str, float, str]]:
+    """The main table's cells of one card, in run order: (format, seconds, sampler)."""
+    return [(f, s, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
+
+
+def _done_cells(rows: list[dict], card: float) -> set[tuple[str, float, str]]:
+    return {(r["format"], r["seconds"], r["sampler"]) for r in rows
+            if r.get("card_gib") == card and not r.get("extra") and "sampler" in r}
+
+
+def _lost_row(card: float, a, fmt: str, seconds: float, sampler: str, exit_code: int) -> dict:
+    """The row of a cell whose child process died before writing it (the cell is not run again)."""
+    from longmedia.h3.lattice import frames_for_seconds
+
+    return {"card_gib": card, "blocks": a.blocks, "steps": a.steps, "width": JOB[0], "height": JOB[1],
+            "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
+            "label": sampler, "seed": 0, "result": f"error: the card's child process died (exit {exit_code})"}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -318,8 +344,8 @@ def child(a) -> int:
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
                                                    "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
 
-    jobs = [] if a.extras_only else [(f, s, smp, "auto", 0, smp) for f in a.formats for s in a.seconds
-                                     for smp in a.samplers]
+    done = _done_cells(read_rows(a.out / "cards.jsonl"), card)  # a restarted child skips the cells it has rows for
+    jobs = [] if a.extras_only else [(f, s, smp, "auto", 0, smp) for f, s, smp in grid(a) if (f, s, smp) not in done]
     for fmt, seconds, sampler, attention, seed, label in jobs:
         row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
                "label": label, "seed": seed}

@@ -1,0 +1,77 @@
+"""bench/cards.py's runner: --extras-which picks the extras (interrupt brings seeds; no name runs them all), and a
+card's child that dies mid-row is restarted past that row."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import _cards_extras  # noqa: E402
+import cards  # noqa: E402
+
+
+@pytest.mark.parametrize("which,ran", [
+    (None, ["oom", "seeds", "interrupt", "segmented", "sol", "scheduled_sol"]),
+    (["interrupt"], ["seeds", "interrupt"]),
+    (["scheduled_sol", "oom"], ["oom", "scheduled_sol"]),
+])
+def test_extras_which_picks_the_extras_in_run_order(monkeypatch, which, ran):
+    seen: list[str] = []
+    monkeypatch.setattr(_cards_extras, "oom_rows", lambda bench: seen.append("oom"))
+    monkeypatch.setattr(_cards_extras, "seed_reruns", lambda bench, state: seen.append("seeds"))
+    monkeypatch.setattr(_cards_extras, "interrupt_rerun", lambda bench, state: seen.append("interrupt"))
+    monkeypatch.setattr(_cards_extras, "segmented", lambda bench: seen.append("segmented"))
+    monkeypatch.setattr(_cards_extras, "attention_row", lambda bench, attention: seen.append(attention))
+    a = types.SimpleNamespace(extras_which=which, deadline=float("inf"))
+    _cards_extras.run_extras(types.SimpleNamespace(a=a, out_of_time=lambda: False))
+    assert seen == ran
+
+
+def test_extras_which_is_a_checked_cli_choice_passed_to_the_card():
+    assert cards.parse(["--extras-only", "--extras-which", "sol", "scheduled_sol"]).extras_which == [
+        "sol", "scheduled_sol"]
+    with pytest.raises(SystemExit):
+        cards.parse(["--extras-which", "everything"])
+
+
+def test_a_child_that_dies_mid_row_is_restarted_past_that_row(monkeypatch, tmp_path):
+    """The 12 GiB card's child died after one cell on the H200 and its later cells were never run: the parent
+    now writes the lost cell's row and starts the child again for the cells left."""
+    import json
+    import subprocess
+
+    crash_at = ("bf16", 10.0, "stock")
+    children = []
+
+    def fake_run(cmd, **kw):
+        if "--child" not in cmd:  # the checkpoint generator
+            return subprocess.CompletedProcess(cmd, 0, "ok", "")
+        args = cards.parse(cmd[2:])
+        done = cards._done_cells(cards.read_rows(args.out / "cards.jsonl"), args.child)
+        children.append(len(done))
+        for cell in cards.grid(args):
+            if cell in done:
+                continue
+            if cell == crash_at and len(children) == 1:
+                return subprocess.CompletedProcess(cmd, -11)   # died inside this cell, before its row
+            fmt, seconds, sampler = cell
+            with open(args.out / "cards.jsonl", "a") as f:
+                f.write(json.dumps({"card_gib": args.child, "format": fmt, "seconds": seconds, "sampler": sampler,
+                                    "label": sampler, "result": "ok", "width": 1344, "height": 768, "blocks": 2})
+                        + "\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
+    monkeypatch.setattr(cards.subprocess, "run", fake_run)
+    assert cards.main(["--cards", "12", "--formats", "bf16", "--seconds", "10", "14.4", "--simulate", "reserve",
+                       "--out", str(tmp_path), "--models", str(tmp_path / "m")]) == 0
+    rows = cards.read_rows(tmp_path / "cards.jsonl")
+    assert children == [0, 2]  # the second child found the first cell done and the lost one recorded
+    assert [(r["seconds"], r["sampler"], r["result"][:5]) for r in rows] == [
+        (10.0, "longmedia", "ok"), (10.0, "stock", "error"), (14.4, "longmedia", "ok"), (14.4, "stock", "ok")]
+    assert "child process died (exit -11)" in rows[1]["result"]
