@@ -37,6 +37,7 @@ import gc
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -190,6 +191,17 @@ def _ballast(card: float) -> subprocess.Popen:
         raise RuntimeError(f"ballast for {card} GiB did not start: {line}")
     print(f"card {card:g}: ballast holds {int(line[1]) / GIB:.2f} GiB, {int(line[2]) / GIB:.2f} GiB left free", flush=True)
     return proc
+
+
+_ADVICE = re.compile(r"set Setup's segment_seconds to ([0-9.]+)")
+
+
+def advised_segment_seconds(row: dict) -> float | None:
+    """The segment length a LongMedia refusal (LongMediaInputError before any GPU work) tells the user to set."""
+    if row.get("sampler") != "longmedia" or "LongMediaInputError" not in (row.get("error") or ""):
+        return None
+    found = _ADVICE.search(row["error"])
+    return float(found.group(1)) if found else None
 
 
 def grid(a) -> list[tuple[str, float, str]]:
@@ -357,6 +369,13 @@ def child(a) -> int:
         extra = {"prefetch_off": True} if sampler == "longmedia_prefetch_off" else {}
         write(run(row, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate, **extra),
                   f"{label}-{fmt}-{seconds}"))
+        advised = advised_segment_seconds(row)
+        if advised and time.time() < a.deadline - 20:  # the refusal's own fix, as a user would apply it in Setup
+            seg = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds),
+                   "sampler": "longmedia_advised", "label": f"longmedia, as advised: segment_seconds {advised:g}",
+                   "seed": seed, "segment_seconds": advised}
+            write(run(seg, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate,
+                                  job_seconds=seconds, segment_seconds=advised), f"advised-{fmt}-{seconds}"))
     if a.extras and card == 16 and "int8" in a.formats:
         import _cards_extras
 

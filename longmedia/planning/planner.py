@@ -233,7 +233,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     if pref and not all_resident:
         p2 = _Pass(model, device, geometry, request, reserve, True)
         cand2 = p2.candidate(cand.mode, cand.chunks)
-        if cand2.fits or not cand.fits:
+        if cand2.fits:
             p, cand = p2, cand2
         else:
             pref, pref_reason = False, (f"block prefetch off: a second block ({gib(model.block_weight_bytes)}) "

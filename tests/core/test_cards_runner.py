@@ -75,3 +75,13 @@ def test_a_child_that_dies_mid_row_is_restarted_past_that_row(monkeypatch, tmp_p
     assert [(r["seconds"], r["sampler"], r["result"][:5]) for r in rows] == [
         (10.0, "longmedia", "ok"), (10.0, "stock", "error"), (14.4, "longmedia", "ok"), (14.4, "stock", "ok")]
     assert "child process died (exit -11)" in rows[1]["result"]
+
+
+def test_a_refusal_s_advice_is_read_back_as_the_segment_length_to_run():
+    refusal = ("longmedia.errors.LongMediaInputError: latent='1344x768, 481 frames, 144868 packed rows' is not "
+               "allowed: expected a pass that fits in some memory mode: even ultra_low_vram needs 6.95 GiB of 6.53 "
+               "GiB usable of the 7.19 GiB budget of 8 GiB card (ballast on NVIDIA H200). Lower width/height or set "
+               "Setup's segment_seconds to 5.88; or pick memory_mode=ultra_low_vram to run it anyway.")
+    assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "error", "error": refusal}) == 5.88
+    assert cards.advised_segment_seconds({"sampler": "stock", "result": "error", "error": refusal}) is None
+    assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "OOM", "error": "CUDA out of memory"}) is None
