@@ -20,7 +20,8 @@ SamplerCustomAdvanced (stock) or LongMediaBenchSampler (LongMedia's `run_sampler
 auto, the card's DeviceProfile; see bench/_cards_nodes.py). Models are unloaded between rows.
 Process peak = this process's device memory from NVML, sampled every 4 ms (comfy-aimdo's VBAR pages and
 cast buffers included); torch peak = torch.cuda.max_memory_allocated. Rows go to OUT/cards.jsonl as
-they finish; the table is printed at the end (and by `--table OUT/cards.jsonl`).
+they finish; the table is printed at the end (and by `--table OUT/cards.jsonl`; `--compare OUT/cards.jsonl ...`
+prints the card x job grid with LongMedia and stock side by side, bench/_cards_tables.py).
 
 `--extras` (`--extras-only`: nothing else) adds issue 14's checks on the 16 GiB card, INT8, each a row
 with `"extra": true`, a `label`, `check` (pass / fail) and `detail`, printed as a second table "extras":
@@ -45,6 +46,7 @@ from pathlib import Path
 
 from _cards_checks import EXTRAS
 from _cards_prompt import JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
+from _cards_tables import compare, read_rows, tables
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1024 ** 3
@@ -84,6 +86,8 @@ def parse(argv=None):
     p.add_argument("--models", type=Path, default=Path("/tmp/longmedia_models"))
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting rows after this many seconds")
     p.add_argument("--table", type=Path, help="only print the table of this cards.jsonl")
+    p.add_argument("--compare", type=Path, nargs="+", help="only print the card x job table of these cards.jsonl "
+                   "files, LongMedia and stock side by side (docs/PERFORMANCE.md's layout)")
     p.add_argument("--comfy-arg", action="append", default=[], help="extra ComfyUI CLI argument for the card "
                    "processes, e.g. --comfy-arg=--disable-cuda-malloc (repeat for several)")
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
@@ -107,6 +111,9 @@ def main(argv=None) -> int:
     a = parse(argv)
     if a.table:
         print(tables(read_rows(a.table)))
+        return 0
+    if a.compare:
+        print(compare([r for path in a.compare for r in read_rows(path)]))
         return 0
     if a.child is not None:
         return child(a)
@@ -221,48 +228,6 @@ def _lost_row(card: float, a, fmt: str, seconds: float, sampler: str, exit_code:
     return {"card_gib": card, "blocks": a.blocks, "steps": a.steps, "width": JOB[0], "height": JOB[1],
             "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
             "label": sampler, "seed": 0, "result": f"error: the card's child process died (exit {exit_code})"}
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _g(n) -> str:
-    return "-" if n is None else f"{n / GIB:.2f}"
-
-
-def tables(rows: list[dict]) -> str:
-    """The main table (rows of the card x job grid) and, when there are any, the extras table."""
-    from _cards_checks import extras_table
-
-    main = [r for r in rows if not r.get("extra")]
-    extra = [r for r in rows if r.get("extra")]
-    return table(main) + ("\n\nextras\n" + extras_table(extra) if extra else "")
-
-
-def table(rows: list[dict]) -> str:
-    head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
-            "torch peak GiB | torch reserved peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
-            "(measured / planned) |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in rows:
-        mode = f"{r.get('memory_mode', '-')} / {r.get('attention_backend', '-')}" if r["sampler"] != "stock" else "stock"
-        if r.get("measured_block_bytes"):  # streamed: the torch peak inside a block
-            block = f"{_g(r['predicted_block_bytes'])} / {_g(r['measured_block_bytes'])} (block)"
-        elif r.get("measured_step_bytes"):  # normal mode: no per-block hook, the torch peak of the model call
-            block = f"{_g(r['predicted_step_bytes'])} / {_g(r['measured_step_bytes'])} (call)"
-        else:
-            block = "-"
-        sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
-        first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}"
-        lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
-                     f"{r['format']} | {r['blocks']} | {r['label']} | {r['result']} | {sps} | {first} | "
-                     f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | "
-                     f"{_g(r.get('torch_reserved_peak_bytes'))} | {mode} | {block} | "
-                     f"{_g(r.get('moved_per_step_bytes'))} / {_g(r.get('planned_streamed_bytes'))} |")
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- child (one card)

@@ -1,0 +1,96 @@
+"""bench/cards.py's tables over its cards.jsonl rows: every row as measured (`table`, plus the extras' checks),
+and the card x job grid with LongMedia and stock side by side (`compare`, what docs/PERFORMANCE.md shows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+GIB = 1024 ** 3
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _g(n) -> str:
+    return "-" if n is None else f"{n / GIB:.2f}"
+
+
+def tables(rows: list[dict]) -> str:
+    """The main table (rows of the card x job grid) and, when there are any, the extras table."""
+    from _cards_checks import extras_table
+
+    main = [r for r in rows if not r.get("extra")]
+    extra = [r for r in rows if r.get("extra")]
+    return table(main) + ("\n\nextras\n" + extras_table(extra) if extra else "")
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
+            "torch peak GiB | torch reserved peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
+            "(measured / planned) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        mode = f"{r.get('memory_mode', '-')} / {r.get('attention_backend', '-')}" if r["sampler"] != "stock" else "stock"
+        if r.get("measured_block_bytes"):  # streamed: the torch peak inside a block
+            block = f"{_g(r['predicted_block_bytes'])} / {_g(r['measured_block_bytes'])} (block)"
+        elif r.get("measured_step_bytes"):  # normal mode: no per-block hook, the torch peak of the model call
+            block = f"{_g(r['predicted_step_bytes'])} / {_g(r['measured_step_bytes'])} (call)"
+        else:
+            block = "-"
+        sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
+        first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}"
+        lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
+                     f"{r['format']} | {r['blocks']} | {r['label']} | {r['result']} | {sps} | {first} | "
+                     f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | "
+                     f"{_g(r.get('torch_reserved_peak_bytes'))} | {mode} | {block} | "
+                     f"{_g(r.get('moved_per_step_bytes'))} / {_g(r.get('planned_streamed_bytes'))} |")
+    return "\n".join(lines)
+
+
+def _cell(r: dict | None) -> tuple[str, ...]:
+    if r is None:
+        return ("not run", "-", "-", "-")
+    result = r.get("result", "-")
+    if result.startswith("error") and "VRAM grow failed" in (r.get("error") or ""):
+        result = "OOM (aimdo cast buffer)"
+    elif result.startswith("error") and "LongMediaInputError" in (r.get("error") or ""):
+        result = "refused before any GPU work"
+    sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
+    return (result, sps, _g(r.get("process_peak_bytes")), _g(r.get("torch_reserved_peak_bytes")))
+
+
+def compare(rows: list[dict]) -> str:
+    """One line per card x weights x job: LongMedia auto's mode, result, s/step, process peak, torch peak and
+    reserved peak, predicted / measured torch bytes; then stock's result, s/step, process and reserved peaks;
+    a refused LongMedia cell's advised rerun (`longmedia_advised`) is named in the mode column."""
+    head = ("| card GiB | weights | job | LongMedia auto: mode | result | s/step | process peak GiB | torch peak GiB | "
+            "torch reserved GiB | torch predicted / measured GiB | stock: result | s/step | process peak GiB | "
+            "torch reserved GiB |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    by = {(r["card_gib"], r["format"], r["seconds"], r["sampler"]): r for r in rows if not r.get("extra")}
+    cells = sorted({k[:3] for k in by}, key=lambda k: (k[0], ["int8", "bf16"].index(k[1]) if k[1] in ("int8", "bf16")
+                                                        else 2, k[2]))
+    for card, fmt, seconds in cells:
+        lm, st = by.get((card, fmt, seconds, "longmedia")), by.get((card, fmt, seconds, "stock"))
+        advised = by.get((card, fmt, seconds, "longmedia_advised"))
+        if lm is None and st is None:
+            continue
+        mode = (lm or {}).get("memory_mode") or "-"
+        if advised is not None:
+            mode = f"{advised['label'].split(': ', 1)[-1]}: {advised.get('result')}"
+        if (lm or {}).get("measured_block_bytes"):
+            torch_pm = f"{_g(lm['predicted_block_bytes'])} / {_g(lm['measured_block_bytes'])} (block)"
+        elif (lm or {}).get("measured_step_bytes"):
+            torch_pm = f"{_g(lm['predicted_step_bytes'])} / {_g(lm['measured_step_bytes'])} (call)"
+        else:
+            torch_pm = "-"
+        frames = (lm or st).get("frames")
+        a, b = _cell(lm), _cell(st)
+        lines.append(f"| {card:g} | {fmt} | {seconds:g} s ({frames} fr) | {mode} | {a[0]} | {a[1]} | {a[2]} | "
+                     f"{_g((lm or {}).get('torch_peak_bytes'))} | {a[3]} | {torch_pm} | {b[0]} | {b[1]} | {b[2]} | "
+                     f"{b[3]} |")
+    return "\n".join(lines)
