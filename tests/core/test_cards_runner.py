@@ -85,3 +85,24 @@ def test_a_refusal_s_advice_is_read_back_as_the_segment_length_to_run():
     assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "error", "error": refusal}) == 5.88
     assert cards.advised_segment_seconds({"sampler": "stock", "result": "error", "error": refusal}) is None
     assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "OOM", "error": "CUDA out of memory"}) is None
+
+
+def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
+    import _cards_tables
+
+    gib = 2 ** 30
+    base = {"card_gib": 8.0, "format": "int8", "seconds": 20.0, "frames": 481}
+    rows = [{**base, "sampler": "longmedia", "result": "error",
+             "error": "longmedia.errors.LongMediaInputError: ... set Setup's segment_seconds to 5.88; ..."},
+            {**base, "sampler": "longmedia_advised", "label": "longmedia, as advised: segment_seconds 5.88",
+             "result": "ok", "s_per_step": 0.3},
+            {**base, "sampler": "stock", "result": "error", "error": "RuntimeError: VRAM grow failed: 905774080 bytes",
+             "process_peak_bytes": 8 * gib},
+            {**base, "seconds": 5.0, "frames": 124, "sampler": "longmedia", "result": "ok", "memory_mode": "low_vram",
+             "s_per_step": 0.26, "process_peak_bytes": 7 * gib, "torch_peak_bytes": 3 * gib,
+             "torch_reserved_peak_bytes": 3 * gib, "predicted_block_bytes": 3 * gib, "measured_block_bytes": 3 * gib}]
+    lines = _cards_tables.compare(rows).splitlines()
+    assert len(lines) == 4 and "5 s (124 fr)" in lines[2] and "20 s (481 fr)" in lines[3]  # sorted by job length
+    assert "| low_vram | ok | 0.26 | 7.00 | 3.00 | 3.00 | 3.00 / 3.00 (block) | not run |" in lines[2]
+    assert "segment_seconds 5.88: ok | refused before any GPU work |" in lines[3]
+    assert "| OOM (aimdo cast buffer) | - | 8.00 |" in lines[3]
