@@ -81,7 +81,8 @@ def compare(rows: list[dict]) -> str:
             continue
         mode = (lm or {}).get("memory_mode") or "-"
         if advised is not None:
-            mode = f"{advised['label'].split(': ', 1)[-1]}: {advised.get('result')}"
+            mode = (f"as advised, {advised['label'].split(': ', 1)[-1]}: {advised.get('result')} at "
+                    f"{_g(advised.get('process_peak_bytes'))} GiB process peak")
         if (lm or {}).get("measured_block_bytes"):
             torch_pm = f"{_g(lm['predicted_block_bytes'])} / {_g(lm['measured_block_bytes'])} (block)"
         elif (lm or {}).get("measured_step_bytes"):

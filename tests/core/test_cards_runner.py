@@ -95,7 +95,7 @@ def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
     rows = [{**base, "sampler": "longmedia", "result": "error",
              "error": "longmedia.errors.LongMediaInputError: ... set Setup's segment_seconds to 5.88; ..."},
             {**base, "sampler": "longmedia_advised", "label": "longmedia, as advised: segment_seconds 5.88",
-             "result": "ok", "s_per_step": 0.3},
+             "result": "ok", "s_per_step": 0.3, "process_peak_bytes": int(7.5 * gib)},
             {**base, "sampler": "stock", "result": "error", "error": "RuntimeError: VRAM grow failed: 905774080 bytes",
              "process_peak_bytes": 8 * gib},
             {**base, "seconds": 5.0, "frames": 124, "sampler": "longmedia", "result": "ok", "memory_mode": "low_vram",
@@ -104,5 +104,5 @@ def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
     lines = _cards_tables.compare(rows).splitlines()
     assert len(lines) == 4 and "5 s (124 fr)" in lines[2] and "20 s (481 fr)" in lines[3]  # sorted by job length
     assert "| low_vram | ok | 0.26 | 7.00 | 3.00 | 3.00 | 3.00 / 3.00 (block) | not run |" in lines[2]
-    assert "segment_seconds 5.88: ok | refused before any GPU work |" in lines[3]
+    assert "| as advised, segment_seconds 5.88: ok at 7.50 GiB process peak | refused before any GPU work |" in lines[3]
     assert "| OOM (aimdo cast buffer) | - | 8.00 |" in lines[3]
