@@ -65,11 +65,13 @@ def _cell(r: dict | None) -> tuple[str, ...]:
 
 def compare(rows: list[dict]) -> str:
     """One line per card x weights x job: LongMedia auto's mode, result, s/step, process peak, torch peak and
-    reserved peak, predicted / measured torch bytes; then stock's result, s/step, process and reserved peaks;
+    reserved peak, predicted / measured torch bytes, weights moved per step (measured: the model's bytes less what
+    comfy-aimdo kept resident after the run; planned: the plan's streamed bytes); then stock's result, s/step,
+    process and reserved peaks and weights moved;
     a refused LongMedia cell's advised rerun (`longmedia_advised`) is named in the mode column."""
     head = ("| card GiB | weights | job | LongMedia auto: mode | result | s/step | process peak GiB | torch peak GiB | "
-            "torch reserved GiB | torch predicted / measured GiB | stock: result | s/step | process peak GiB | "
-            "torch reserved GiB |")
+            "torch reserved GiB | torch predicted / measured GiB | weights moved/step GiB (measured / planned) | "
+            "stock: result | s/step | process peak GiB | torch reserved GiB | weights moved/step GiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     by = {(r["card_gib"], r["format"], r["seconds"], r["sampler"]): r for r in rows if not r.get("extra")}
     cells = sorted({k[:3] for k in by}, key=lambda k: (k[0], ["int8", "bf16"].index(k[1]) if k[1] in ("int8", "bf16")
@@ -91,7 +93,8 @@ def compare(rows: list[dict]) -> str:
             torch_pm = "-"
         frames = (lm or st).get("frames")
         a, b = _cell(lm), _cell(st)
+        moved = f"{_g((lm or {}).get('moved_per_step_bytes'))} / {_g((lm or {}).get('planned_streamed_bytes'))}"
         lines.append(f"| {card:g} | {fmt} | {seconds:g} s ({frames} fr) | {mode} | {a[0]} | {a[1]} | {a[2]} | "
-                     f"{_g((lm or {}).get('torch_peak_bytes'))} | {a[3]} | {torch_pm} | {b[0]} | {b[1]} | {b[2]} | "
-                     f"{b[3]} |")
+                     f"{_g((lm or {}).get('torch_peak_bytes'))} | {a[3]} | {torch_pm} | {moved} | {b[0]} | {b[1]} | "
+                     f"{b[2]} | {b[3]} | {_g((st or {}).get('moved_per_step_bytes'))} |")
     return "\n".join(lines)

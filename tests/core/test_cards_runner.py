@@ -103,6 +103,6 @@ def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
              "torch_reserved_peak_bytes": 3 * gib, "predicted_block_bytes": 3 * gib, "measured_block_bytes": 3 * gib}]
     lines = _cards_tables.compare(rows).splitlines()
     assert len(lines) == 4 and "5 s (124 fr)" in lines[2] and "20 s (481 fr)" in lines[3]  # sorted by job length
-    assert "| low_vram | ok | 0.26 | 7.00 | 3.00 | 3.00 | 3.00 / 3.00 (block) | not run |" in lines[2]
+    assert "| low_vram | ok | 0.26 | 7.00 | 3.00 | 3.00 | 3.00 / 3.00 (block) | - / - | not run |" in lines[2]
     assert "| as advised, segment_seconds 5.88: ok at 7.50 GiB process peak | refused before any GPU work |" in lines[3]
     assert "| OOM (aimdo cast buffer) | - | 8.00 |" in lines[3]
