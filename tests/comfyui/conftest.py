@@ -86,3 +86,31 @@ def _inside_comfy_execution(comfy_execution_context):
     execution.py runs nodes (a server test's own process is ComfyUI's, so it is there already)."""
     assert torch.is_inference_mode_enabled()
     yield
+
+
+@pytest.fixture
+def prefetch_seen(comfy_inprocess, monkeypatch):
+    """What each model call hands ComfyUI's `make_prefetch_queue` as `prefetch_dynamic_vbars`, in a list, with the
+    host's own value forced True as `_apply_model` sets it for a dynamic-VRAM patcher (the CPU host has none):
+    `prefetch_seen.mark_dynamic(model_options)` adds that outer DIFFUSION_MODEL wrapper."""
+    import comfy.model_prefetch
+    import comfy.patcher_extension as ext
+
+    real = comfy.model_prefetch.make_prefetch_queue
+
+    def spy(queue, device, transformer_options):
+        seen.append(transformer_options.get("prefetch_dynamic_vbars"))
+        return real(queue, device, transformer_options)
+
+    def as_if_dynamic(executor, x, timestep, context, transformer_options, *args, **kwargs):
+        transformer_options["prefetch_dynamic_vbars"] = True
+        return executor(x, timestep, context, transformer_options, *args, **kwargs)
+
+    class Seen(list):
+        def mark_dynamic(self, model_options: dict) -> None:
+            ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, "test_outer", as_if_dynamic, model_options,
+                                     is_model_options=True)
+
+    seen = Seen()  # read by spy() when a model call runs
+    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", spy)
+    return seen

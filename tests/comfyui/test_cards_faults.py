@@ -108,36 +108,23 @@ def test_an_unknown_phase_is_refused(env):
         _cards_faults.inject_oom("vae", env["model"].model.diffusion_model)
 
 
-def test_the_prefetch_off_control_turns_prefetch_off_in_a_copy_of_the_guider(env, monkeypatch):
+def test_the_prefetch_off_control_turns_prefetch_off_in_a_copy_of_the_guider(env, prefetch_seen):
     """cards.py's `longmedia_prefetch_off` rows: every model call sees `prefetch_dynamic_vbars` False although the
     host set it True, the output equals the plain run's, and the user's guider keeps its own wrappers."""
-    import comfy.model_prefetch
     import comfy.patcher_extension as ext
 
     from longmedia.h3.profiles import DeviceProfile
 
-    seen, real = [], comfy.model_prefetch.make_prefetch_queue
-
-    def spy(queue, device, transformer_options):
-        seen.append(transformer_options.get("prefetch_dynamic_vbars"))
-        return real(queue, device, transformer_options)
-
-    def as_if_dynamic(executor, x, timestep, context, transformer_options, *args, **kwargs):
-        transformer_options["prefetch_dynamic_vbars"] = True  # what _apply_model sets for a dynamic-VRAM patcher
-        return executor(x, timestep, context, transformer_options, *args, **kwargs)
-
-    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", spy)
     outputs = {}
     for off in (False, True):
         noise, guider, sampler, sigmas, latent = job(env)
-        ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, "test_outer", as_if_dynamic, guider.model_options,
-                                 is_model_options=True)
+        prefetch_seen.mark_dynamic(guider.model_options)
         before = dict(guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL])
-        seen.clear()
+        prefetch_seen.clear()
         with torch.inference_mode():
             outputs[off] = _cards_nodes.sample(noise, guider, sampler, sigmas, latent, "normal", "existing",
                                                DeviceProfile.card(vram_gb=16, ram_gb=64),  # dynamic VRAM
                                                prefetch_off=off).output["samples"]
-        assert seen and all(v is (not off) for v in seen), seen
+        assert prefetch_seen and all(v is (not off) for v in prefetch_seen), list(prefetch_seen)
         assert guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL] == before
     assert all(torch.equal(a, b) for a, b in zip(outputs[False].unbind(), outputs[True].unbind(), strict=True))

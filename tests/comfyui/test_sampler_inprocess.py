@@ -187,29 +187,15 @@ def test_rejected_pinning_is_refused_on_the_clone_only(env):
 
 
 @pytest.mark.parametrize("dynamic_vram", [False, True], ids=["plan_off", "left_to_comfyui"])
-def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, monkeypatch, dynamic_vram):
+def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, prefetch_seen, dynamic_vram):
     """A plan without prefetch sets `prefetch_dynamic_vbars` False inside the model call (the only place it is
     honoured); a plan whose weights all stay resident leaves ComfyUI's own value, as stock runs."""
-    import comfy.model_prefetch
     import comfy.patcher_extension as ext
 
     from longmedia.h3.profiles import DeviceProfile
 
-    seen = []
-    real = comfy.model_prefetch.make_prefetch_queue
-
-    def spy(queue, device, transformer_options):
-        seen.append(transformer_options.get("prefetch_dynamic_vbars"))
-        return real(queue, device, transformer_options)
-
-    def as_if_dynamic(executor, x, timestep, context, transformer_options, *args, **kwargs):
-        transformer_options["prefetch_dynamic_vbars"] = True  # what _apply_model sets for a dynamic-VRAM patcher
-        return executor(x, timestep, context, transformer_options, *args, **kwargs)
-
-    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", spy)
     noise, guider, sampler, sigmas, latent = job(env)
-    ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, "test_outer", as_if_dynamic, guider.model_options,
-                             is_model_options=True)
+    prefetch_seen.mark_dynamic(guider.model_options)
     try:
         result = env["core"].run_sampler(noise, guider, sampler, sigmas, latent,
                                          PlanRequest(memory_mode="low_vram", sol_qkv_chunk_tokens=64),
@@ -217,7 +203,8 @@ def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, monkeypat
                                                                            dynamic_vram=dynamic_vram))
     finally:
         guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL].pop("test_outer")
-    assert result.plan.prefetch is dynamic_vram and seen and all(v is dynamic_vram for v in seen)
+    assert result.plan.prefetch is dynamic_vram and prefetch_seen
+    assert all(v is dynamic_vram for v in prefetch_seen)
     reason = next(r for r in result.plan.reasons if "prefetch" in r)
     assert ("left as ComfyUI runs it" in reason) if dynamic_vram else ("needs dynamic VRAM" in reason)
 
