@@ -6,7 +6,7 @@ On the lent GPU machine, after tools/gpu/bootstrap.sh:
     python bench/cards.py --blocks 2 --steps 2         # the table: 4 cards x 4 lengths x bf16/int8 x 2 samplers
     python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --steps 1   # full depth
     python bench/cards.py --cards 16 --formats int8 --seconds 14.4 --blocks 50 --extras-only \
-        --models /tmp/lm50                             # issue 14's extras alone (~4-5 min, bench/_cards_extras.py)
+        --models /tmp/lm50                             # issue 14's extras alone (~5 min, bench/_cards_extras.py)
 
 The model is a full-width random-weight H3 (`python -m longmedia.testing.full_h3`, drawn on the GPU)
 with `--blocks` DiT blocks, loaded through UNETLoader. Each card runs in its own child process that
@@ -28,7 +28,10 @@ with `"extra": true`, a `label`, `check` (pass / fail) and `detail`, printed as 
 injected OOM per phase (normal and low_vram, on the `--oom-blocks` model at 5 s), three seed-only
 reruns (same boundary snapshot and plan), an interrupt mid step 1 then a rerun (memory back, checksum
 equal to the fresh run), the 14.4 s job segmented into 3 passes (segment 3's s/step within 5 % of
-segment 1's), attention_mode sol / scheduled_sol; see bench/_cards_extras.py and bench/_cards_checks.py.
+segment 1's, rows like for like), attention_mode sol / scheduled_sol; see bench/_cards_extras.py and
+bench/_cards_checks.py. `--extras-which` runs a subset. A LongMedia row refused before any GPU work with a
+segment length (LongMediaInputError) is followed by the same job segmented as advised (`longmedia_advised`);
+a card's child that dies mid-row is restarted past that row, and a rerun into the same `--out` resumes.
 """
 
 from __future__ import annotations
