@@ -78,8 +78,8 @@ def parse(argv=None):
     p.add_argument("--extras-which", nargs="*", default=None, choices=EXTRAS,
                    help="run only these extras (default: all); interrupt runs seeds too (its rerun is compared with "
                         "seed 1's fresh run). A long full-depth list can be split over two device calls")
-    p.add_argument("--oom-blocks", type=int, default=2, help="DiT blocks of the model the injected-OOM rows use "
-                   "(the phase is what they check; 2 keeps them cheap)")
+    p.add_argument("--oom-blocks", type=int, default=None, help="DiT blocks of the model the injected-OOM rows use "
+                   "(default: --blocks, the full-depth model issue 14 names; 2 keeps them cheap)")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
     p.add_argument("--simulate", choices=["ballast", "reserve"], default="ballast",
@@ -97,6 +97,7 @@ def parse(argv=None):
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.extras = a.extras or a.extras_only
+    a.oom_blocks = a.oom_blocks or a.blocks
     if a.smoke:
         a.cards, a.seconds, a.formats, a.blocks, a.steps = [16], [5], ["int8"], 2, 1
     return a

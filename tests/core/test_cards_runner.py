@@ -106,3 +106,8 @@ def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
     assert "| low_vram | ok | 0.26 | 7.00 | 3.00 | 3.00 | 3.00 / 3.00 (block) | - / - | not run |" in lines[2]
     assert "| as advised, segment_seconds 5.88: ok at 7.50 GiB process peak | refused before any GPU work |" in lines[3]
     assert "| OOM (aimdo cast buffer) | - | 8.00 |" in lines[3]
+
+
+def test_the_injected_oom_rows_run_on_the_full_depth_model_unless_told():
+    assert cards.parse(["--blocks", "50", "--extras-only"]).oom_blocks == 50
+    assert cards.parse(["--blocks", "50", "--extras-only", "--oom-blocks", "2"]).oom_blocks == 2
