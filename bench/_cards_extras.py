@@ -4,7 +4,8 @@ In this order (each extra writes its rows; an extra that fails writes its row wi
 
 1. injected OOM in each phase (before_block_0, qkv, attention, mlp, final_output, prefetch_transport), in
    normal mode and in low_vram (attention existing), on the `--oom-blocks` model (default: `--blocks`) at 5 s,
-   1 step: reported phase == injected, advice fitting the phase, and the next row starts with memory back (torch allocated, process NVML) after ComfyUI's own OOM clean-up and the prompt worker's gc;
+   1 step: reported phase == injected, advice fitting the phase, and the next row starts with memory back
+   (torch allocated, process NVML) after ComfyUI's own OOM clean-up and the prompt worker's gc;
 2. three seed-only reruns at full depth (`--extras-seconds`, default 5 s: the plan is what they check, and
    a 5 s step costs a fifth of a 14.4 s one), planned after the residency boundary as the product plans
    (seed 1 from unloaded models, seeds 2 and 3 find the previous run's model loaded, as a user's rerun
