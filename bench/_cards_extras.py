@@ -120,7 +120,7 @@ def oom_rows(bench: Bench) -> None:
     blocks = bench.a.oom_blocks
     unet = bench.unet(blocks)
     pending: list[tuple[dict, str, bool]] = []
-    for mode in OOM_MODES:
+    for mode in getattr(bench.a, "oom_modes", None) or OOM_MODES:
         for phase in PHASES:
             label = f"OOM {phase} ({mode}, {blocks} blocks, {OOM_SECONDS:g} s)"
             row = bench.row(label, OOM_SECONDS, blocks, injected_phase=phase, requested_mode=mode, steps=1)

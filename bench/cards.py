@@ -78,6 +78,8 @@ def parse(argv=None):
     p.add_argument("--extras-which", nargs="*", default=None, choices=EXTRAS,
                    help="run only these extras (default: all); interrupt runs seeds too (its rerun is compared with "
                         "seed 1's fresh run). A long full-depth list can be split over two device calls")
+    p.add_argument("--oom-modes", nargs="+", default=["normal", "low_vram"], choices=["normal", "low_vram"],
+                   help="memory modes of the injected-OOM rows (default: both)")
     p.add_argument("--oom-blocks", type=int, default=None, help="DiT blocks of the model the injected-OOM rows use "
                    "(default: --blocks, the full-depth model issue 14 names; 2 keeps them cheap)")
     p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
@@ -150,7 +152,7 @@ def main(argv=None) -> int:
                "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
         if a.extras:
             cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--extras-seconds", str(a.extras_seconds),
-                    "--oom-blocks", str(a.oom_blocks)]
+                    "--oom-blocks", str(a.oom_blocks), "--oom-modes", *a.oom_modes]
             if a.extras_which:
                 cmd += ["--extras-which", *a.extras_which]
         if a.extras_only:

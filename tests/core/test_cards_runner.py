@@ -111,3 +111,38 @@ def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
 def test_the_injected_oom_rows_run_on_the_full_depth_model_unless_told():
     assert cards.parse(["--blocks", "50", "--extras-only"]).oom_blocks == 50
     assert cards.parse(["--blocks", "50", "--extras-only", "--oom-blocks", "2"]).oom_blocks == 2
+
+
+def test_the_injected_oom_rows_take_the_modes_asked_for(monkeypatch):
+    ran = []
+    a = cards.parse(["--extras-only", "--oom-modes", "normal"])
+    assert a.oom_modes == ["normal"] and cards.parse([]).oom_modes == ["normal", "low_vram"]
+
+    class Bench:
+        def __init__(self):
+            self.a = types.SimpleNamespace(oom_blocks=2, oom_modes=a.oom_modes)
+
+        def unet(self, blocks):
+            return "m"
+
+        def row(self, label, seconds, blocks, **extra):
+            return {"label": label, **extra}
+
+        def out_of_time(self):
+            return False
+
+        def reading(self):
+            return {"torch_allocated": 0, "process": None}
+
+        def job(self, *args, **kw):
+            return kw
+
+        def run(self, row, prompt, prompt_id):
+            ran.append(prompt["memory_mode"])
+            row["result"] = "OOM"
+
+        def write(self, row):
+            pass
+
+    _cards_extras.oom_rows(Bench())
+    assert ran == ["normal"] * len(_cards_extras.PHASES)
