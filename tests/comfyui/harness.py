@@ -293,3 +293,22 @@ def import_comfy_in_process(root: Path):
     import comfy.sd
 
     return comfy
+
+
+def tiny_sampler_job(patcher, *, width: int = 128, height: int = 96, frames: int = 39, seed: int = 3,
+                     steps: int = 2, cfg: float = 3.0):
+    """SamplerCustomAdvanced's inputs for a tiny H3 patcher, as the in-process tests sample it: (noise, CFG guider
+    over random tiny conditioning, euler, simple sigmas, an empty H3 AV latent). ComfyUI must be importable."""
+    import comfy.samplers
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    from longmedia.comfy import tiny_conditioning as tc
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    guider = comfy.samplers.CFGGuider(patcher)
+    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
+    guider.set_cfg(cfg)
+    sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
+    latent = h3n.EmptyMiniMaxH3LatentAV.execute(width, height, frames).result[0]
+    return ncs.Noise_RandomNoise(seed), guider, comfy.samplers.sampler_object("euler"), sigmas, latent

@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 import torch
+from harness import tiny_sampler_job
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
 from longmedia.testing.tiny_h3 import TINY_DIMS
@@ -31,13 +31,7 @@ def env(comfy_inprocess, tiny_checkpoints):
 
 
 def job(env, patcher):
-    samplers, ncs = env["samplers"], env["ncs"]
-    guider = samplers.CFGGuider(patcher)
-    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
-    guider.set_cfg(3.0)
-    sigmas = samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 2).cpu()
-    latent = env["h3n"].EmptyMiniMaxH3LatentAV.execute(128, 96, 39).result[0]
-    return ncs.Noise_RandomNoise(3), guider, samplers.sampler_object("euler"), sigmas, latent
+    return tiny_sampler_job(patcher)
 
 
 def test_block_sparse_model_is_detected_and_a_plain_one_is_not(env):

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import tiny_sampler_job
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.report.oom import LongMediaOOM
-from longmedia.testing.tiny_h3 import TINY_DIMS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -35,14 +34,7 @@ def env(comfy_inprocess, tiny_checkpoints):
 
 
 def job(env, frames=39, seed=3, steps=2):
-    samplers, ncs, h3n = env["samplers"], env["ncs"], env["h3n"]
-    patcher = env["model"]
-    guider = samplers.CFGGuider(patcher)
-    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
-    guider.set_cfg(3.0)
-    sigmas = samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
-    latent = h3n.EmptyMiniMaxH3LatentAV.execute(WIDTH, HEIGHT, frames).result[0]
-    return ncs.Noise_RandomNoise(seed), guider, samplers.sampler_object("euler"), sigmas, latent
+    return tiny_sampler_job(env["model"], width=WIDTH, height=HEIGHT, frames=frames, seed=seed, steps=steps)
 
 
 def sample(env, mode="normal", frames=39, **faults):

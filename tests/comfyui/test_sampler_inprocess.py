@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
+from harness import tiny_sampler_job
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
 from longmedia.report.oom import LongMediaOOM
@@ -31,14 +31,7 @@ def env(comfy_inprocess, tiny_checkpoints):
 
 
 def job(env, variant="fp32", seed=3, steps=2):
-    samplers, ncs, h3n = env["samplers"], env["ncs"], env["h3n"]
-    patcher = env["models"][variant]
-    guider = samplers.CFGGuider(patcher)
-    guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1), tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
-    guider.set_cfg(3.0)
-    sigmas = samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
-    latent = h3n.EmptyMiniMaxH3LatentAV.execute(WIDTH, HEIGHT, LENGTH).result[0]
-    return ncs.Noise_RandomNoise(seed), guider, samplers.sampler_object("euler"), sigmas, latent
+    return tiny_sampler_job(env["models"][variant], width=WIDTH, height=HEIGHT, frames=LENGTH, seed=seed, steps=steps)
 
 
 def stock(env, *args):

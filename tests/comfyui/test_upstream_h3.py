@@ -10,7 +10,6 @@ import inspect
 import pytest
 import torch
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.planning.types import PlanRequest
 from longmedia.testing.tiny_h3 import TINY_DIMS, tiny_h3_state_dict, write_tiny_h3
@@ -127,22 +126,15 @@ def test_masked_model_call_matches_the_hosts(h3, tmp_path, pdd_heads, gate):
 
 def test_pdd_sampler_job_matches_stock(h3, comfy_inprocess, tmp_path):
     needs(h3, "pdd")
-    import comfy.samplers
     from comfy_extras import nodes_custom_sampler as ncs
-    from comfy_extras import nodes_minimax_h3 as h3n
+    from harness import tiny_sampler_job
 
     from longmedia.comfy.sampler import run_sampler
 
     patcher = load(tmp_path, PDD_HEADS)
 
     def job():
-        guider = comfy.samplers.CFGGuider(patcher)
-        guider.set_conds(tc.random_conditioning(11, dims=TINY_DIMS, seed=1),
-                         tc.random_conditioning(5, dims=TINY_DIMS, seed=2))
-        guider.set_cfg(3.0)
-        sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 3).cpu()
-        latent = h3n.EmptyMiniMaxH3LatentAV.execute(128, 96, 39).result[0]
-        return ncs.Noise_RandomNoise(4), guider, comfy.samplers.sampler_object("euler"), sigmas, latent
+        return tiny_sampler_job(patcher, seed=4, steps=3)
 
     with torch.inference_mode():
         sv, sa = ncs.SamplerCustomAdvanced.execute(*job()).result[0]["samples"].unbind()
