@@ -227,13 +227,19 @@ def _done_cells(rows: list[dict], card: float) -> set[tuple[str, float, str]]:
             if r.get("card_gib") == card and not r.get("extra") and "sampler" in r}
 
 
-def _lost_row(card: float, a, fmt: str, seconds: float, sampler: str, exit_code: int) -> dict:
-    """The row of a cell whose child process died before writing it (the cell is not run again)."""
+def cell_row(base: dict, fmt: str, seconds: float, sampler: str, label: str | None = None, **extra) -> dict:
+    """A main-table row before it runs: the card's fields (`base`), the cell, its label (the sampler's name unless
+    told) and seed 0."""
     from longmedia.h3.lattice import frames_for_seconds
 
-    return {"card_gib": card, "blocks": a.blocks, "steps": a.steps, "width": JOB[0], "height": JOB[1],
-            "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
-            "label": sampler, "seed": 0, "result": f"error: the card's child process died (exit {exit_code})"}
+    return {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
+            "label": label or sampler, "seed": 0, **extra}
+
+
+def _lost_row(card: float, a, fmt: str, seconds: float, sampler: str, exit_code: int) -> dict:
+    """The row of a cell whose child process died before writing it (the cell is not run again)."""
+    base = {"card_gib": card, "blocks": a.blocks, "steps": a.steps, "width": JOB[0], "height": JOB[1]}
+    return cell_row(base, fmt, seconds, sampler, result=f"error: the card's child process died (exit {exit_code})")
 
 
 # ---------------------------------------------------------------- child (one card)
@@ -261,7 +267,6 @@ def child(a) -> int:
     import execution
     import folder_paths
 
-    from longmedia.h3.lattice import frames_for_seconds
 
     _cards_nodes.register()
     folder_paths.add_model_folder_path("diffusion_models", str(a.models))
@@ -328,24 +333,22 @@ def child(a) -> int:
                                                    "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
 
     done = _done_cells(read_rows(a.out / "cards.jsonl"), card)  # a restarted child skips the cells it has rows for
-    jobs = [] if a.extras_only else [(f, s, smp, "auto", 0, smp) for f, s, smp in grid(a) if (f, s, smp) not in done]
-    for fmt, seconds, sampler, attention, seed, label in jobs:
-        row = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds), "sampler": sampler,
-               "label": label, "seed": seed}
+    cells = [] if a.extras_only else [c for c in grid(a) if c not in done]
+    for fmt, seconds, sampler in cells:
+        row = cell_row(base, fmt, seconds, sampler)
         if time.time() > a.deadline - 20:
             row["result"] = "not run (bench budget spent)"
             _append(a.out, row)
             continue
         unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
         extra = {"prefetch_off": True} if sampler == "longmedia_prefetch_off" else {}
-        write(run(row, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate, **extra),
-                  f"{label}-{fmt}-{seconds}"))
+        write(run(row, prompt(unet, seconds, a.steps, 42, sampler, card, "auto", a.simulate, **extra),
+                  f"{sampler}-{fmt}-{seconds}"))
         advised = advised_segment_seconds(row)
         if advised and time.time() < a.deadline - 20:  # the refusal's own fix, as a user would apply it in Setup
-            seg = {**base, "format": fmt, "seconds": seconds, "frames": frames_for_seconds(seconds),
-                   "sampler": "longmedia_advised", "label": f"longmedia, as advised: segment_seconds {advised:g}",
-                   "seed": seed, "segment_seconds": advised}
-            write(run(seg, prompt(unet, seconds, a.steps, 42 + seed, sampler, card, attention, a.simulate,
+            seg = cell_row(base, fmt, seconds, "longmedia_advised", f"longmedia, as advised: segment_seconds {advised:g}",
+                           segment_seconds=advised)
+            write(run(seg, prompt(unet, seconds, a.steps, 42, sampler, card, "auto", a.simulate,
                                   job_seconds=seconds, segment_seconds=advised), f"advised-{fmt}-{seconds}"))
     if a.extras and card == 16 and "int8" in a.formats:
         import _cards_extras
