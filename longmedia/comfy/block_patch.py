@@ -25,22 +25,41 @@ class HandedAttentionError(RuntimeError):
 
 
 def comfy_weights():
-    """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions)."""
+    """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions).
+
+    A streamed stage holds two weights at once (qkv + out-proj, fc1 + fc2). ComfyUI hands a weight that is
+    not resident out at the start of the cast buffer of the next offload stream, so two held weights are
+    safe with two or more streams (ComfyUI's default on CUDA) and would share one buffer with a single
+    stream (`--async-offload 1`): then each weight is copied and its cast released at once.
+    """
+    import comfy.model_management as mm
     import comfy.ops as ops
 
     context = getattr(ops, "CastBiasWeightContext", None)
     if context is not None:
-        return lambda module, like: context(module, like, offloadable=True)
+        cast = lambda module, like: context(module, like, offloadable=True)  # noqa: E731
+    else:
+        @contextlib.contextmanager
+        def cast(module, like):  # named fallback: ComfyUI before CastBiasWeightContext
+            weight, bias, stream = ops.cast_bias_weight(module, like, offloadable=True)
+            try:
+                yield weight, bias
+            finally:
+                ops.uncast_bias_weight(module, weight, bias, stream)
+    return _owned(cast) if getattr(mm, "NUM_STREAMS", 2) == 1 else cast
+
+
+def _owned(access):
+    """`access` handing out copies: the cast is released before the copy is used."""
 
     @contextlib.contextmanager
-    def legacy(module, like):  # named fallback: ComfyUI before CastBiasWeightContext
-        weight, bias, stream = ops.cast_bias_weight(module, like, offloadable=True)
-        try:
-            yield weight, bias
-        finally:
-            ops.uncast_bias_weight(module, weight, bias, stream)
+    def owned(module, like):
+        with access(module, like) as (weight, bias):
+            weight = weight.clone() if weight is not None else None
+            bias = bias.clone() if bias is not None else None
+        yield weight, bias
 
-    return legacy
+    return owned
 
 
 def comfy_cast_small(w, like):

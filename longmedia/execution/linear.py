@@ -21,7 +21,10 @@ INT8_LAYOUT = "TensorWiseINT8Layout"
 
 
 class WeightAccess(Protocol):
-    """Hands out (weight, bias) of a Linear for the duration of a `with` block."""
+    """Hands out (weight, bias) of a Linear for the duration of a `with` block.
+
+    The executor holds at most two at once (a stage's pair: qkv + out-proj, fc1 + fc2).
+    """
 
     def __call__(self, module: nn.Module, like: torch.Tensor) -> contextlib.AbstractContextManager: ...
 

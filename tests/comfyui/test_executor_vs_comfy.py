@@ -84,6 +84,27 @@ def test_all_heads_streaming_is_bitwise_against_comfy_on_cpu(comfy):
     assert torch.equal(out, stock)
 
 
+def test_one_offload_stream_hands_out_copies(comfy, monkeypatch):
+    """With `--async-offload 1` two held weights would share one cast buffer: each is copied, its cast released."""
+    import comfy.model_management as mm
+
+    _, _, patch = comfy
+    block, x, t_emb, segments, rope = make(comfy, torch.bfloat16, "manual_cast", seed=8)
+    two = patch.comfy_weights()
+    with two(block.attn.qkv_proj, x) as (w, _):  # two streams (or none, on this CPU): ComfyUI's own tensor
+        assert w.data_ptr() == block.attn.qkv_proj.weight.data_ptr()
+    monkeypatch.setattr(mm, "NUM_STREAMS", 1)
+    one = patch.comfy_weights()
+    with one(block.attn.qkv_proj, x) as (w, _):
+        assert w.data_ptr() != block.attn.qkv_proj.weight.data_ptr() and torch.equal(w, block.attn.qkv_proj.weight)
+    with torch.inference_mode():
+        stock = block(x.clone(), t_emb, segments, rope, transformer_options={})
+        out = run_block(block, x.clone(), t_emb, segments, rope, chunks=ChunkSizes(64, 0, 64),
+                        attention=patch.existing_attention({}, block.attn.heads), weights=one,
+                        cast_small=patch.comfy_cast_small)
+    assert torch.equal(out, stock)
+
+
 def masked_segments(g, s, mod_rows):
     """A masked job's table (ComfyUI 0.38+): text split into tag runs, per-token rows on the audio and video spans."""
     return [(0, 17, 4), (17, 29, 1), (29, 40, 4), (40, 120, 0),
