@@ -59,3 +59,12 @@ def test_sol_modes_run_under_inference_mode(child, case):
     assert r["finite"] and r["streamed_blocks"] == [0, 1]
     assert "sol" in r["backend"], r  # Sol itself ran (the Triton kernel), not an exact fallback
     assert r["rel_video"] < 0.5  # approximate, but the same video
+
+
+def test_weights_from_the_offload_cast_buffers_give_the_same_output(child):
+    """Every weight through ComfyUI's cast buffers (comfy-aimdo reports no room): low_vram equals its VBAR run."""
+    r = child.get("cast_buffer", {})
+    assert r.get("ok"), r.get("traceback") or child.get("_tail")
+    assert r["stock_equal"], r  # stock itself does not depend on where the weights sit
+    assert r["streamed_blocks"] == [0, 1] and r["finite"]
+    assert r["equal_vbar_run"], r
