@@ -18,7 +18,9 @@ Setup would segment it (`plan_segments(total_seconds=job_seconds, ...)` -> `run_
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 
 GIB = 1024 ** 3
 
@@ -76,11 +78,15 @@ class LongMediaBenchSampler:
                              "context_frames": ("INT", {"default": 5}),
                              "inject_oom": ("STRING", {"default": ""}),
                              "interrupt_after_calls": ("INT", {"default": 0}),
-                             "prefetch_off": ("BOOLEAN", {"default": False})}}
+                             "prefetch_off": ("BOOLEAN", {"default": False}),
+                             "request_json": ("STRING", {"default": ""}),
+                             "nan_probe": ("BOOLEAN", {"default": False}),
+                             "sync_release": ("BOOLEAN", {"default": False})}}
 
     def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
                simulate="ballast", plan_after_boundary=False, job_seconds=0.0, segment_seconds=0.0, context_frames=5,
-               inject_oom="", interrupt_after_calls=0, prefetch_off=False):
+               inject_oom="", interrupt_after_calls=0, prefetch_off=False, request_json="", nan_probe=False,
+               sync_release=False):
         if plan_after_boundary:
             profile = card_probe(card_gib, simulate, guider.model_patcher.load_device)
         else:
@@ -88,7 +94,8 @@ class LongMediaBenchSampler:
         result = sample(noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, profile,
                         job_seconds=job_seconds, segment_seconds=segment_seconds, context_frames=context_frames,
                         inject_oom=inject_oom, interrupt_after_calls=interrupt_after_calls,
-                        prefetch_off=prefetch_off)
+                        prefetch_off=prefetch_off, controls=json.loads(request_json) if request_json else None,
+                        nan_probe=nan_probe, sync_release=sync_release)
         return (result.output, result.report.to_json())
 
 
@@ -112,10 +119,14 @@ def _text_rows(guider) -> int:
 
 
 def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
-           segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0, prefetch_off=False):
+           segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0, prefetch_off=False,
+           controls: dict | None = None, nan_probe=False, sync_release=False):
     """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it;
     `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
-    the setting to ComfyUI when no weight streams (the control of that change)."""
+    the setting to ComfyUI when no weight streams (the control of that change); `controls`: manual controls of the
+    PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
+    sequence first stops being finite (`_nan_probe`); `sync_release`: the device is synchronized before the
+    executor hands a held weight back to ComfyUI (`_sync_before_release`)."""
     import contextlib
 
     import _cards_faults
@@ -125,13 +136,17 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     from longmedia.planning.types import PlanRequest
     from longmedia.segments.timeline import plan_segments
 
-    request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode)
+    request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode, **(controls or {}))
     if prefetch_off:
         guider = _prefetch_forced_off(guider)
     with contextlib.ExitStack() as stack:
         if inject_oom:
             stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
                                                          min_rows=_text_rows(guider)))
+        if nan_probe:
+            stack.enter_context(_nan_probe())
+        if sync_release:
+            stack.enter_context(_sync_before_release())
         if interrupt_after_calls > 0:
             stack.enter_context(_cards_faults.InterruptAfter(interrupt_after_calls).armed())
         if segment_seconds > 0:
@@ -139,6 +154,77 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
                                  context_frames=context_frames)
             return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile)
         return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile)
+
+
+@contextlib.contextmanager
+def _nan_probe():
+    """The streamed executor's stages checked after each call (a device sync each): the first stage whose output,
+    or input, holds NaN or inf is printed to stderr with its block call count, then the probe goes quiet."""
+    import sys
+
+    import torch
+
+    from longmedia.execution import streamed_block
+
+    run = streamed_block._Run
+    real = {name: getattr(run, name) for name in ("stock_attention", "streamed_attention", "stock_mlp", "streamed_mlp")}
+    seen = {"calls": 0, "done": False}
+
+    def checked(name, fn):
+        def stage(self):
+            if seen["done"]:
+                return fn(self)
+            seen["calls"] += 1
+            before = bool(torch.isfinite(self.x).all())
+            out = fn(self)
+            after = bool(torch.isfinite(self.x).all())
+            if not (before and after):
+                seen["done"] = True
+                amax = float(self.x.float().abs().nan_to_num(0, 0, 0).max())
+                print(f"NAN PROBE: stage {name} call {seen['calls']}: input finite {before}, output finite {after}, "
+                      f"finite max |x| {amax:.4g}, rows {self.x.shape[0]}", file=sys.stderr, flush=True)
+            return out
+        return stage
+
+    for name, fn in real.items():
+        setattr(run, name, checked(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in real.items():
+            setattr(run, name, fn)
+        print(f"NAN PROBE: {seen['calls']} stage calls checked, non-finite seen: {seen['done']}", file=sys.stderr,
+              flush=True)
+
+
+@contextlib.contextmanager
+def _sync_before_release():
+    """The executor's weight access with `torch.cuda.synchronize()` before each cast context exits: a weight goes
+    back to ComfyUI (comfy-aimdo may evict its pages) only after every kernel that reads it has run."""
+    import torch
+
+    from longmedia.comfy import block_patch
+
+    real = block_patch.comfy_weights
+
+    def synced_weights():
+        access = real()
+
+        @contextlib.contextmanager
+        def synced(module, like):
+            with access(module, like) as held:
+                try:
+                    yield held
+                finally:
+                    if like.is_cuda:
+                        torch.cuda.synchronize(like.device)
+        return synced
+
+    block_patch.comfy_weights = synced_weights
+    try:
+        yield
+    finally:
+        block_patch.comfy_weights = real
 
 
 def _prefetch_forced_off(guider):

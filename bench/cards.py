@@ -61,9 +61,15 @@ def parse(argv=None):
     p.add_argument("--seconds", type=float, nargs="*", default=[5, 10, 14.4, 20])
     p.add_argument("--formats", nargs="*", default=["int8", "bf16"], choices=["int8", "bf16"])
     p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"],
-                   choices=["longmedia", "stock", "longmedia_prefetch_off"],
+                   choices=["longmedia", "stock", *CONTROLS],
                    help="longmedia_prefetch_off: LongMedia with ComfyUI's block prefetch forced off in every model "
-                        "call, as LongMedia's plan did when every weight stays resident (the control of that change)")
+                        "call, as LongMedia's plan did when every weight stays resident (the control of that change); "
+                        "longmedia_guards_off: every block and step guard set to 0 (manual controls); "
+                        "longmedia_no_release: the two guards that give back weight pages (emergency, late-block) set to 0; "
+                        "longmedia_existing: "
+                        "attention_mode existing (ComfyUI's own attention function); longmedia_nan_probe: prints the first executor "
+                        "stage whose packed sequence holds NaN or inf; longmedia_sync_release: the probe, and the device synchronized "
+                        "before each held weight goes back to ComfyUI")
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -341,8 +347,8 @@ def child(a) -> int:
             _append(a.out, row)
             continue
         unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
-        extra = {"prefetch_off": True} if sampler == "longmedia_prefetch_off" else {}
-        write(run(row, prompt(unet, seconds, a.steps, 42, sampler, card, "auto", a.simulate, **extra),
+        attention, extra = CONTROLS.get(sampler, ("auto", {}))
+        write(run(row, prompt(unet, seconds, a.steps, 42, sampler, card, attention, a.simulate, **extra),
                   f"{sampler}-{fmt}-{seconds}"))
         advised = advised_segment_seconds(row)
         if advised and time.time() < a.deadline - 20:  # the refusal's own fix, as a user would apply it in Setup
@@ -381,7 +387,6 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
         if oom:  # the whole OOM report (the extras read its phase and advice)
             out["error_full"] = text[:4000]
         return out
-    out["result"] = "ok"
     started = next((t for t, ev, d in server.events if ev == "executing" and d.get("node") == "sample"), None)
     if steps_at:
         out["first_step_s"] = steps_at[0] - started if started else None
@@ -389,6 +394,7 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
         out["s_per_step"] = sorted(diffs)[len(diffs) // 2] if diffs else out["first_step_s"]
     ui = executor.history_result.get("outputs", {}).get("sink", {})
     out["stats"] = (ui.get("stats") or [None])[0]
+    out["result"] = output_result(out["stats"])
     report = (ui.get("report") or [""])[0]
     if report:
         rep = json.loads(report)
@@ -406,12 +412,32 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
                    predicted_peak_bytes=plan.get("predicted_peak_bytes"),
                    planned_streamed_bytes=mem.get("streamed_weight_bytes"),
                    plan_json=json.dumps(plan, sort_keys=True), boundaries=rep.get("boundaries"),
+                   guard_events=rep.get("guard_events"),
                    report_steps=rep.get("steps"))
         if rep.get("segments"):  # a segmented job: one summary per pass
             from _cards_checks import segment_summary
 
             out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out
+
+
+GUARDS_OFF = {"inter_block_vram_guard_mb": 0, "inter_block_guard_emergency_mb": 0, "late_block_guard_target_mb": 0,
+              "step_boundary_cleanup_mb": 0}
+CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMediaBenchSampler's extra inputs)
+    "longmedia_prefetch_off": ("auto", {"prefetch_off": True}),
+    "longmedia_guards_off": ("auto", {"request_json": json.dumps(GUARDS_OFF)}),
+    "longmedia_no_release": ("auto", {"request_json": json.dumps({"inter_block_guard_emergency_mb": 0,
+                                                                  "late_block_guard_target_mb": 0})}),
+    "longmedia_existing": ("existing", {}),
+    "longmedia_nan_probe": ("auto", {"nan_probe": True}),
+    "longmedia_sync_release": ("auto", {"nan_probe": True, "sync_release": True}),
+}
+
+
+def output_result(stats: dict | None) -> str:
+    """A completed prompt's result: "ok", or "non-finite output" when the sink saw NaN or inf in the latent (such a
+    row does not count as completed)."""
+    return "non-finite output" if stats is not None and not stats.get("finite", True) else "ok"
 
 
 def _append(out_dir: Path, row: dict) -> None:

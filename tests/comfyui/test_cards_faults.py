@@ -120,3 +120,38 @@ def test_the_prefetch_off_control_turns_prefetch_off_in_a_copy_of_the_guider(env
         assert prefetch_seen and all(v is (not off) for v in prefetch_seen), list(prefetch_seen)
         assert guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL] == before
     assert all(torch.equal(a, b) for a, b in zip(outputs[False].unbind(), outputs[True].unbind(), strict=True))
+
+
+def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env, capsys):
+    from longmedia.execution import streamed_block
+
+    real = streamed_block._Run.streamed_mlp
+    sample(env, "low_vram", nan_probe=True)
+    quiet = capsys.readouterr().err
+    assert streamed_block._Run.streamed_mlp is real  # the probe is gone after the run
+    assert "non-finite seen: False" in quiet and "NAN PROBE: stage" not in quiet
+    calls = int(quiet.split("NAN PROBE: ")[1].split()[0])
+    assert calls >= 2 * 2  # two stages per block call, at least two block calls
+
+    def poisoned(self):  # a stage that writes NaN into the packed sequence
+        real(self)
+        self.x[0, 0] = float("nan")
+
+    streamed_block._Run.streamed_mlp = poisoned
+    try:
+        sample(env, "low_vram", nan_probe=True)
+    finally:
+        streamed_block._Run.streamed_mlp = real
+    loud = capsys.readouterr().err
+    assert "NAN PROBE: stage streamed_mlp call 2: input finite True, output finite False" in loud
+
+
+def test_sync_release_wraps_the_executor_s_weight_access_for_the_run_only(env):
+    from longmedia.comfy import block_patch
+
+    real = block_patch.comfy_weights
+    with torch.inference_mode():
+        plain = _cards_nodes.sample(*job(env), "low_vram", "existing", None).output["samples"]
+        synced = _cards_nodes.sample(*job(env), "low_vram", "existing", None, sync_release=True).output["samples"]
+    assert block_patch.comfy_weights is real
+    assert all(torch.equal(a, b) for a, b in zip(plain.unbind(), synced.unbind()))  # on the CPU no sync; same access
