@@ -158,13 +158,14 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
 
 @contextlib.contextmanager
 def _nan_probe():
-    """The streamed executor's stages checked after each call (a device sync each): the first stage whose output,
-    or input, holds NaN or inf is printed to stderr with its block call count, then the probe goes quiet."""
+    """The streamed executor's stages and the chunked final layer checked after each call (a device sync each): the
+    first stage whose output, or input, holds NaN or inf is printed to stderr with its call count, then that probe
+    goes quiet."""
     import sys
 
     import torch
 
-    from longmedia.execution import streamed_block
+    from longmedia.execution import final_layer, streamed_block
 
     run = streamed_block._Run
     real = {name: getattr(run, name) for name in ("stock_attention", "streamed_attention", "stock_mlp", "streamed_mlp")}
@@ -186,13 +187,31 @@ def _nan_probe():
             return out
         return stage
 
+    real_final = final_layer.chunked_final_forward
+
+    def checked_final(*args, **kwargs):
+        forward = real_final(*args, **kwargs)
+
+        def final(x, *rest, **kw):
+            seen["final_calls"] = seen.get("final_calls", 0) + 1
+            video, audio = forward(x, *rest, **kw)
+            if not seen.get("final_done") and not all(bool(torch.isfinite(t).all()) for t in (x, video, audio)):
+                seen["final_done"] = True
+                print(f"NAN PROBE: final layer call {seen['final_calls']}: input finite "
+                      f"{bool(torch.isfinite(x).all())}, video {bool(torch.isfinite(video).all())}, audio "
+                      f"{bool(torch.isfinite(audio).all())}", file=sys.stderr, flush=True)
+            return video, audio
+        return final
+
     for name, fn in real.items():
         setattr(run, name, checked(name, fn))
+    final_layer.chunked_final_forward = checked_final
     try:
         yield
     finally:
         for name, fn in real.items():
             setattr(run, name, fn)
+        final_layer.chunked_final_forward = real_final
         print(f"NAN PROBE: {seen['calls']} stage calls checked, non-finite seen: {seen['done']}", file=sys.stderr,
               flush=True)
 

@@ -123,12 +123,12 @@ def test_the_prefetch_off_control_turns_prefetch_off_in_a_copy_of_the_guider(env
 
 
 def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env, capsys):
-    from longmedia.execution import streamed_block
+    from longmedia.execution import final_layer, streamed_block
 
-    real = streamed_block._Run.streamed_mlp
+    real, real_final = streamed_block._Run.streamed_mlp, final_layer.chunked_final_forward
     sample(env, "low_vram", nan_probe=True)
     quiet = capsys.readouterr().err
-    assert streamed_block._Run.streamed_mlp is real  # the probe is gone after the run
+    assert streamed_block._Run.streamed_mlp is real and final_layer.chunked_final_forward is real_final  # gone after
     assert "non-finite seen: False" in quiet and "NAN PROBE: stage" not in quiet
     calls = int(quiet.split("NAN PROBE: ")[1].split()[0])
     assert calls >= 2 * 2  # two stages per block call, at least two block calls
@@ -144,6 +144,7 @@ def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env
         streamed_block._Run.streamed_mlp = real
     loud = capsys.readouterr().err
     assert "NAN PROBE: stage streamed_mlp call 2: input finite True, output finite False" in loud
+    assert "NAN PROBE: final layer call 1: input finite False" in loud
 
 
 def test_sync_release_wraps_the_executor_s_weight_access_for_the_run_only(env):
