@@ -81,12 +81,12 @@ class LongMediaBenchSampler:
                              "prefetch_off": ("BOOLEAN", {"default": False}),
                              "request_json": ("STRING", {"default": ""}),
                              "nan_probe": ("BOOLEAN", {"default": False}),
-                             "sync_release": ("BOOLEAN", {"default": False})}}
+                             "weights": ("STRING", {"default": ""})}}
 
     def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
                simulate="ballast", plan_after_boundary=False, job_seconds=0.0, segment_seconds=0.0, context_frames=5,
                inject_oom="", interrupt_after_calls=0, prefetch_off=False, request_json="", nan_probe=False,
-               sync_release=False):
+               weights=""):
         if plan_after_boundary:
             profile = card_probe(card_gib, simulate, guider.model_patcher.load_device)
         else:
@@ -95,7 +95,7 @@ class LongMediaBenchSampler:
                         job_seconds=job_seconds, segment_seconds=segment_seconds, context_frames=context_frames,
                         inject_oom=inject_oom, interrupt_after_calls=interrupt_after_calls,
                         prefetch_off=prefetch_off, controls=json.loads(request_json) if request_json else None,
-                        nan_probe=nan_probe, sync_release=sync_release)
+                        nan_probe=nan_probe, weights=weights)
         return (result.output, result.report.to_json())
 
 
@@ -120,13 +120,14 @@ def _text_rows(guider) -> int:
 
 def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
            segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0, prefetch_off=False,
-           controls: dict | None = None, nan_probe=False, sync_release=False):
+           controls: dict | None = None, nan_probe=False, weights=""):
     """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it;
     `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
     the setting to ComfyUI when no weight streams (the control of that change); `controls`: manual controls of the
     PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
-    sequence first stops being finite (`_nan_probe`); `sync_release`: the device is synchronized before the
-    executor hands a held weight back to ComfyUI (`_sync_before_release`)."""
+    sequence first stops being finite and where each held weight came from (`_nan_probe`, `_weight_access`);
+    `weights`: "sync_release" synchronizes the device before the executor hands a held weight back to ComfyUI,
+    "owned" hands out copies and releases the cast at once (`_weight_access`)."""
     import contextlib
 
     import _cards_faults
@@ -145,8 +146,8 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
                                                          min_rows=_text_rows(guider)))
         if nan_probe:
             stack.enter_context(_nan_probe())
-        if sync_release:
-            stack.enter_context(_sync_before_release())
+        if nan_probe or weights:
+            stack.enter_context(_weight_access(nan_probe, weights))
         if interrupt_after_calls > 0:
             stack.enter_context(_cards_faults.InterruptAfter(interrupt_after_calls).armed())
         if segment_seconds > 0:
@@ -217,33 +218,76 @@ def _nan_probe():
 
 
 @contextlib.contextmanager
-def _sync_before_release():
-    """The executor's weight access with `torch.cuda.synchronize()` before each cast context exits: a weight goes
-    back to ComfyUI (comfy-aimdo may evict its pages) only after every kernel that reads it has run."""
+def _weight_access(probe: bool, mode: str):
+    """The executor's weight access (`block_patch.comfy_weights`) changed for the run.
+
+    probe: each weight is classified from ComfyUI's cast state as resident (no transfer), vbar (faulted into
+    comfy-aimdo's pages) or cast_buffer (the fault failed: the weight sits at the start of an offload stream's
+    cast buffer); the run's counts, and how often two held cast-buffer weights shared one stream, go to stderr.
+    mode "sync_release": `torch.cuda.synchronize()` before each weight goes back; "owned": copies, the cast
+    released at once (`block_patch._owned`).
+    """
+    import sys
+
     import torch
 
     from longmedia.comfy import block_patch
 
+    if mode not in ("", "sync_release", "owned"):
+        raise ValueError(f"weights must be '', 'sync_release' or 'owned', got {mode!r}")
     real = block_patch.comfy_weights
+    counts = {"resident": 0, "vbar": 0, "cast_buffer": 0, "shared_stream": 0}
 
-    def synced_weights():
-        access = real()
+    def classified():
+        import comfy.ops as ops
+
+        held: list[tuple[str, int | None]] = []
+
+        @contextlib.contextmanager
+        def access(module, like):
+            ctx = ops.CastBiasWeightContext(module, like, offloadable=True)
+            info = ctx.state[2] if len(ctx.state) > 2 else None
+            stream = info[0] if info is not None else None
+            kind = "resident" if stream is None else "vbar" if info[1] is not None else "cast_buffer"
+            sid = id(stream) if stream is not None else None
+            if kind == "cast_buffer" and any(k == "cast_buffer" and h == sid for k, h in held):
+                counts["shared_stream"] += 1
+                if counts["shared_stream"] == 1:
+                    print(f"WEIGHT PROBE: two held cast-buffer weights on one offload stream ({type(module).__name__} "
+                          f"{tuple(module.weight.shape)})", file=sys.stderr, flush=True)
+            counts[kind] += 1
+            held.append((kind, sid))
+            try:
+                with ctx as pair:
+                    yield pair
+            finally:
+                held.pop()
+        return access
+
+    def changed():
+        access = classified() if probe else real()
+        if mode == "owned":
+            return block_patch._owned(access)
+        if mode != "sync_release":
+            return access
 
         @contextlib.contextmanager
         def synced(module, like):
-            with access(module, like) as held:
+            with access(module, like) as pair:
                 try:
-                    yield held
+                    yield pair
                 finally:
                     if like.is_cuda:
                         torch.cuda.synchronize(like.device)
         return synced
 
-    block_patch.comfy_weights = synced_weights
+    block_patch.comfy_weights = changed
     try:
         yield
     finally:
         block_patch.comfy_weights = real
+        if probe:
+            print(f"WEIGHT PROBE: {counts}", file=sys.stderr, flush=True)
 
 
 def _prefetch_forced_off(guider):

@@ -68,8 +68,10 @@ def parse(argv=None):
                         "longmedia_no_release: the two guards that give back weight pages (emergency, late-block) set to 0; "
                         "longmedia_existing: "
                         "attention_mode existing (ComfyUI's own attention function); longmedia_nan_probe: prints the first executor "
-                        "stage whose packed sequence holds NaN or inf; longmedia_sync_release: the probe, and the device synchronized "
-                        "before each held weight goes back to ComfyUI")
+                        "stage whose packed sequence holds NaN or inf, and where the held weights came from (resident, "
+                        "comfy-aimdo's pages, an offload cast buffer); longmedia_sync_release: the probe, and the "
+                        "device synchronized before each held weight goes back to ComfyUI; "
+                        "longmedia_owned_weights: the probe, and each weight copied and its cast released at once")
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -430,7 +432,8 @@ CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMedia
                                                                   "late_block_guard_target_mb": 0})}),
     "longmedia_existing": ("existing", {}),
     "longmedia_nan_probe": ("auto", {"nan_probe": True}),
-    "longmedia_sync_release": ("auto", {"nan_probe": True, "sync_release": True}),
+    "longmedia_sync_release": ("auto", {"nan_probe": True, "weights": "sync_release"}),
+    "longmedia_owned_weights": ("auto", {"nan_probe": True, "weights": "owned"}),
 }
 
 

@@ -3,6 +3,7 @@ segmented path, on the tiny checkpoint in-process (what the GPU run does through
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -147,12 +148,23 @@ def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env
     assert "NAN PROBE: final layer call 1: input finite False" in loud
 
 
-def test_sync_release_wraps_the_executor_s_weight_access_for_the_run_only(env):
+@pytest.mark.parametrize("weights", ["sync_release", "owned"])
+def test_the_weight_access_controls_change_the_run_only_and_not_its_output(env, capsys, weights):
     from longmedia.comfy import block_patch
 
     real = block_patch.comfy_weights
     with torch.inference_mode():
         plain = _cards_nodes.sample(*job(env), "low_vram", "existing", None).output["samples"]
-        synced = _cards_nodes.sample(*job(env), "low_vram", "existing", None, sync_release=True).output["samples"]
+        changed = _cards_nodes.sample(*job(env), "low_vram", "existing", None, nan_probe=True,
+                                      weights=weights).output["samples"]
     assert block_patch.comfy_weights is real
-    assert all(torch.equal(a, b) for a, b in zip(plain.unbind(), synced.unbind()))  # on the CPU no sync; same access
+    assert all(torch.equal(a, b) for a, b in zip(plain.unbind(), changed.unbind()))  # same weights, same output
+    probe = capsys.readouterr().err
+    line = next(x for x in probe.splitlines() if x.startswith("WEIGHT PROBE: {"))
+    counts = ast.literal_eval(line.removeprefix("WEIGHT PROBE: "))  # the probe prints a dict of counts
+    assert counts["resident"] > 0 and counts["cast_buffer"] == counts["shared_stream"] == 0  # CPU: nothing offloaded
+
+
+def test_an_unknown_weight_access_is_refused(env):
+    with pytest.raises(ValueError, match="weights must be"):
+        _cards_nodes.sample(*job(env), "low_vram", "existing", None, weights="pinned")
