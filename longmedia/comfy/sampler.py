@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -341,14 +342,23 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_memory_reader(),
                                       block_index=block)) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
+    finite = all_finite(out_samples)
     output, denoised = _outputs(g, latent, out_samples, x0_output)
     report = RunReport(plan=plan, attention_backend=plan.attention.backend, streamed_blocks=streamed,
                        boundaries=tuple(run.boundaries), steps=tuple(run.steps),
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
-                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram))
+                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite)
+    if not finite:
+        logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)
+
+
+def all_finite(samples: torch.Tensor) -> bool:
+    """Whether a latent (H3's video+audio NestedTensor, or a plain tensor) holds only finite values."""
+    parts = samples.unbind() if getattr(samples, "is_nested", False) else (samples,)
+    return all(bool(torch.isfinite(p).all()) for p in parts)
 
 
 def _oom_phase(current: str) -> str:

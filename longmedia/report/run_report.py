@@ -8,6 +8,11 @@ from typing import Any
 
 from ..planning.types import ExecutionPlan
 
+NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
+KNOWN_STREAMED_NAN = (". Known problem (issue 14): the streamed blocks gave NaN at full depth when Dynamic VRAM "
+                      "could not keep the weights resident; normal mode, or shorter segments that fit it, gave "
+                      "finite output there (docs/PERFORMANCE.md, 'Full depth')")
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -59,6 +64,7 @@ class RunReport:
     manual_fields: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     predicted: PredictedPeaks | None = None
+    output_finite: bool = True  # False: the sampled latent holds NaN or inf
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -75,7 +81,15 @@ class RunReport:
         out["plan"] = self.plan.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
         out["measured_device_bytes"] = self.measured_device_bytes
+        out["output_warning"] = self.output_warning
         return out
+
+    @property
+    def output_warning(self) -> str:
+        """What the web panel shows first when the latent is not finite ("" when it is)."""
+        if self.output_finite:
+            return ""
+        return NON_FINITE + (KNOWN_STREAMED_NAN if self.streamed_blocks else "")
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), default=str)
@@ -85,6 +99,8 @@ class RunReport:
         lines = [f"memory mode {p.memory_mode} (requested {p.requested_memory_mode}), "
                  f"attention {self.attention_backend}",
                  f"streamed blocks: {len(self.streamed_blocks)}"]
+        if not self.output_finite:
+            lines.insert(0, self.output_warning)
         lines.extend(self.peak_lines())
         if self.manual_fields:
             lines.append("manual values (they win over auto): " + ", ".join(self.manual_fields))

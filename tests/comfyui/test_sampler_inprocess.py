@@ -316,3 +316,36 @@ def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exac
     (ov, oa), _, result = ours(env, request, *job(env))
     assert torch.equal(ov, sv) and torch.equal(oa, sa)
     assert any(n.startswith("late_block_guard_target_mb=3000 has no effect in normal mode") for n in result.report.notes)
+
+
+def test_a_latent_with_nan_is_reported_with_the_known_problem_named(env, monkeypatch, caplog):
+    from longmedia.execution import streamed_block
+
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
+                          mlp_chunk_tokens=96)
+    _, _, clean = ours(env, request, *job(env))
+    assert clean.report.output_finite and not any("NaN" in line for line in clean.report.summary_lines())
+    real = streamed_block._Run.streamed_mlp
+
+    def poisoned(self):  # a stage that leaves NaN in the packed sequence, as the 50-block run on the H200 did
+        real(self)
+        self.x[5, 3] = float("nan")
+
+    monkeypatch.setattr(streamed_block._Run, "streamed_mlp", poisoned)
+    (ov, _), _, bad = ours(env, request, *job(env))
+    assert not torch.isfinite(ov).all()
+    assert bad.report.output_finite is False and json.loads(bad.report.to_json())["output_finite"] is False
+    first = bad.report.summary_lines()[0]
+    assert first.startswith("WARNING: the sampled latent holds NaN or inf") and "issue 14" in first
+    assert any("holds NaN or inf" in r.getMessage() for r in caplog.records)
+
+
+def test_all_finite_reads_each_part_of_a_nested_latent(env):
+    from comfy.nested_tensor import NestedTensor  # what H3's empty AV latent holds (video 5-D, audio 3-D)
+
+    from longmedia.comfy.sampler import all_finite
+
+    video, audio = torch.randn(1, 4, 3, 2, 2), torch.randn(1, 8, 5)
+    assert all_finite(NestedTensor([video, audio])) and all_finite(video)
+    audio[0, 2, 1] = float("inf")
+    assert not all_finite(NestedTensor([video, audio])) and not all_finite(audio)

@@ -151,6 +151,23 @@ def test_extension_loads_without_console_errors(page, comfy_server):
     assert unexpected(page.console()) == [], page.console_text()
 
 
+def test_a_latent_with_nan_is_the_panel_s_first_warning(page):
+    """report.output_warning (RunReport: the sampled latent holds NaN or inf) leads the plan panel's warnings."""
+    from longmedia.report.run_report import KNOWN_STREAMED_NAN, NON_FINITE
+
+    warning = NON_FINITE + KNOWN_STREAMED_NAN
+    run = {"plan": {"memory_mode": "low_vram", "warnings": ["plan warning"], "geometry": {"seq_len": 290}},
+           "streamed_blocks": [0, 1], "output_warning": warning}
+    clean = {**run, "output_warning": ""}
+    segmented = {"plan": {"seconds": 3.0}, "segments": [{"index": 1, "run": clean}, {"index": 2, "run": run}]}
+    js = ("(async () => { const m = await import('/extensions/ComfyUI-LongMedia/lib/report_format.js'); "
+          f"return [{json.dumps(run)}, {json.dumps(clean)}, {json.dumps(segmented)}]"
+          ".map((r) => m.formatReport(r).warnings); })()")
+    single, none, passes = page.eval(js)
+    assert single == [warning, "plan warning"] and none == ["plan warning"], (single, none)
+    assert passes == ["plan warning", warning], passes  # one pass's NaN shows on the segmented panel
+
+
 def test_controls_follow_the_modes(page):
     mark = page.mark()
     seen = page.eval("window.longmediaTest.modeWalk()")

@@ -53,6 +53,11 @@ function planRows(plan, run, measured, measuredDevice = run.measured_device_byte
   return rows;
 }
 
+// The run's own warning (a latent with NaN or inf: report.output_warning), then the plan's warnings.
+function warningsOf(run) {
+  return [...(run.output_warning ? [String(run.output_warning)] : []), ...(run.plan?.warnings ?? []).map(String)];
+}
+
 // What the run did beside the plan: guard clean-ups and the stage's notes (resize, audio kept ...).
 function notesOf(run) {
   return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
@@ -81,7 +86,7 @@ function formatSegmented(entry) {
   const tail = [];
   if (segs.length > 1) tail.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
   const runs = segs.map((s) => s.run ?? {});
-  const warnings = [...new Set(runs.flatMap((r) => (r.plan?.warnings ?? []).map(String)))];
+  const warnings = [...new Set(runs.flatMap(warningsOf))];
   const notes = [...new Set(runs.flatMap(notesOf)), ...(entry.notes ?? []).map(String)];
   return { rows, table, tail, warnings, notes, reasons: (run.plan?.reasons ?? []).map(String) };
 }
@@ -128,6 +133,6 @@ export function formatReport(entry) {
   }
   const manual = entry.manual_fields?.length ? entry.manual_fields : plan.manual_fields ?? [];
   if (manual.length) rows.push(["manual", manual.join(", ")]);
-  return { rows, warnings: (plan.warnings ?? []).map(String), notes: notesOf(entry),
+  return { rows, warnings: warningsOf(entry), notes: notesOf(entry),
            reasons: (plan.reasons ?? []).map(String) };
 }
