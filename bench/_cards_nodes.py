@@ -18,7 +18,6 @@ Setup would segment it (`plan_segments(total_seconds=job_seconds, ...)` -> `run_
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 
@@ -125,12 +124,13 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
     the setting to ComfyUI when no weight streams (the control of that change); `controls`: manual controls of the
     PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
-    sequence first stops being finite and where each held weight came from (`_nan_probe`, `_weight_access`);
+    sequence first stops being finite and where each held weight came from (`_cards_probes`);
     `weights`: "sync_release" synchronizes the device before the executor hands a held weight back to ComfyUI,
-    "owned" hands out copies and releases the cast at once (`_weight_access`)."""
+    "owned" hands out copies and releases the cast at once (`_cards_probes`)."""
     import contextlib
 
     import _cards_faults
+    import _cards_probes
 
     from longmedia.comfy.sampler import run_sampler
     from longmedia.comfy.segmented import run_segmented
@@ -145,9 +145,9 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
             stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
                                                          min_rows=_text_rows(guider)))
         if nan_probe:
-            stack.enter_context(_nan_probe())
+            stack.enter_context(_cards_probes.nan_probe())
         if nan_probe or weights:
-            stack.enter_context(_weight_access(nan_probe, weights))
+            stack.enter_context(_cards_probes.weight_access(nan_probe, weights))
         if interrupt_after_calls > 0:
             stack.enter_context(_cards_faults.InterruptAfter(interrupt_after_calls).armed())
         if segment_seconds > 0:
@@ -155,139 +155,6 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
                                  context_frames=context_frames)
             return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile)
         return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile)
-
-
-@contextlib.contextmanager
-def _nan_probe():
-    """The streamed executor's stages and the chunked final layer checked after each call (a device sync each): the
-    first stage whose output, or input, holds NaN or inf is printed to stderr with its call count, then that probe
-    goes quiet."""
-    import sys
-
-    import torch
-
-    from longmedia.execution import final_layer, streamed_block
-
-    run = streamed_block._Run
-    real = {name: getattr(run, name) for name in ("stock_attention", "streamed_attention", "stock_mlp", "streamed_mlp")}
-    seen = {"calls": 0, "done": False}
-
-    def checked(name, fn):
-        def stage(self):
-            if seen["done"]:
-                return fn(self)
-            seen["calls"] += 1
-            before = bool(torch.isfinite(self.x).all())
-            out = fn(self)
-            after = bool(torch.isfinite(self.x).all())
-            if not (before and after):
-                seen["done"] = True
-                amax = float(self.x.float().abs().nan_to_num(0, 0, 0).max())
-                print(f"NAN PROBE: stage {name} call {seen['calls']}: input finite {before}, output finite {after}, "
-                      f"finite max |x| {amax:.4g}, rows {self.x.shape[0]}", file=sys.stderr, flush=True)
-            return out
-        return stage
-
-    real_final = final_layer.chunked_final_forward
-
-    def checked_final(*args, **kwargs):
-        forward = real_final(*args, **kwargs)
-
-        def final(x, *rest, **kw):
-            seen["final_calls"] = seen.get("final_calls", 0) + 1
-            video, audio = forward(x, *rest, **kw)
-            if not seen.get("final_done") and not all(bool(torch.isfinite(t).all()) for t in (x, video, audio)):
-                seen["final_done"] = True
-                print(f"NAN PROBE: final layer call {seen['final_calls']}: input finite "
-                      f"{bool(torch.isfinite(x).all())}, video {bool(torch.isfinite(video).all())}, audio "
-                      f"{bool(torch.isfinite(audio).all())}", file=sys.stderr, flush=True)
-            return video, audio
-        return final
-
-    for name, fn in real.items():
-        setattr(run, name, checked(name, fn))
-    final_layer.chunked_final_forward = checked_final
-    try:
-        yield
-    finally:
-        for name, fn in real.items():
-            setattr(run, name, fn)
-        final_layer.chunked_final_forward = real_final
-        print(f"NAN PROBE: {seen['calls']} stage calls checked, non-finite seen: {seen['done']}", file=sys.stderr,
-              flush=True)
-
-
-@contextlib.contextmanager
-def _weight_access(probe: bool, mode: str):
-    """The executor's weight access (`block_patch.comfy_weights`) changed for the run.
-
-    probe: each weight is classified from ComfyUI's cast state as resident (no transfer), vbar (faulted into
-    comfy-aimdo's pages) or cast_buffer (the fault failed: the weight sits at the start of an offload stream's
-    cast buffer); the run's counts, and how often two held cast-buffer weights shared one stream, go to stderr.
-    mode "sync_release": `torch.cuda.synchronize()` before each weight goes back; "owned": copies, the cast
-    released at once (`block_patch._owned`).
-    """
-    import sys
-
-    import torch
-
-    from longmedia.comfy import block_patch
-
-    if mode not in ("", "sync_release", "owned"):
-        raise ValueError(f"weights must be '', 'sync_release' or 'owned', got {mode!r}")
-    real = block_patch.comfy_weights
-    counts = {"resident": 0, "vbar": 0, "cast_buffer": 0, "shared_stream": 0}
-
-    def classified():
-        import comfy.ops as ops
-
-        held: list[tuple[str, int | None]] = []
-
-        @contextlib.contextmanager
-        def access(module, like):
-            ctx = ops.CastBiasWeightContext(module, like, offloadable=True)
-            info = ctx.state[2] if len(ctx.state) > 2 else None
-            stream = info[0] if info is not None else None
-            kind = "resident" if stream is None else "vbar" if info[1] is not None else "cast_buffer"
-            sid = id(stream) if stream is not None else None
-            if kind == "cast_buffer" and any(k == "cast_buffer" and h == sid for k, h in held):
-                counts["shared_stream"] += 1
-                if counts["shared_stream"] == 1:
-                    print(f"WEIGHT PROBE: two held cast-buffer weights on one offload stream ({type(module).__name__} "
-                          f"{tuple(module.weight.shape)})", file=sys.stderr, flush=True)
-            counts[kind] += 1
-            held.append((kind, sid))
-            try:
-                with ctx as pair:
-                    yield pair
-            finally:
-                held.pop()
-        return access
-
-    def changed():
-        access = classified() if probe else real()
-        if mode == "owned":
-            return block_patch._owned(access)
-        if mode != "sync_release":
-            return access
-
-        @contextlib.contextmanager
-        def synced(module, like):
-            with access(module, like) as pair:
-                try:
-                    yield pair
-                finally:
-                    if like.is_cuda:
-                        torch.cuda.synchronize(like.device)
-        return synced
-
-    block_patch.comfy_weights = changed
-    try:
-        yield
-    finally:
-        block_patch.comfy_weights = real
-        if probe:
-            print(f"WEIGHT PROBE: {counts}", file=sys.stderr, flush=True)
 
 
 def _prefetch_forced_off(guider):
