@@ -125,8 +125,9 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     the setting to ComfyUI when no weight streams (the control of that change); `controls`: manual controls of the
     PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
     sequence first stops being finite and where each held weight came from (`_cards_probes`);
-    `weights`: "sync_release" synchronizes the device before the executor hands a held weight back to ComfyUI,
-    "owned" hands out copies and releases the cast at once (`_cards_probes`)."""
+    `weights`: "unordered" hands held weights back without ordering their offload stream (before the fix),
+    "sync_release" synchronizes the device before the executor hands a held weight back to ComfyUI, "owned"
+    hands out copies and releases the cast at once (`_cards_probes`)."""
     import contextlib
 
     import _cards_faults

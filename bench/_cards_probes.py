@@ -79,7 +79,9 @@ def weight_access(probe: bool, mode: str):
     probe: each weight is classified from ComfyUI's cast state as resident (no transfer), vbar (faulted into
     comfy-aimdo's pages) or cast_buffer (the fault failed: the weight sits at the start of an offload stream's
     cast buffer); the run's counts, and how often two held cast-buffer weights shared one stream, go to stderr.
-    mode "sync_release": `torch.cuda.synchronize()` before each weight goes back; "owned": copies, the cast
+    The classified access orders each weight's stream after compute on release, as the product's does.
+    mode "unordered": that ordering left out (the access before the fix: ComfyUI's uncast alone);
+    "sync_release": `torch.cuda.synchronize()` before each weight goes back; "owned": copies, the cast
     released at once (`block_patch._owned`).
     """
     import sys
@@ -88,12 +90,13 @@ def weight_access(probe: bool, mode: str):
 
     from longmedia.comfy import block_patch
 
-    if mode not in ("", "sync_release", "owned"):
-        raise ValueError(f"weights must be '', 'sync_release' or 'owned', got {mode!r}")
+    if mode not in ("", "unordered", "sync_release", "owned"):
+        raise ValueError(f"weights must be '', 'unordered', 'sync_release' or 'owned', got {mode!r}")
     real = block_patch.comfy_weights
     counts = {"resident": 0, "vbar": 0, "cast_buffer": 0, "shared_stream": 0}
 
     def classified():
+        import comfy.model_management as mm
         import comfy.ops as ops
 
         held: list[tuple[str, int | None]] = []
@@ -102,7 +105,7 @@ def weight_access(probe: bool, mode: str):
         def access(module, like):
             ctx = ops.CastBiasWeightContext(module, like, offloadable=True)
             info = ctx.state[2] if len(ctx.state) > 2 else None
-            stream = info[0] if info is not None else None
+            stream = block_patch.offload_stream_of(ctx.state)
             kind = "resident" if stream is None else "vbar" if info[1] is not None else "cast_buffer"
             sid = id(stream) if stream is not None else None
             if kind == "cast_buffer" and any(k == "cast_buffer" and h == sid for k, h in held):
@@ -114,13 +117,17 @@ def weight_access(probe: bool, mode: str):
             held.append((kind, sid))
             try:
                 with ctx as pair:
-                    yield pair
+                    try:
+                        yield pair
+                    finally:
+                        if mode != "unordered":
+                            block_patch.order_after_compute(stream, like, mm)
             finally:
                 held.pop()
         return access
 
     def changed():
-        access = classified() if probe else real()
+        access = classified() if probe or mode == "unordered" else real()
         if mode == "owned":
             return block_patch._owned(access)
         if mode != "sync_release":

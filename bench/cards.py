@@ -71,7 +71,9 @@ def parse(argv=None):
                         "stage whose packed sequence holds NaN or inf, and where the held weights came from (resident, "
                         "comfy-aimdo's pages, an offload cast buffer); longmedia_sync_release: the probe, and the "
                         "device synchronized before each held weight goes back to ComfyUI; "
-                        "longmedia_owned_weights: the probe, and each weight copied and its cast released at once")
+                        "longmedia_owned_weights: the probe, and each weight copied and its cast released at once; "
+                        "longmedia_unordered: the probe, with held weights handed back as before the fix (no "
+                        "offload-stream wait: ComfyUI's uncast alone)")
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -434,6 +436,7 @@ CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMedia
     "longmedia_nan_probe": ("auto", {"nan_probe": True}),
     "longmedia_sync_release": ("auto", {"nan_probe": True, "weights": "sync_release"}),
     "longmedia_owned_weights": ("auto", {"nan_probe": True, "weights": "owned"}),
+    "longmedia_unordered": ("auto", {"nan_probe": True, "weights": "unordered"}),
 }
 
 

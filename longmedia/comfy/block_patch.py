@@ -27,26 +27,54 @@ class HandedAttentionError(RuntimeError):
 def comfy_weights():
     """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions).
 
-    A streamed stage holds two weights at once (qkv + out-proj, fc1 + fc2). ComfyUI hands a weight that is
-    not resident out at the start of the cast buffer of the next offload stream, so two held weights are
-    safe with two or more streams (ComfyUI's default on CUDA) and would share one buffer with a single
-    stream (`--async-offload 1`): then each weight is copied and its cast released at once.
+    A streamed stage holds two weights across many kernels (qkv + out-proj, fc1 + fc2). Under dynamic VRAM a
+    weight comfy-aimdo cannot fault in is handed out at the start of the cast buffer of an offload stream, and
+    ComfyUI's `uncast_bias_weight` leaves that stream unordered (only a faulted or a non-dynamic weight makes
+    its stream wait for compute). Stock reads each weight in the one kernel that follows its cast, and the next
+    cast (`get_offload_stream`) orders the previous stream after it. Here the first weight of the pair is read
+    after that point, so a later cast on its stream could overwrite it while the stage's kernels still read it.
+    So each weight's offload stream is made to wait for the compute stream when the weight is handed back,
+    which is what `uncast_bias_weight` does for the other kinds of weight. With a single offload stream
+    (`--async-offload 1`) the pair would share one buffer: each weight is copied and its cast released at once.
     """
     import comfy.model_management as mm
     import comfy.ops as ops
 
     context = getattr(ops, "CastBiasWeightContext", None)
-    if context is not None:
-        cast = lambda module, like: context(module, like, offloadable=True)  # noqa: E731
-    else:
-        @contextlib.contextmanager
-        def cast(module, like):  # named fallback: ComfyUI before CastBiasWeightContext
-            weight, bias, stream = ops.cast_bias_weight(module, like, offloadable=True)
-            try:
-                yield weight, bias
-            finally:
-                ops.uncast_bias_weight(module, weight, bias, stream)
+
+    @contextlib.contextmanager
+    def cast(module, like):
+        if context is not None:
+            ctx = context(module, like, offloadable=True)
+            stream = offload_stream_of(ctx.state)
+            with ctx as pair:
+                try:
+                    yield pair
+                finally:
+                    order_after_compute(stream, like, mm)
+            return
+        # named fallback: ComfyUI before CastBiasWeightContext
+        weight, bias, state = ops.cast_bias_weight(module, like, offloadable=True)
+        try:
+            yield weight, bias
+        finally:
+            order_after_compute(offload_stream_of((weight, bias, state)), like, mm)
+            ops.uncast_bias_weight(module, weight, bias, state)
+
     return _owned(cast) if getattr(mm, "NUM_STREAMS", 2) == 1 else cast
+
+
+def offload_stream_of(state) -> object | None:
+    """The offload stream in a `cast_bias_weight(..., offloadable=True)` result (weight, bias, (stream, ...)),
+    None when the weight needed no transfer."""
+    info = state[2] if state is not None and len(state) > 2 else None
+    return info[0] if isinstance(info, tuple) and info else None
+
+
+def order_after_compute(stream, like, mm) -> None:
+    """Order `stream` after the kernels enqueued so far on the compute stream (those that read the weight)."""
+    if stream is not None:
+        stream.wait_stream(mm.current_stream(like.device))
 
 
 def _owned(access):

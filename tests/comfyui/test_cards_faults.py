@@ -148,7 +148,7 @@ def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env
     assert "NAN PROBE: final layer call 1: input finite False" in loud
 
 
-@pytest.mark.parametrize("weights", ["sync_release", "owned"])
+@pytest.mark.parametrize("weights", ["unordered", "sync_release", "owned"])
 def test_the_weight_access_controls_change_the_run_only_and_not_its_output(env, capsys, weights):
     from longmedia.comfy import block_patch
 
@@ -168,3 +168,35 @@ def test_the_weight_access_controls_change_the_run_only_and_not_its_output(env, 
 def test_an_unknown_weight_access_is_refused(env):
     with pytest.raises(ValueError, match="weights must be"):
         _cards_nodes.sample(*job(env), "low_vram", "existing", None, weights="pinned")
+
+
+@pytest.mark.parametrize("mode,waits", [("", 1), ("unordered", 0)])
+def test_the_probe_s_access_orders_streams_as_the_product_unless_unordered(env, monkeypatch, mode, waits):
+    import _cards_probes
+    import comfy.model_management as mm
+    import comfy.ops as ops
+
+    from longmedia.comfy import block_patch
+
+    log: list = []
+
+    class Stream:
+        def wait_stream(self, other):
+            log.append(other)
+
+    class Context:  # a weight handed out from a cast buffer: (weight, bias, (stream, no device, None))
+        def __init__(self, module, like, offloadable=False):
+            self.state = (module.weight, None, (Stream(), None, None))
+
+        def __enter__(self):
+            return self.state[:2]
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(ops, "CastBiasWeightContext", Context)
+    monkeypatch.setattr(mm, "current_stream", lambda device: "compute")
+    with _cards_probes.weight_access(True, mode):
+        with block_patch.comfy_weights()(torch.nn.Linear(3, 3), torch.randn(2, 3)):
+            pass
+    assert log == ["compute"] * waits

@@ -84,6 +84,56 @@ def test_all_heads_streaming_is_bitwise_against_comfy_on_cpu(comfy):
     assert torch.equal(out, stock)
 
 
+class _Stream:
+    """An offload stream that records what it was ordered after."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def wait_stream(self, other):
+        self.log.append(("wait", other))
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("kind", ["cast_buffer", "faulted", "resident"])
+def test_a_held_weight_s_offload_stream_waits_for_compute_before_it_is_handed_back(comfy, monkeypatch, kind, legacy):
+    """ComfyUI's uncast leaves a cast-buffer weight's stream unordered (comfy.ops.uncast_bias_weight: no weight_a,
+    no bias_a); the access orders it after the compute stream itself, before the cast is released."""
+    import comfy.model_management as mm
+    import comfy.ops as ops
+
+    _, _, patch = comfy
+    log: list = []
+    stream = _Stream(log)
+    weight = torch.randn(4, 4)
+    state = {"cast_buffer": (weight, None, (stream, None, None)),
+             "faulted": (weight, None, (stream, torch.device("cuda", 0), None)),
+             "resident": (weight, None, (None, torch.device("cuda", 0), None))}[kind]
+
+    class Context:
+        def __init__(self, module, like, offloadable=False):
+            self.state = state
+
+        def __enter__(self):
+            return self.state[:2]
+
+        def __exit__(self, *exc):
+            log.append(("uncast", kind))
+
+    monkeypatch.setattr(mm, "current_stream", lambda device: "compute")
+    if legacy:  # ComfyUI before CastBiasWeightContext: cast_bias_weight / uncast_bias_weight
+        monkeypatch.delattr(ops, "CastBiasWeightContext")
+        monkeypatch.setattr(ops, "cast_bias_weight", lambda module, like, offloadable=False: state)
+        monkeypatch.setattr(ops, "uncast_bias_weight", lambda m, w, b, st: log.append(("uncast", kind)))
+    else:
+        monkeypatch.setattr(ops, "CastBiasWeightContext", Context)
+    with patch.comfy_weights()(torch.nn.Linear(4, 4), torch.randn(2, 4)) as (w, b):
+        assert w is weight and b is None
+        log.append(("kernels", None))
+    waits = [("wait", "compute")] if kind != "resident" else []
+    assert log == [("kernels", None), *waits, ("uncast", kind)]
+
+
 def test_one_offload_stream_hands_out_copies(comfy, monkeypatch):
     """With `--async-offload 1` two held weights would share one cast buffer: each is copied, its cast released."""
     import comfy.model_management as mm

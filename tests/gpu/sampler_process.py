@@ -25,6 +25,7 @@ sys.path.insert(1, str(REPO))
 import comfy_process  # noqa: E402  (found through the sys.path entry above)
 
 WIDTH, HEIGHT, LENGTH, STEPS, CFG = 512, 384, 39, 2, 3.0  # ~2,400 packed rows
+LONG = (1344, 768, 107)  # ~33,000 packed rows: stages long enough that the GPU runs behind the CPU
 
 
 def main() -> int:
@@ -61,12 +62,12 @@ def main() -> int:
     res["patcher"] = {"type": type(patcher).__name__, "dynamic": bool(patcher.is_dynamic())}
     save()
 
-    def job(seed=3):
+    def job(seed=3, size=(WIDTH, HEIGHT, LENGTH)):
         guider = comfy.samplers.CFGGuider(patcher)
         guider.set_conds(tc.random_conditioning(11, dims=dims, seed=1), tc.random_conditioning(5, dims=dims, seed=2))
         guider.set_cfg(CFG)
         sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", STEPS).cpu()
-        latent = h3n.EmptyMiniMaxH3LatentAV.execute(WIDTH, HEIGHT, LENGTH).result[0]
+        latent = h3n.EmptyMiniMaxH3LatentAV.execute(*size).result[0]
         return ncs.Noise_RandomNoise(seed), guider, comfy.samplers.sampler_object("euler"), sigmas, latent
 
     def rel(a, b):
@@ -114,6 +115,8 @@ def main() -> int:
             save()
         res["cast_buffer"] = cast_buffer_case(job, cases["low_vram"], outputs.get("low_vram"), sv, run_sampler, ncs)
         save()
+        res["cast_buffer_long"] = cast_buffer_long_case(job, run_sampler, ncs, PlanRequest)
+        save()
     mm.unload_all_models()
     res["done"] = True
     save()
@@ -144,6 +147,42 @@ def cast_buffer_case(job, request, vbar_out, stock_out, run_sampler, ncs) -> dic
         return {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=12)}
     finally:
         vbar_api.vbar_fault = real_fault
+
+
+def cast_buffer_long_case(job, run_sampler, ncs, plan_request) -> dict:
+    """The cast-buffer run on a ~33,000-row job, where a stage's kernels outlast the CPU's casts: stock, the
+    product, and the product with held weights handed back as before the fix (ComfyUI's uncast alone, which leaves
+    a cast-buffer weight's offload stream unordered). The product must match stock; the unordered run is recorded
+    (a race: it may or may not hit)."""
+    import comfy.ops as ops
+    import comfy_aimdo.model_vbar as vbar_api
+    import torch
+
+    from longmedia.comfy import block_patch
+
+    request = plan_request(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=2048,
+                           mlp_chunk_tokens=2048)
+
+    def rel(a, b):
+        return float((a.double() - b.double()).norm() / b.double().norm())
+
+    real_fault, real_weights = vbar_api.vbar_fault, block_patch.comfy_weights
+    vbar_api.vbar_fault = lambda alloc: None  # test-only, as in cast_buffer_case
+    try:
+        stock = ncs.SamplerCustomAdvanced.execute(*job(size=LONG)).result[0]["samples"].unbind()[0].clone()
+        ordered = run_sampler(*job(size=LONG), request)
+        ov = ordered.output["samples"].unbind()[0].clone()
+        block_patch.comfy_weights = lambda: (lambda m, like: ops.CastBiasWeightContext(m, like, offloadable=True))
+        uv = run_sampler(*job(size=LONG), request).output["samples"].unbind()[0].clone()
+        return {"ok": True, "rows": int(ordered.plan.geometry.seq_len), "finite": bool(torch.isfinite(ov).all()),
+                "rel_stock": rel(ov, stock), "equal_stock": bool(torch.equal(ov, stock)),
+                "unordered_finite": bool(torch.isfinite(uv).all()),
+                "unordered_rel_stock": rel(uv, stock) if bool(torch.isfinite(uv).all()) else None,
+                "streamed_blocks": list(ordered.report.streamed_blocks)}
+    except Exception as error:  # noqa: BLE001  named: recorded for the parent test to assert on
+        return {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=12)}
+    finally:
+        vbar_api.vbar_fault, block_patch.comfy_weights = real_fault, real_weights
 
 
 if __name__ == "__main__":

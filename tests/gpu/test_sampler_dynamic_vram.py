@@ -68,3 +68,12 @@ def test_weights_from_the_offload_cast_buffers_give_the_same_output(child):
     assert r["stock_equal"], r  # stock itself does not depend on where the weights sit
     assert r["streamed_blocks"] == [0, 1] and r["finite"]
     assert r["equal_vbar_run"], r
+
+
+def test_a_long_job_from_the_cast_buffers_matches_stock(child):
+    """~33,000 rows with every weight from ComfyUI's cast buffers: the stage's kernels outlast the next casts, which
+    is where the offload-stream ordering on release matters. The unordered figures are the control (recorded)."""
+    r = child.get("cast_buffer_long", {})
+    assert r.get("ok"), r.get("traceback") or child.get("_tail")
+    assert r["rows"] > 30_000 and r["streamed_blocks"] == [0, 1] and r["finite"]
+    assert r["rel_stock"] <= 2e-2, r
