@@ -69,11 +69,11 @@ def parse(argv=None):
                         "longmedia_existing: "
                         "attention_mode existing (ComfyUI's own attention function); longmedia_nan_probe: prints the first executor "
                         "stage whose packed sequence holds NaN or inf, and where the held weights came from (resident, "
-                        "comfy-aimdo's pages, an offload cast buffer); longmedia_sync_release: the probe, and the "
-                        "device synchronized before each held weight goes back to ComfyUI; "
-                        "longmedia_owned_weights: the probe, and each weight copied and its cast released at once; "
-                        "longmedia_unordered: the probe, with held weights handed back as before the fix (no "
-                        "offload-stream wait: ComfyUI's uncast alone)")
+                        "comfy-aimdo's pages, an offload cast buffer; its checks sync the device twice per block); "
+                        "longmedia_sync_release: the device synchronized before each held weight goes back to "
+                        "ComfyUI; longmedia_owned_weights: each weight copied and its cast released at once; "
+                        "longmedia_unordered: held weights handed back as before the fix (no offload-stream wait: "
+                        "ComfyUI's uncast alone)")
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -434,9 +434,10 @@ CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMedia
                                                                   "late_block_guard_target_mb": 0})}),
     "longmedia_existing": ("existing", {}),
     "longmedia_nan_probe": ("auto", {"nan_probe": True}),
-    "longmedia_sync_release": ("auto", {"nan_probe": True, "weights": "sync_release"}),
-    "longmedia_owned_weights": ("auto", {"nan_probe": True, "weights": "owned"}),
-    "longmedia_unordered": ("auto", {"nan_probe": True, "weights": "unordered"}),
+    # without the probe: its per-stage syncs would keep the CPU from running ahead and hide a race
+    "longmedia_sync_release": ("auto", {"weights": "sync_release"}),
+    "longmedia_owned_weights": ("auto", {"weights": "owned"}),
+    "longmedia_unordered": ("auto", {"weights": "unordered"}),
 }
 
 
