@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from _cards_checks import EXTRAS
-from _cards_prompt import JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
+from _cards_prompt import CONTROLS, CONTROLS_HELP, JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
 from _cards_tables import compare, read_rows, tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,18 +62,7 @@ def parse(argv=None):
     p.add_argument("--formats", nargs="*", default=["int8", "bf16"], choices=["int8", "bf16"])
     p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"],
                    choices=["longmedia", "stock", *CONTROLS],
-                   help="longmedia_prefetch_off: LongMedia with ComfyUI's block prefetch forced off in every model "
-                        "call, as LongMedia's plan did when every weight stays resident (the control of that change); "
-                        "longmedia_guards_off: every block and step guard set to 0 (manual controls); "
-                        "longmedia_no_release: the two guards that give back weight pages (emergency, late-block) set to 0; "
-                        "longmedia_existing: "
-                        "attention_mode existing (ComfyUI's own attention function); longmedia_nan_probe: prints the first executor "
-                        "stage whose packed sequence holds NaN or inf, and where the held weights came from (resident, "
-                        "comfy-aimdo's pages, an offload cast buffer; its checks sync the device twice per block); "
-                        "longmedia_sync_release: the device synchronized before each held weight goes back to "
-                        "ComfyUI; longmedia_owned_weights: each weight copied and its cast released at once; "
-                        "longmedia_unordered: held weights handed back as before the fix (no offload-stream wait: "
-                        "ComfyUI's uncast alone)")
+                   help=CONTROLS_HELP)
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -423,22 +412,6 @@ def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
 
             out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out
-
-
-GUARDS_OFF = {"inter_block_vram_guard_mb": 0, "inter_block_guard_emergency_mb": 0, "late_block_guard_target_mb": 0,
-              "step_boundary_cleanup_mb": 0}
-CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMediaBenchSampler's extra inputs)
-    "longmedia_prefetch_off": ("auto", {"prefetch_off": True}),
-    "longmedia_guards_off": ("auto", {"request_json": json.dumps(GUARDS_OFF)}),
-    "longmedia_no_release": ("auto", {"request_json": json.dumps({"inter_block_guard_emergency_mb": 0,
-                                                                  "late_block_guard_target_mb": 0})}),
-    "longmedia_existing": ("existing", {}),
-    "longmedia_nan_probe": ("auto", {"nan_probe": True}),
-    # without the probe: its per-stage syncs would keep the CPU from running ahead and hide a race
-    "longmedia_sync_release": ("auto", {"weights": "sync_release"}),
-    "longmedia_owned_weights": ("auto", {"weights": "owned"}),
-    "longmedia_unordered": ("auto", {"weights": "unordered"}),
-}
 
 
 def output_result(stats: dict | None) -> str:
