@@ -185,14 +185,19 @@ class LongMediaBenchSink:
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"samples": ("LATENT",)}, "optional": {"report": ("STRING", {"forceInput": True})}}
+        return {"required": {"samples": ("LATENT",)},
+                "optional": {"report": ("STRING", {"forceInput": True}),
+                             "save_path": ("STRING", {"default": "", "tooltip": "where to torch.save the video "
+                                                      "latent (fp32, CPU) for bench/latent_diff.py; empty: not saved"})}}
 
-    def sink(self, samples, report=None):
+    def sink(self, samples, report=None, save_path=""):
         import torch
 
         video = samples["samples"].unbind()[0] if hasattr(samples["samples"], "unbind") else samples["samples"]
         stats = {"finite": bool(torch.isfinite(video).all()), "std": float(video.float().std()),
                  "checksum": float(video.double().sum())}
+        if save_path:
+            torch.save(video.float().cpu(), save_path)
         return {"ui": {"stats": [stats], "report": [report or ""]}}
 
 

@@ -49,8 +49,9 @@ class _Server:
 
 
 def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
-           simulate: str = "ballast", memory_mode: str = "auto", **extra_inputs):
-    """One row's prompt; `extra_inputs` go to LongMediaBenchSampler's optional inputs (the extras)."""
+           simulate: str = "ballast", memory_mode: str = "auto", latent_path: str = "", **extra_inputs):
+    """One row's prompt; `extra_inputs` go to LongMediaBenchSampler's optional inputs (the extras); the sink saves
+    the video latent to `latent_path` when one is given."""
     from longmedia.h3.lattice import frames_for_seconds
 
     w, h = JOB
@@ -73,10 +74,12 @@ def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card:
              "latent_image": ["latent", 0]}
     if sampler == "stock":
         p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
-        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0]}}
+        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0],
+                                                                    "save_path": latent_path}}
     else:
         p["sample"] = {"class_type": "LongMediaBenchSampler",
                        "inputs": {**links, "memory_mode": memory_mode, "attention_mode": attention, "card_gib": card,
                                   "simulate": simulate, **extra_inputs}}
-        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1]}}
+        p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0], "report": ["sample", 1],
+                                                                    "save_path": latent_path}}
     return p

@@ -94,6 +94,9 @@ def parse(argv=None):
                    "files, LongMedia and stock side by side (docs/PERFORMANCE.md's layout)")
     p.add_argument("--comfy-arg", action="append", default=[], help="extra ComfyUI CLI argument for the card "
                    "processes, e.g. --comfy-arg=--disable-cuda-malloc (repeat for several)")
+    p.add_argument("--latents", type=Path, help="save each main row's video latent here as "
+                   "<card>gib_<format>_<seconds>s_<sampler>.pt, for bench/latent_diff.py (LongMedia under a small "
+                   "card against stock on a large one)")
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -157,6 +160,8 @@ def main(argv=None) -> int:
         if a.extras_only:
             cmd.append("--extras-only")
         cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
+        if a.latents:
+            cmd += ["--latents", str(a.latents)]
         try:
             ballast = _ballast(card) if a.simulate == "ballast" else None
         except RuntimeError as error:  # named: no ballast, no simulated card; the next card may still run
@@ -341,6 +346,9 @@ def child(a) -> int:
             continue
         unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
         attention, extra = CONTROLS.get(sampler, ("auto", {}))
+        if a.latents:
+            a.latents.mkdir(parents=True, exist_ok=True)
+            extra = {**extra, "latent_path": str(a.latents / f"{card:g}gib_{fmt}_{seconds:g}s_{sampler}.pt")}
         write(run(row, prompt(unet, seconds, a.steps, 42, sampler, card, attention, a.simulate, **extra),
                   f"{sampler}-{fmt}-{seconds}"))
         advised = advised_segment_seconds(row)

@@ -120,3 +120,37 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     table = cards.tables(rows)
     assert "\nextras\n| extra |" in table and "| check: seed-only reruns, same boundary snapshot and plan |" in table
     json.dumps(rows, default=str)  # every row serialises as cards.jsonl writes it
+
+
+def test_saved_latents_compare_stock_with_longmedia(bench_env, monkeypatch, tmp_path):
+    """`cards.py --latents` on the CPU: stock and LongMedia (normal mode, ComfyUI's attention) save their latents
+    through the bench sink, and bench/latent_diff.py finds them bit-equal; low_vram within tolerance."""
+    import _cards_nodes
+    import _cards_prompt
+    import cards
+    import latent_diff
+    import torch
+
+    import longmedia.h3.dims
+    from longmedia.h3.profiles import DeviceProfile
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    monkeypatch.setattr(_cards_prompt, "JOB", (128, 96))
+    monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)
+    monkeypatch.setattr(_cards_nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
+    execution = bench_env["execution"]
+    executor = execution.PromptExecutor(cards._Server(), cache_type=execution.CacheType.CLASSIC,
+                                        cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+    runs = {"stock": ("stock", "auto", "auto"), "normal": ("longmedia", "existing", "normal"),
+            "low_vram": ("longmedia", "existing", "low_vram")}
+    with torch.inference_mode(False):
+        for name, (sampler, attention, mode) in runs.items():
+            p = cards.prompt("full_h3_int8_2blocks.safetensors", 5, 1, 42, sampler, 16, attention, "ballast", mode,
+                             latent_path=str(tmp_path / f"{name}.pt"))
+            executor.execute(p, name, {"client_id": "bench"}, ["sink"])
+            assert executor.success, executor.status_messages[-1:]
+    ref = torch.load(tmp_path / "stock.pt")
+    assert ref.ndim == 5 and float(ref.std()) > 0  # batch, channels, frames, height, width
+    assert latent_diff.diff_row(ref, torch.load(tmp_path / "normal.pt"))["equal"]
+    low = latent_diff.diff_row(ref, torch.load(tmp_path / "low_vram.pt"))
+    assert low["finite"] and low["rel"] <= 1e-5, low

@@ -152,3 +152,48 @@ def test_a_completed_prompt_with_nan_in_its_latent_is_not_ok():
     assert cards.output_result({"finite": True, "std": 1.45, "checksum": -4.1e5}) == "ok"
     assert cards.output_result({"finite": False, "std": float("nan"), "checksum": float("nan")}) == "non-finite output"
     assert cards.output_result(None) == "ok"  # a prompt without the sink (none in this bench) has nothing to judge
+
+
+def test_latents_reach_the_card_process_and_each_sink_saves_to_its_own_file(monkeypatch, tmp_path):
+    """--latents goes to every card's child; the prompt's sink (stock and LongMedia alike) gets the path."""
+    import subprocess
+
+    import _cards_prompt
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        if "--child" in cmd:
+            seen.append(cards.parse(cmd[2:]).latents)
+        return subprocess.CompletedProcess(cmd, 0, "ok", "")
+
+    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
+    monkeypatch.setattr(cards.subprocess, "run", fake_run)
+    assert cards.main(["--cards", "16", "120", "--simulate", "reserve", "--latents", str(tmp_path / "lat"),
+                       "--out", str(tmp_path), "--models", str(tmp_path / "m")]) == 0
+    assert seen == [tmp_path / "lat"] * 2
+    for sampler in ("stock", "longmedia"):
+        p = _cards_prompt.prompt("m.safetensors", 5, 1, 42, sampler, 16, latent_path=f"/x/{sampler}.pt")
+        assert p["sink"]["inputs"]["save_path"] == f"/x/{sampler}.pt"
+    assert _cards_prompt.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sink"]["inputs"]["save_path"] == ""
+
+
+def test_latent_diff_passes_a_bf16_round_trip_and_fails_nan_or_a_wrong_latent(tmp_path):
+    import latent_diff
+    import torch
+
+    ref = torch.randn(24, 5, 6, 7, generator=torch.Generator().manual_seed(3))
+    assert latent_diff.diff_row(ref, ref.clone()) == {"finite": True, "equal": True, "max_abs": 0.0, "rel": 0.0}
+    near = latent_diff.diff_row(ref, ref.bfloat16().float())
+    assert not near["equal"] and 0 < near["rel"] < 2e-2
+    other = torch.randn(24, 5, 6, 7, generator=torch.Generator().manual_seed(4))
+    for name, x in (("ref", ref), ("near", ref.bfloat16().float()), ("other", other)):
+        torch.save(x, tmp_path / f"{name}.pt")
+    assert latent_diff.table(tmp_path / "ref.pt", [tmp_path / "near.pt"], 2e-2) == 0
+    assert latent_diff.table(tmp_path / "ref.pt", [tmp_path / "near.pt", tmp_path / "other.pt"], 2e-2) == 1
+    nan = ref.clone()
+    nan[0, 0, 0, 0] = float("inf")
+    assert latent_diff.diff_row(ref, nan)["finite"] is False
+    with pytest.raises(ValueError, match="shape"):
+        latent_diff.diff_row(ref, ref[:, :2])
+    assert latent_diff.main(["--smoke"]) == 0
