@@ -191,6 +191,7 @@ def test_latent_diff_passes_a_bf16_round_trip_and_fails_nan_or_a_wrong_latent(tm
         torch.save(x, tmp_path / f"{name}.pt")
     assert latent_diff.table(tmp_path / "ref.pt", [tmp_path / "near.pt"], 2e-2) == 0
     assert latent_diff.table(tmp_path / "ref.pt", [tmp_path / "near.pt", tmp_path / "other.pt"], 2e-2) == 1
+    assert latent_diff.table(tmp_path / "ref.pt", [tmp_path / "gone.pt", tmp_path / "near.pt"], 2e-2) == 1
     nan = ref.clone()
     nan[0, 0, 0, 0] = float("inf")
     assert latent_diff.diff_row(ref, nan)["finite"] is False
