@@ -9,9 +9,8 @@ from typing import Any
 from ..planning.types import ExecutionPlan
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
-KNOWN_STREAMED_NAN = (". Known problem (issue 14): the streamed blocks gave NaN at full depth when Dynamic VRAM "
-                      "could not keep the weights resident; normal mode, or shorter segments that fit it, gave "
-                      "finite output there (docs/PERFORMANCE.md, 'Full depth')")
+STREAMED_NAN_ADVICE = ("; the blocks streamed: rerun with memory_mode normal, or shorter segments that fit it, "
+                       "to tell a streaming fault from the model's own output, and report it with this report")
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ class RunReport:
         """What the web panel shows first when the latent is not finite ("" when it is)."""
         if self.output_finite:
             return ""
-        return NON_FINITE + (KNOWN_STREAMED_NAN if self.streamed_blocks else "")
+        return NON_FINITE + (STREAMED_NAN_ADVICE if self.streamed_blocks else "")
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), default=str)

@@ -318,7 +318,7 @@ def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exac
     assert any(n.startswith("late_block_guard_target_mb=3000 has no effect in normal mode") for n in result.report.notes)
 
 
-def test_a_latent_with_nan_is_reported_with_the_known_problem_named(env, monkeypatch, caplog):
+def test_a_latent_with_nan_is_reported_first_with_what_to_try(env, monkeypatch, caplog):
     from longmedia.execution import streamed_block
 
     request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
@@ -327,7 +327,8 @@ def test_a_latent_with_nan_is_reported_with_the_known_problem_named(env, monkeyp
     assert clean.report.output_finite and not any("NaN" in line for line in clean.report.summary_lines())
     real = streamed_block._Run.streamed_mlp
 
-    def poisoned(self):  # a stage that leaves NaN in the packed sequence, as the 50-block run on the H200 did
+    def poisoned(self):  # a stage that leaves NaN in the packed sequence, as the 50-block run on the H200 did before the
+        # offload-stream fix (727d794)
         real(self)
         self.x[5, 3] = float("nan")
 
@@ -336,7 +337,7 @@ def test_a_latent_with_nan_is_reported_with_the_known_problem_named(env, monkeyp
     assert not torch.isfinite(ov).all()
     assert bad.report.output_finite is False and json.loads(bad.report.to_json())["output_finite"] is False
     first = bad.report.summary_lines()[0]
-    assert first.startswith("WARNING: the sampled latent holds NaN or inf") and "issue 14" in first
+    assert first.startswith("WARNING: the sampled latent holds NaN or inf") and "memory_mode normal" in first
     assert any("holds NaN or inf" in r.getMessage() for r in caplog.records)
 
 

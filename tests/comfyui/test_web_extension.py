@@ -153,9 +153,9 @@ def test_extension_loads_without_console_errors(page, comfy_server):
 
 def test_a_latent_with_nan_is_the_panel_s_first_warning(page):
     """report.output_warning (RunReport: the sampled latent holds NaN or inf) leads the plan panel's warnings."""
-    from longmedia.report.run_report import KNOWN_STREAMED_NAN, NON_FINITE
+    from longmedia.report.run_report import NON_FINITE, STREAMED_NAN_ADVICE
 
-    warning = NON_FINITE + KNOWN_STREAMED_NAN
+    warning = NON_FINITE + STREAMED_NAN_ADVICE
     run = {"plan": {"memory_mode": "low_vram", "warnings": ["plan warning"], "geometry": {"seq_len": 290}},
            "streamed_blocks": [0, 1], "output_warning": warning}
     clean = {**run, "output_warning": ""}
