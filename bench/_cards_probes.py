@@ -2,7 +2,8 @@
 `longmedia_sync_release` rows), installed for one run and removed after it.
 
 - `nan_probe`: the first executor stage, or chunked final layer, whose packed sequence stops being finite;
-- `weight_access`: where each weight the executor holds came from, and two ways to hold it differently.
+- `weight_access`: where each weight the executor holds came from, and two ways to hold it differently;
+- `kernel_table`: the CUDA kernels one prompt ran (torch.profiler), to name its attention and matmul kernels.
 
 They patch LongMedia's own classes and `block_patch.comfy_weights` in the bench process only (never ComfyUI).
 """
@@ -150,3 +151,25 @@ def weight_access(probe: bool, mode: str):
         block_patch.comfy_weights = real
         if probe:
             print(f"WEIGHT PROBE: {counts}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def kernel_table(row: dict, top: int = 25):
+    """Profile the CUDA kernels run inside the block and write the `top` by device time into `row["kernels"]`:
+    [name (first 160 characters), calls, total ms], most time first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        yield
+    events = [e for e in prof.key_averages() if _device_us(e) > 0]
+    events.sort(key=_device_us, reverse=True)
+    row["kernels"] = [[e.key[:160], int(e.count), round(_device_us(e) / 1e3, 3)] for e in events[:top]]
+
+
+def _device_us(event) -> float:
+    """An averaged event's own device time in microseconds (torch renamed the field from cuda to device)."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        value = getattr(event, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0

@@ -34,6 +34,23 @@ CONTROLS_HELP = ("longmedia_prefetch_off: ComfyUI's block prefetch forced off in
                  "held weights handed back as before the fix (no offload-stream wait: ComfyUI's uncast alone)")
 
 
+def base_sampler(name: str) -> str:
+    """The sampler a row runs: `stock#2` is stock again (a repeat in the same card process, its own row)."""
+    return name.split("#", 1)[0]
+
+
+def sampler_name(value: str) -> str:
+    """--samplers' argument type: a sampler (longmedia, stock, a control) or a repeat of one, `name#N` with N >= 2."""
+    import argparse
+
+    name, _, repeat = value.partition("#")
+    if name not in ("longmedia", "stock", *CONTROLS):
+        raise argparse.ArgumentTypeError(f"unknown sampler {name!r}: longmedia, stock or one of {', '.join(CONTROLS)}")
+    if repeat and not (repeat.isdigit() and int(repeat) >= 2):
+        raise argparse.ArgumentTypeError(f"{value!r}: a repeat is name#N with N >= 2 (stock#2 runs stock again)")
+    return value
+
+
 class _Server:
     """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
 
@@ -72,7 +89,7 @@ def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card:
     }
     links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
              "latent_image": ["latent", 0]}
-    if sampler == "stock":
+    if base_sampler(sampler) == "stock":
         p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
         p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0],
                                                                     "save_path": latent_path}}

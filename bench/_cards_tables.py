@@ -34,7 +34,7 @@ def table(rows: list[dict]) -> str:
             "(measured / planned) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        mode = f"{r.get('memory_mode', '-')} / {r.get('attention_backend', '-')}" if r["sampler"] != "stock" else "stock"
+        mode = f"{r.get('memory_mode', '-')} / {r.get('attention_backend', '-')}" if not r["sampler"].startswith("stock") else "stock"
         if r.get("measured_block_bytes"):  # streamed: the torch peak inside a block
             block = f"{_g(r['predicted_block_bytes'])} / {_g(r['measured_block_bytes'])} (block)"
         elif r.get("measured_step_bytes"):  # normal mode: no per-block hook, the torch peak of the model call

@@ -37,6 +37,7 @@ a card's child that dies mid-row is restarted past that row, and a rerun into th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import itertools
 import json
@@ -47,8 +48,9 @@ import sys
 import time
 from pathlib import Path
 
+import _cards_probes
 from _cards_checks import EXTRAS
-from _cards_prompt import CONTROLS, CONTROLS_HELP, JOB, _Server, prompt  # noqa: F401  (prompt and _Server: the child's, and the tests')
+from _cards_prompt import CONTROLS, CONTROLS_HELP, JOB, _Server, base_sampler, prompt, sampler_name  # noqa: F401  (prompt and _Server: the child's, and the tests')
 from _cards_tables import compare, read_rows, tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,9 +62,9 @@ def parse(argv=None):
     p.add_argument("--cards", type=float, nargs="*", default=[8, 12, 16, 24], help="simulated card sizes, GiB")
     p.add_argument("--seconds", type=float, nargs="*", default=[5, 10, 14.4, 20])
     p.add_argument("--formats", nargs="*", default=["int8", "bf16"], choices=["int8", "bf16"])
-    p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"],
-                   choices=["longmedia", "stock", *CONTROLS],
-                   help=CONTROLS_HELP)
+    p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], type=sampler_name,
+                   help="longmedia, stock, or a control; name#N runs that sampler again in the same card process, "
+                        "as its own row (stock stock#2: is stock the same twice?). " + CONTROLS_HELP)
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/_cards_extras.py): "
@@ -97,6 +99,9 @@ def parse(argv=None):
     p.add_argument("--latents", type=Path, help="save each main row's video latent here as "
                    "<card>gib_<format>_<seconds>s_<sampler>.pt, for bench/latent_diff.py (LongMedia under a small "
                    "card against stock on a large one)")
+    p.add_argument("--kernels", action="store_true", help="record each main row's CUDA kernels (torch.profiler: "
+                   "the 25 with the most device time, with calls and ms) into its row, to name the attention and "
+                   "matmul kernels that ran")
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -162,6 +167,8 @@ def main(argv=None) -> int:
         cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
         if a.latents:
             cmd += ["--latents", str(a.latents)]
+        if a.kernels:
+            cmd.append("--kernels")
         try:
             ballast = _ballast(card) if a.simulate == "ballast" else None
         except RuntimeError as error:  # named: no ballast, no simulated card; the next card may still run
@@ -300,9 +307,10 @@ def child(a) -> int:
             "simulate": a.simulate, "reserve_vram_gib": reserve_gib, "cap_enforced": cap,
             "free_at_start_bytes": int(torch.cuda.mem_get_info()[0]),
             "comfy_total_mib": round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)}
-    def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True) -> dict:
+    def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True, kernels: bool = False) -> dict:
         """Run prompt `p` through the PromptExecutor and measure it into `row` (models unloaded first unless
-        `unload` is False: a rerun finds what the previous prompt left loaded, as in a user's session)."""
+        `unload` is False: a rerun finds what the previous prompt left loaded, as in a user's session); `kernels`:
+        the CUDA kernels that ran, under torch.profiler (`_cards_probes.kernel_table`)."""
         if unload:
             mm.unload_all_models()
         # as ComfyUI's prompt worker does between prompts: an OOM's traceback cycle keeps the failed
@@ -316,8 +324,9 @@ def child(a) -> int:
         step_memory.clear()
         server.events.clear()
         t0 = time.perf_counter()
-        executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
-        torch.cuda.synchronize()
+        with _cards_probes.kernel_table(row) if kernels else contextlib.nullcontext():
+            executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
+            torch.cuda.synchronize()
         row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
@@ -345,12 +354,12 @@ def child(a) -> int:
             _append(a.out, row)
             continue
         unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
-        attention, extra = CONTROLS.get(sampler, ("auto", {}))
+        attention, extra = CONTROLS.get(base_sampler(sampler), ("auto", {}))
         if a.latents:
             a.latents.mkdir(parents=True, exist_ok=True)
             extra = {**extra, "latent_path": str(a.latents / f"{card:g}gib_{fmt}_{seconds:g}s_{sampler}.pt")}
-        write(run(row, prompt(unet, seconds, a.steps, 42, sampler, card, attention, a.simulate, **extra),
-                  f"{sampler}-{fmt}-{seconds}"))
+        write(run(row, prompt(unet, seconds, a.steps, 42, base_sampler(sampler), card, attention, a.simulate,
+                              **extra), f"{sampler}-{fmt}-{seconds}", kernels=a.kernels))
         advised = advised_segment_seconds(row)
         if advised and time.time() < a.deadline - 20:  # the refusal's own fix, as a user would apply it in Setup
             seg = cell_row(base, fmt, seconds, "longmedia_advised", f"longmedia, as advised: segment_seconds {advised:g}",

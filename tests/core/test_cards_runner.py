@@ -198,3 +198,57 @@ def test_latent_diff_passes_a_bf16_round_trip_and_fails_nan_or_a_wrong_latent(tm
     with pytest.raises(ValueError, match="shape"):
         latent_diff.diff_row(ref, ref[:, :2])
     assert latent_diff.main(["--smoke"]) == 0
+
+
+def test_a_repeated_sampler_is_its_own_row_and_runs_the_same_prompt():
+    """`stock#2` runs stock again in the same card process (its own cell, so a restart does not skip it)."""
+    import _cards_prompt
+
+    a = cards.parse(["--samplers", "stock", "longmedia_existing", "stock#2", "--formats", "int8", "--seconds", "5"])
+    assert cards.grid(a) == [("int8", 5.0, "stock"), ("int8", 5.0, "longmedia_existing"), ("int8", 5.0, "stock#2")]
+    assert _cards_prompt.base_sampler("stock#2") == "stock" and _cards_prompt.base_sampler("longmedia") == "longmedia"
+    assert _cards_prompt.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sample"]["class_type"] == "SamplerCustomAdvanced"
+    for bad in ("stock#1", "stock#x", "everything", "everything#2"):
+        with pytest.raises(SystemExit):
+            cards.parse(["--samplers", bad])
+    row = {"sampler": "stock#2", "label": "stock#2", "card_gib": 16.0, "format": "int8", "seconds": 5.0,
+           "frames": 125, "blocks": 2, "result": "ok", "width": 1344, "height": 768}
+    assert "| stock |" in cards.tables([row])  # mode column: a stock repeat is stock
+
+
+def test_kernel_table_records_the_kernels_with_the_most_time(monkeypatch):
+    """On the CPU the profiler's CPU times stand in for device times (the same table, other numbers)."""
+    import _cards_probes
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    monkeypatch.setattr(_cards_probes, "_device_us", lambda e: float(e.self_cpu_time_total))
+    real = torch.profiler.profile
+    monkeypatch.setattr(torch.profiler, "profile", lambda activities: real(activities=[ProfilerActivity.CPU]))
+    row: dict = {}
+    x = torch.randn(256, 256)
+    with _cards_probes.kernel_table(row, top=5):
+        for _ in range(3):
+            x = torch.mm(x, x).tanh()
+    names = [k[0] for k in row["kernels"]]
+    assert len(row["kernels"]) <= 5 and any("mm" in n for n in names), row
+    assert all(calls >= 1 and ms >= 0 for _, calls, ms in row["kernels"])
+    times = [ms for _, _, ms in row["kernels"]]
+    assert times == sorted(times, reverse=True)
+
+
+def test_kernels_reach_the_card_process(monkeypatch, tmp_path):
+    import subprocess
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        if "--child" in cmd:
+            seen.append(cards.parse(cmd[2:]).kernels)
+        return subprocess.CompletedProcess(cmd, 0, "ok", "")
+
+    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
+    monkeypatch.setattr(cards.subprocess, "run", fake_run)
+    assert cards.main(["--cards", "120", "--kernels", "--simulate", "reserve", "--out", str(tmp_path),
+                       "--models", str(tmp_path / "m")]) == 0
+    assert seen == [True]
