@@ -154,24 +154,29 @@ def test_a_completed_prompt_with_nan_in_its_latent_is_not_ok():
     assert cards.output_result(None) == "ok"  # a prompt without the sink (none in this bench) has nothing to judge
 
 
-def test_latents_reach_the_card_process_and_each_sink_saves_to_its_own_file(monkeypatch, tmp_path):
-    """--latents goes to every card's child; the prompt's sink (stock and LongMedia alike) gets the path."""
+def _children(monkeypatch, tmp_path, argv: list[str]) -> list:
+    """cards.main(argv) with the card processes stubbed: the arguments each card's child was started with."""
     import subprocess
-
-    import _cards_prompt
 
     seen = []
 
     def fake_run(cmd, **kw):
         if "--child" in cmd:
-            seen.append(cards.parse(cmd[2:]).latents)
+            seen.append(cards.parse(cmd[2:]))
         return subprocess.CompletedProcess(cmd, 0, "ok", "")
 
     monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
     monkeypatch.setattr(cards.subprocess, "run", fake_run)
-    assert cards.main(["--cards", "16", "120", "--simulate", "reserve", "--latents", str(tmp_path / "lat"),
-                       "--out", str(tmp_path), "--models", str(tmp_path / "m")]) == 0
-    assert seen == [tmp_path / "lat"] * 2
+    assert cards.main([*argv, "--simulate", "reserve", "--out", str(tmp_path), "--models", str(tmp_path / "m")]) == 0
+    return seen
+
+
+def test_latents_reach_the_card_process_and_each_sink_saves_to_its_own_file(monkeypatch, tmp_path):
+    """--latents goes to every card's child; the prompt's sink (stock and LongMedia alike) gets the path."""
+    import _cards_prompt
+
+    children = _children(monkeypatch, tmp_path, ["--cards", "16", "120", "--latents", str(tmp_path / "lat")])
+    assert [c.latents for c in children] == [tmp_path / "lat"] * 2
     for sampler in ("stock", "longmedia"):
         p = _cards_prompt.prompt("m.safetensors", 5, 1, 42, sampler, 16, latent_path=f"/x/{sampler}.pt")
         assert p["sink"]["inputs"]["save_path"] == f"/x/{sampler}.pt"
@@ -238,17 +243,5 @@ def test_kernel_table_records_the_kernels_with_the_most_time(monkeypatch):
 
 
 def test_kernels_reach_the_card_process(monkeypatch, tmp_path):
-    import subprocess
-
-    seen = []
-
-    def fake_run(cmd, **kw):
-        if "--child" in cmd:
-            seen.append(cards.parse(cmd[2:]).kernels)
-        return subprocess.CompletedProcess(cmd, 0, "ok", "")
-
-    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
-    monkeypatch.setattr(cards.subprocess, "run", fake_run)
-    assert cards.main(["--cards", "120", "--kernels", "--simulate", "reserve", "--out", str(tmp_path),
-                       "--models", str(tmp_path / "m")]) == 0
-    assert seen == [True]
+    assert [c.kernels for c in _children(monkeypatch, tmp_path, ["--cards", "120", "--kernels"])] == [True]
+    assert [c.kernels for c in _children(monkeypatch, tmp_path, ["--cards", "120"])] == [False]
