@@ -67,8 +67,9 @@ class _Server:
 
 def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
            simulate: str = "ballast", memory_mode: str = "auto", latent_path: str = "", **extra_inputs):
-    """One row's prompt; `extra_inputs` go to LongMediaBenchSampler's optional inputs (the extras); the sink saves
-    the video latent to `latent_path` when one is given."""
+    """One row's prompt (`sampler`: stock, or a LongMedia sampler; a repeat's `base_sampler`); `extra_inputs` go to
+    LongMediaBenchSampler's optional inputs (the extras); the sink saves the video latent to `latent_path` when one
+    is given."""
     from longmedia.h3.lattice import frames_for_seconds
 
     w, h = JOB
@@ -89,7 +90,7 @@ def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card:
     }
     links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
              "latent_image": ["latent", 0]}
-    if base_sampler(sampler) == "stock":
+    if sampler == "stock":
         p["sample"] = {"class_type": "SamplerCustomAdvanced", "inputs": links}
         p["sink"] = {"class_type": "LongMediaBenchSink", "inputs": {"samples": ["sample", 0],
                                                                     "save_path": latent_path}}

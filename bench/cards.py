@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import itertools
 import json
 import os
 import re
@@ -50,6 +49,7 @@ from pathlib import Path
 
 import _cards_probes
 from _cards_checks import EXTRAS
+from _cards_measure import measure
 from _cards_prompt import CONTROLS, CONTROLS_HELP, JOB, _Server, base_sampler, prompt, sampler_name  # noqa: F401  (prompt and _Server: the child's, and the tests')
 from _cards_tables import compare, read_rows, tables
 
@@ -327,7 +327,7 @@ def child(a) -> int:
         with _cards_probes.kernel_table(row) if kernels else contextlib.nullcontext():
             executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
             torch.cuda.synchronize()
-        row.update(_measure(executor, server, steps_at, memory, torch, mm, t0))
+        row.update(measure(executor, server, steps_at, memory, torch, mm, t0))
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         return row
@@ -345,6 +345,8 @@ def child(a) -> int:
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
                                                    "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
 
+    if a.latents:
+        a.latents.mkdir(parents=True, exist_ok=True)
     done = _done_cells(read_rows(a.out / "cards.jsonl"), card)  # a restarted child skips the cells it has rows for
     cells = [] if a.extras_only else [c for c in grid(a) if c not in done]
     for fmt, seconds, sampler in cells:
@@ -354,17 +356,17 @@ def child(a) -> int:
             _append(a.out, row)
             continue
         unet = f"full_h3_{fmt}_{a.blocks}blocks.safetensors"
-        attention, extra = CONTROLS.get(base_sampler(sampler), ("auto", {}))
+        kind = base_sampler(sampler)  # stock#2 runs stock again
+        attention, extra = CONTROLS.get(kind, ("auto", {}))
         if a.latents:
-            a.latents.mkdir(parents=True, exist_ok=True)
             extra = {**extra, "latent_path": str(a.latents / f"{card:g}gib_{fmt}_{seconds:g}s_{sampler}.pt")}
-        write(run(row, prompt(unet, seconds, a.steps, 42, base_sampler(sampler), card, attention, a.simulate,
-                              **extra), f"{sampler}-{fmt}-{seconds}", kernels=a.kernels))
+        write(run(row, prompt(unet, seconds, a.steps, 42, kind, card, attention, a.simulate, **extra),
+                  f"{sampler}-{fmt}-{seconds}", kernels=a.kernels))
         advised = advised_segment_seconds(row)
         if advised and time.time() < a.deadline - 20:  # the refusal's own fix, as a user would apply it in Setup
             seg = cell_row(base, fmt, seconds, "longmedia_advised", f"longmedia, as advised: segment_seconds {advised:g}",
                            segment_seconds=advised)
-            write(run(seg, prompt(unet, seconds, a.steps, 42, sampler, card, "auto", a.simulate,
+            write(run(seg, prompt(unet, seconds, a.steps, 42, kind, card, "auto", a.simulate,
                                   job_seconds=seconds, segment_seconds=advised), f"advised-{fmt}-{seconds}"))
     if a.extras and card == 16 and "int8" in a.formats:
         import _cards_extras
@@ -373,68 +375,6 @@ def child(a) -> int:
                                                      write=write, steps_at=steps_at, prompt=prompt))
     memory.close()
     return 0
-
-
-def _measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
-    out: dict = {"total_s": time.perf_counter() - t0, "torch_peak_bytes": int(torch.cuda.max_memory_allocated())}
-    peak = memory.peak()
-    out.update(process_peak_bytes=peak["process_bytes"], device_used_peak_bytes=peak["device_used_bytes"],
-               process_source=peak["process_source"])
-    loaded = [(type(lm.model.model).__name__, int(lm.model.model_size()), int(lm.model.loaded_size()))
-              for lm in mm.current_loaded_models if lm.model is not None]
-    if loaded:
-        name, size, resident = max(loaded, key=lambda t: t[1])
-        out.update(model_class=name, model_bytes=size, resident_bytes=resident, moved_per_step_bytes=size - resident)
-    if not executor.success:
-        out["steps_done"] = len(steps_at)
-        if any(ev == "execution_interrupted" for ev, _ in executor.status_messages):  # ComfyUI's Cancel
-            out.update(result="interrupted")
-            return out
-        err = next((d for ev, d in executor.status_messages if ev == "execution_error"), {})
-        text = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"
-        oom = "out of memory" in text.lower() or "OOM" in text or "OutOfMemory" in text
-        out.update(result="OOM" if oom else "error", error=text[:600])
-        if oom:  # the whole OOM report (the extras read its phase and advice)
-            out["error_full"] = text[:4000]
-        return out
-    started = next((t for t, ev, d in server.events if ev == "executing" and d.get("node") == "sample"), None)
-    if steps_at:
-        out["first_step_s"] = steps_at[0] - started if started else None
-        diffs = [b - a for a, b in itertools.pairwise(steps_at)]
-        out["s_per_step"] = sorted(diffs)[len(diffs) // 2] if diffs else out["first_step_s"]
-    ui = executor.history_result.get("outputs", {}).get("sink", {})
-    out["stats"] = (ui.get("stats") or [None])[0]
-    out["result"] = output_result(out["stats"])
-    report = (ui.get("report") or [""])[0]
-    if report:
-        rep = json.loads(report)
-        plan = rep.get("plan", {})
-        mem = plan.get("memory", {})
-        out.update(memory_mode=plan.get("memory_mode"), attention_backend=rep.get("attention_backend"),
-                   chunks=plan.get("chunks"), seq_len=(plan.get("geometry") or {}).get("seq_len"),
-                   predicted_block_bytes=(mem.get("blocks_stage_bytes", 0) - mem.get("min_weight_bytes", 0)),
-                   measured_block_bytes=max(rep.get("block_peak_bytes") or [0]) or None,
-                   # torch's count only (the plan's outside-torch bytes are compared with the process below)
-                   predicted_step_bytes=(mem.get("torch_need_bytes", mem.get("activation_need_bytes", 0))
-                                         - mem.get("min_weight_bytes", 0)),
-                   predicted_outside_torch_bytes=mem.get("outside_torch_bytes"),
-                   measured_step_bytes=max([s.get("peak_bytes", 0) for s in rep.get("steps") or []] or [0]) or None,
-                   predicted_peak_bytes=plan.get("predicted_peak_bytes"),
-                   planned_streamed_bytes=mem.get("streamed_weight_bytes"),
-                   plan_json=json.dumps(plan, sort_keys=True), boundaries=rep.get("boundaries"),
-                   guard_events=rep.get("guard_events"),
-                   report_steps=rep.get("steps"))
-        if rep.get("segments"):  # a segmented job: one summary per pass
-            from _cards_checks import segment_summary
-
-            out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
-    return out
-
-
-def output_result(stats: dict | None) -> str:
-    """A completed prompt's result: "ok", or "non-finite output" when the sink saw NaN or inf in the latent (such a
-    row does not count as completed)."""
-    return "non-finite output" if stats is not None and not stats.get("finite", True) else "ok"
 
 
 def _append(out_dir: Path, row: dict) -> None:

@@ -1,5 +1,5 @@
 """A CPU dry run of bench/cards.py --extras: every extra through ComfyUI's real PromptExecutor on the tiny
-checkpoint (a 128x96 canvas, tiny conditioning), with cards.py's own prompt builder, `_measure` and checks.
+checkpoint (a 128x96 canvas, tiny conditioning), with cards.py's own prompt builder, `_cards_measure.measure` and checks.
 
 Only the device readings are stand-ins (no CUDA here): torch's CUDA counters read 0 and the prompt-free
 memory readings are constant, so this proves the sequencing, the prompts, the result parsing and the
@@ -23,7 +23,7 @@ sys.path.insert(0, str(BENCH.parent / "tools" / "gpu"))
 
 
 class _NoCuda:
-    """torch as `_measure` uses it, without CUDA."""
+    """torch as `_cards_measure.measure` uses it, without CUDA."""
 
     class cuda:  # noqa: N801  (mirrors torch.cuda)
         @staticmethod
@@ -56,6 +56,7 @@ def bench_env(comfy_inprocess, tiny_checkpoints, tmp_path_factory):
 
 def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     import _cards_extras
+    import _cards_measure
     import _cards_nodes
     import _cards_prompt
     import cards
@@ -92,7 +93,7 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
         server.events.clear()
         t0 = time.perf_counter()
         executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
-        row.update(cards._measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0))
+        row.update(_cards_measure.measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0))
         return row
 
     rows: list[dict] = []

@@ -176,7 +176,7 @@ def test_segmented_check_fails_without_three_passes():
 
 
 def _oom_message(phase: str, chunks: ChunkSizes, block: int | None) -> str:
-    """What ComfyUI's execution_error carries for a LongMediaOOM (cards.py's `_measure` text)."""
+    """What ComfyUI's execution_error carries for a LongMediaOOM (`_cards_measure.measure`'s text)."""
     ctx = OOMContext(attention_backend="existing", memory_mode="normal" if chunks.is_stock else "low_vram",
                      chunks=chunks, heads=56, seq_len=40000, row_spans=(("text", 128), ("video", 39000)))
     readings = MemoryReadings(140 * GIB, 2 * GIB, 9 * GIB, 10 * GIB)

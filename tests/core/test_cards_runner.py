@@ -149,9 +149,11 @@ def test_the_injected_oom_rows_take_the_modes_asked_for(monkeypatch):
 
 
 def test_a_completed_prompt_with_nan_in_its_latent_is_not_ok():
-    assert cards.output_result({"finite": True, "std": 1.45, "checksum": -4.1e5}) == "ok"
-    assert cards.output_result({"finite": False, "std": float("nan"), "checksum": float("nan")}) == "non-finite output"
-    assert cards.output_result(None) == "ok"  # a prompt without the sink (none in this bench) has nothing to judge
+    from _cards_measure import output_result
+
+    assert output_result({"finite": True, "std": 1.45, "checksum": -4.1e5}) == "ok"
+    assert output_result({"finite": False, "std": float("nan"), "checksum": float("nan")}) == "non-finite output"
+    assert output_result(None) == "ok"  # a prompt without the sink (none in this bench) has nothing to judge
 
 
 def _children(monkeypatch, tmp_path, argv: list[str]) -> list:
