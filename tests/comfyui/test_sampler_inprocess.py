@@ -39,8 +39,8 @@ def stock(env, *args):
     return out[0]["samples"].unbind(), out[1]["samples"].unbind()
 
 
-def ours(env, request, *args, device_profile=None):
-    result = env["core"].run_sampler(*args, request, device_profile=device_profile)
+def ours(env, request, *args, device_profile=None, memory_reader=None):
+    result = env["core"].run_sampler(*args, request, device_profile=device_profile, memory_reader=memory_reader)
     return result.output["samples"].unbind(), result.denoised["samples"].unbind(), result
 
 
@@ -76,18 +76,50 @@ def test_streamed_modes_match_stock(env, variant, mode, chunks):
     assert rel(ov, sv) <= tol and rel(oa, sa) <= tol
 
 
-def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
-    from longmedia.h3.profiles import DeviceProfile
+def _plan_json(plan) -> dict:
+    """The plan as JSON, less this machine's available RAM (a live reading other processes move, not the fake
+    device's) and the pinning headroom and reason that quote it; everything device memory drives stays in."""
+    out = json.loads(json.dumps(plan.to_dict(), sort_keys=True, default=str))
+    del out["device"]["ram_available_bytes"], out["pinning"]["ram_headroom_bytes"], out["pinning"]["reason"]
+    return out
 
-    # a fixed card: on this CPU box the budget would otherwise be the RAM other processes leave free
-    card = DeviceProfile.card(vram_gb=16, ram_gb=64)
+
+def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
+    """Three seed-only reruns, each starting from different leftovers (the boundary reads a different `before`)
+    and each left by the boundary in the same released state (the same `after`): every run records its own
+    readings, and the three plans are identical and planned from the `after` reading. A fourth run whose boundary
+    leaves less memory free plans from that reading, and still gives run 1's result (only memory differs)."""
+    from harness import DeviceReadings
+
+    readings = DeviceReadings(seed=11)
+    released = readings.snapshot()
+    befores = [readings.snapshot() for _ in range(3)]
+    assert len({*befores, released}) == 4                       # every reading differs
     request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
-    runs = [ours(env, request, *job(env, seed=s), device_profile=card)[2] for s in (1, 2, 3)]
-    plans = [json.dumps(r.report.plan.to_dict(), sort_keys=True, default=str) for r in runs]
+    runs = []
+    for seed, before in zip((1, 2, 3), befores):
+        readings.script(before, released)
+        runs.append(ours(env, request, *job(env, seed=seed), memory_reader=readings)[2])
+    assert readings.reads == [befores[0], released, befores[1], released, befores[2], released]  # 1 boundary/run
+    for result, before in zip(runs, befores):
+        (lines,) = result.report.boundaries
+        assert lines[0] == f"before: {before}" and lines[-1] == f"after: {released}"
+        device = result.report.plan.device
+        assert (device.vram_total_bytes, device.vram_free_bytes, device.allocator_reserved_bytes) == (
+            released.total_bytes, released.free_bytes, released.cached_bytes)
+    assert runs[0].report.boundaries != runs[1].report.boundaries != runs[2].report.boundaries
+    assert len({r.report.boundaries[0][1:-1] for r in runs}) == 1   # the same steps, in the same order
+    plans = [_plan_json(r.report.plan) for r in runs]
     assert plans[0] == plans[1] == plans[2]
-    assert runs[0].report.boundaries == runs[1].report.boundaries == runs[2].report.boundaries
     outs = [r.output["samples"].unbind()[0] for r in runs]
     assert not torch.equal(outs[0], outs[1])  # the seed still matters
+
+    tighter = readings.snapshot(free=released.free_bytes // 2)
+    readings.script(readings.snapshot(), tighter)
+    fourth = ours(env, request, *job(env, seed=1), memory_reader=readings)[2]
+    assert fourth.report.plan.device.vram_free_bytes == tighter.free_bytes
+    assert _plan_json(fourth.report.plan) != plans[0]
+    assert torch.equal(fourth.output["samples"].unbind()[0], outs[0])
 
 
 def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monkeypatch):
