@@ -72,8 +72,17 @@ def test_streamed_modes_match_stock(env, variant, mode, chunks):
     plan = result.plan
     assert plan.memory_mode == mode and plan.chunks.qkv_chunk_tokens == 64
     assert result.report.streamed_blocks == tuple(range(TINY_DIMS.num_blocks))
-    tol = 1e-5 if variant == "fp32" else 2e-2
-    assert rel(ov, sv) <= tol and rel(oa, sa) <= tol
+    if plan.chunks.heads_per_group == 0:
+        # all heads at once: every Linear sees whole rows (INT8 tensorwise: one weight scale, per-row activation
+        # scales, so row chunks quantise exactly as stock), and row-chunked attention is exact: bit for bit
+        assert torch.equal(ov, sv) and torch.equal(oa, sa)
+    else:
+        # head groups: out-proj runs as partial products over column slices of its input, summed. fp32 only
+        # rounds differently (16 seeds: rel <= 6.1e-7); INT8 also quantises each slice's activations with that
+        # slice's own per-row scale, which is different arithmetic (16 seeds: rel 7.5e-3..8.2e-3). Bounds: the
+        # measured max and a margin.
+        tol = 1e-6 if variant == "fp32" else 1e-2
+        assert 0 < rel(ov, sv) <= tol and 0 < rel(oa, sa) <= tol
 
 
 def _plan_json(plan) -> dict:
@@ -264,7 +273,7 @@ def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, m
 
     assert torch.is_inference_mode_enabled()
     seen = _spy_sol_calls(monkeypatch)
-    (sv, _), _ = stock(env, *job(env))
+    (sv, sa), _ = stock(env, *job(env))
     request = PlanRequest(memory_mode=mode, attention_mode="sol", sol=SolSettings(min_tokens=0), **chunks)
     (ov, oa), _, result = ours(env, request, *job(env))
     assert result.plan.attention.backend == "sol_reference"
@@ -274,7 +283,10 @@ def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, m
     texts = {keys: table[0] for table, keys in seen}
     assert texts[lengths[0]] == (0, 5, "text") and texts[lengths[1]] == (0, 11, "text")
     assert torch.isfinite(ov).all() and torch.isfinite(oa).all()
-    assert 0 < rel(ov, sv) < 0.5  # approximate, and close to stock
+    # Sol against stock (exact attention), measured over noise seeds 0..15 (tiny fp32, 2 steps, both modes equal):
+    # video rel 0.00535..0.00770, audio 0.0145..0.0189. Bounds: a fifth over the max, half of the min (exact
+    # attention, or Sol skipping other blocks, leaves this band)
+    assert 0.0027 < rel(ov, sv) < 0.0093 and 0.0072 < rel(oa, sa) < 0.023
 
 
 def _oom(*args, **kwargs):
