@@ -35,7 +35,7 @@ from . import inputs
 from .host_attention import host_attention
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
-from .residency import residency_boundary
+from .residency import MemorySnapshot, Reader, residency_boundary
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
 
@@ -156,14 +156,20 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
     return plan, row_spans
 
 
-def _device_profile(load_device) -> DeviceProfile:
+def _device_profile(load_device, measured: MemorySnapshot | None = None) -> DeviceProfile:
     """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM.
 
+    measured: the residency boundary's reading after it ran (`BoundaryReport.after`): where it has the device's
+    total and free memory, the plan reads those (the memory the report shows) instead of asking torch again.
     Under dynamic VRAM, weight pages comfy-aimdo can evict on demand count as free (ComfyUI's own rule for a
     dynamic model's free memory): weights an earlier run left resident do not shrink the plan.
     """
     device = DeviceProfile.detect(load_device if torch.device(load_device).type == "cuda" else None,
                                   dynamic_vram=dynamic_vram_active())
+    if measured is not None and measured.total_bytes is not None and measured.free_bytes is not None:
+        device = dataclasses.replace(device, vram_total_bytes=int(measured.total_bytes),
+                                     vram_free_bytes=int(measured.free_bytes),
+                                     allocator_reserved_bytes=max(0, int(measured.cached_bytes)))
     if torch.device(load_device).type == "cuda":
         reclaimable = vbar_reclaimable_bytes(load_device) or 0
         return dataclasses.replace(device, vram_free_bytes=min(device.vram_total_bytes,
@@ -293,12 +299,15 @@ def _on_block(run: _Run):
 
 
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
-                device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None) -> SamplingResult:
+                device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, *,
+                memory_reader: Reader | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
     device_profile: a fixed profile (planned once, e.g. a card to plan for), a probe called after the boundary,
-    or None to read the load device after the boundary."""
+    or None to plan from the boundary's own reading of the load device after it ran.
+    memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
+    torch and comfy-aimdo. Benchmarks and tests hand in their own readings here."""
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -310,10 +319,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile,  # every input checked first
                               check_runs=not replan)
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
-    boundary = residency_boundary(device=guider.model_patcher.load_device, keep=guider.model_patcher,
+    load_device = guider.model_patcher.load_device
+    boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
                                   memory_required=plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes)
     if replan:
-        plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile)
+        measured = device_profile if device_profile is not None else (
+            lambda: _device_profile(load_device, boundary.after))
+        plan, row_spans = plan_for(guider, latent, sigmas, request, measured)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)

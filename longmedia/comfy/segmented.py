@@ -30,7 +30,7 @@ from ..segments.timeline import SegmentPlan
 from . import inputs
 from . import sampler as comfy_sampler
 from .memory_facts import comfy_memory_reader
-from .residency import MemorySnapshot, read_memory
+from .residency import MemorySnapshot, Reader, read_memory
 
 __all__ = ["SegmentRecord", "SegmentedReport", "run_segmented", "WRAPPER_KEY"]
 
@@ -168,7 +168,7 @@ def _routed(plan: SegmentPlan, conds: dict) -> dict:
 
 
 def _segment_guider(guider, conds: dict, routed: dict, index: int, context: dict | None, context_keys, probe,
-                    progress):
+                    progress, reader: Reader = read_memory):
     """A copy of `guider` whose conditioning carries this pass's guides, with our measuring wrappers."""
     import comfy.model_patcher
     import comfy.patcher_extension as ext
@@ -188,7 +188,7 @@ def _segment_guider(guider, conds: dict, routed: dict, index: int, context: dict
 
     def prepare_sampling(executor, model, *args, **kwargs):
         out = executor(model, *args, **kwargs)
-        probe.baseline = read_memory(model.load_device)   # after the boundary and the model load
+        probe.baseline = reader(model.load_device)   # after the boundary and the model load
         return out
 
     def sampler_sample(executor, model_wrap, sigmas, extra_args, callback, *args, **kwargs):
@@ -299,13 +299,15 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
 
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
                   seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
-                  device_profile: DeviceProfile | None = None) -> comfy_sampler.SamplingResult:
+                  device_profile: DeviceProfile | None = None,
+                  memory_reader: Reader | None = None) -> comfy_sampler.SamplingResult:
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
     `seeds` pins the first passes' seeds; the rest are the noise's seed + index (`seams.segment_seeds`).
     `context_on_negative`: give the context guide to every conditioning list (positive, negative ...),
     not only the positive one, so CFG guides the prompt and not the continuation.
+    `memory_reader`: how every pass's residency boundary and its baseline read device memory (see `run_sampler`).
     """
     import comfy.model_management
     import comfy.nested_tensor
@@ -330,11 +332,12 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         probe = _Probe(guider.model_patcher.load_device)
         _show_pass(seg, plan.count)
         g = _segment_guider(guider, conds, routed, seg.index, context, context_keys, probe,
-                            functools.partial(_overall_step, offset=offset, total=total))
+                            functools.partial(_overall_step, offset=offset, total=total),
+                            memory_reader if memory_reader is not None else read_memory)
         pass_v, pass_a = _job_latent(seams.pass_latents, seg, video, audio)
         seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
         run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
-                                        request, device_profile)
+                                        request, device_profile, memory_reader=memory_reader)
         out_v, out_a = run.output["samples"].unbind()
         den_v, den_a = run.denoised["samples"].unbind()
         if result is None:

@@ -312,3 +312,43 @@ def tiny_sampler_job(patcher, *, width: int = 128, height: int = 96, frames: int
     sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", steps).cpu()
     latent = h3n.EmptyMiniMaxH3LatentAV.execute(width, height, frames).result[0]
     return ncs.Noise_RandomNoise(seed), guider, comfy.samplers.sampler_object("euler"), sigmas, latent
+
+
+class DeviceReadings:
+    """Device memory readings for `run_sampler(..., memory_reader=...)` / `run_segmented`, that differ at every read.
+
+    Each read returns the next scripted `MemorySnapshot` (`script(...)`), else a fresh random one; every snapshot
+    handed out is kept in `reads`, and ("read", index) is appended to `events`, so a test can place each read
+    among the other things it records (model calls, passes). Per test, never shared.
+    """
+
+    def __init__(self, seed: int, events: list | None = None) -> None:
+        import random
+
+        self.random = random.Random(seed)
+        self.events = events if events is not None else []
+        self.reads: list = []
+        self._script: list = []
+
+    def snapshot(self, device: Any = "cpu", *, free: int | None = None):
+        """A random reading of a 16 GiB card (free memory `free` when given)."""
+        import torch
+
+        from longmedia.comfy.residency import MemorySnapshot
+
+        gib, mib = 1 << 30, 1 << 20
+        total = 16 * gib
+        allocated = self.random.randrange(gib // 4, 2 * gib)
+        reserved = allocated + self.random.randrange(mib, gib // 2)
+        free = self.random.randrange(4 * gib, total - reserved - gib) if free is None else free
+        return MemorySnapshot(str(torch.device(device)), allocated, reserved, free, total,
+                              self.random.randrange(gib, 3 * gib), self.random.randrange(0, gib))
+
+    def script(self, *snapshots) -> None:
+        self._script.extend(snapshots)
+
+    def __call__(self, device):
+        snap = self._script.pop(0) if self._script else self.snapshot(device)
+        self.reads.append(snap)
+        self.events.append(("read", len(self.reads) - 1))
+        return snap

@@ -1,5 +1,6 @@
 """The streamed executor against ComfyUI's own H3 DiTBlock (in-process, real ComfyUI code)."""
 
+import dataclasses
 import os
 import sys
 
@@ -132,6 +133,118 @@ def test_a_held_weight_s_offload_stream_waits_for_compute_before_it_is_handed_ba
         log.append(("kernels", None))
     waits = [("wait", "compute")] if kind != "resident" else []
     assert log == [("kernels", None), *waits, ("uncast", kind)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Op:
+    """One operation enqueued on a stream: its position there and what that stream had waited for (vector clock)."""
+
+    kind: str          # "write": a cast copies a weight into the buffer; "read": a compute kernel reads the buffer
+    buffer: str
+    stream: str
+    seq: int
+    clock: tuple       # ((stream, ops of it this op is ordered after), ...)
+
+    def before(self, later: "_Op") -> bool:
+        """Whether the device must finish this op before `later` starts (same stream, or a wait_stream chain)."""
+        return dict(later.clock).get(self.stream, 0) >= self.seq
+
+
+class _OrderedStream:
+    """A CUDA stream as the device orders it: ops run in order, and `wait_stream(other)` orders everything enqueued
+    here afterwards after everything enqueued on `other` so far. Records every op in the shared `log`."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.clock = name, log, {name: 0}
+
+    def wait_stream(self, other):
+        for name, seq in other.clock.items():
+            self.clock[name] = max(self.clock.get(name, 0), seq)
+
+    def enqueue(self, kind, buffer):
+        self.clock[self.name] += 1
+        self.log.append(_Op(kind, buffer, self.name, self.clock[self.name], tuple(sorted(self.clock.items()))))
+
+
+class _KernelReads(torch.overrides.TorchFunctionMode):
+    """Every torch call that takes a view of a cast buffer is a kernel reading it, enqueued on the compute stream."""
+
+    def __init__(self, compute, buffers):
+        super().__init__()
+        self.compute, self.buffers, self.quiet = compute, buffers, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.quiet:
+            ptrs = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor)}
+            for name, buf in self.buffers.items():
+                if buf.untyped_storage().data_ptr() in ptrs:
+                    self.compute.enqueue("read", name)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("kind", ["cast_buffer", "copied"])
+def test_no_cast_overwrites_a_held_weight_before_its_last_reader(comfy, monkeypatch, kind, legacy):
+    """Two streamed blocks on an ordered-stream model of the device, through ComfyUI's own offload-stream round robin
+    (`get_offload_stream`, which orders the previous stream after compute at the next cast), `sync_stream` and
+    `uncast_bias_weight`. A cast writes the weight into its stream's one cast buffer (a comfy-aimdo weight that
+    could not fault in: state (stream, None, None), which ComfyUI's uncast leaves unordered; "copied": the
+    non-dynamic state it orders itself). Each kernel reading a buffer is recorded on the compute stream. Every read
+    must be ordered before the next write of its buffer: a stage holds its first weight across all its row chunks,
+    after the next cast already ran, so only the access's own wait_stream at hand-back keeps the next cast on that
+    stream from overwriting it while the stage's kernels still read it."""
+    import comfy.model_management as mm
+    import comfy.ops as ops
+
+    _, _, patch = comfy
+    blocks = [make(comfy, torch.float32, "disable_weight_init", seed=seed) for seed in (5, 6)]
+    log: list[_Op] = []
+    compute = _OrderedStream("compute", log)
+    streams = [_OrderedStream(name, log) for name in ("offload0", "offload1")]
+    biggest = max(p.numel() for b in blocks for p in b[0].parameters())
+    buffers = {s.name: torch.randn(biggest) for s in streams}
+    reads = _KernelReads(compute, buffers)
+    device = torch.device("cuda", 0)   # only a key of ComfyUI's stream table: nothing runs on it
+
+    def cast_bias_weight(s, input=None, dtype=None, device_=None, bias_dtype=None, offloadable=False, **kwargs):
+        stream = mm.get_offload_stream(device)
+        reads.quiet = True
+        weight = buffers[stream.name][:s.weight.numel()].view(s.weight.shape).copy_(s.weight)
+        reads.quiet = False
+        stream.enqueue("write", stream.name)
+        mm.sync_stream(device, stream)
+        bias = s.bias.clone() if s.bias is not None else None
+        state = (stream, None, None) if kind == "cast_buffer" else (stream, weight, None)
+        return (weight, bias, state) if offloadable else (weight, bias)
+
+    monkeypatch.setattr(mm, "NUM_STREAMS", len(streams))
+    monkeypatch.setitem(mm.STREAMS, device, streams)
+    monkeypatch.setitem(mm.stream_counters, device, 0)
+    monkeypatch.setattr(mm, "current_stream", lambda dev: compute)
+    monkeypatch.setattr(ops, "cast_bias_weight", cast_bias_weight)
+    if legacy:  # ComfyUI before CastBiasWeightContext: cast_bias_weight / uncast_bias_weight
+        monkeypatch.delattr(ops, "CastBiasWeightContext")
+    chunks = ChunkSizes(64, 0, 64)
+    for block, x, t_emb, segments, rope in blocks:
+        plain = run_block(block, x.clone(), t_emb, segments, rope, chunks=chunks,
+                          attention=patch.existing_attention({}, block.attn.heads), cast_small=patch.comfy_cast_small)
+        with reads:
+            out = run_block(block, x.clone(), t_emb, segments, rope, chunks=chunks,
+                            attention=patch.existing_attention({}, block.attn.heads), weights=patch.comfy_weights(),
+                            interrupt=patch.comfy_interrupt, cast_small=patch.comfy_cast_small)
+        assert torch.equal(out, plain)   # the buffers held the weights while they were read (this is synchronous)
+    writes = [op for op in log if op.kind == "write"]
+    assert len(writes) == 2 * 4 and sum(op.kind == "read" for op in log) > 2 * 4 * 3   # 4 casts a block, chunked
+    unordered = []
+    for i, op in enumerate(log):
+        if op.kind != "read":
+            continue
+        overwrite = next((w for w in log[i + 1:] if w.kind == "write" and w.buffer == op.buffer), None)
+        if overwrite is not None and not op.before(overwrite):
+            unordered.append((i, op, overwrite))
+    assert not unordered, f"{len(unordered)} reads may run after their buffer is overwritten, first: {unordered[0]}"
 
 
 def test_one_offload_stream_hands_out_copies(comfy, monkeypatch):

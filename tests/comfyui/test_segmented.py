@@ -11,6 +11,7 @@ import json
 
 import pytest
 import torch
+from harness import DeviceReadings
 
 from longmedia.comfy import segmented
 from longmedia.comfy import tiny_conditioning as tc
@@ -63,20 +64,24 @@ def make_job(env, frames, seed=SEED, positive_keyframes=None):
 
 
 class Capture:
-    """Records every pass (its noise seed, latent and output) and the H3 payload of every model call."""
+    """Records every pass (its noise seed, latent and output) and the H3 payload of every model call; `events` lists
+    ("pass", index) as each pass starts and ("call", index) at each model call, in order (a `DeviceReadings` given
+    the same list adds its reads)."""
 
     def __init__(self, env, monkeypatch, guider):
-        self.passes, self.calls = [], []
+        self.passes, self.calls, self.events = [], [], []
         real = env["core"].run_sampler
 
-        def run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=None):
+        def run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=None, **kwargs):
+            self.events.append(("pass", len(self.passes)))
             self.passes.append({"seed": noise.seed, "latent": [t.clone() for t in latent["samples"].unbind()]})
-            result = real(noise, guider, sampler, sigmas, latent, request, device_profile)
+            result = real(noise, guider, sampler, sigmas, latent, request, device_profile, **kwargs)
             self.passes[-1]["output"] = [t.clone() for t in result.output["samples"].unbind()]
             return result
 
         def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
             payload = kwargs.get("minimax_payload") or {}
+            self.events.append(("call", len(self.passes) - 1))
             self.calls.append({"segment": len(self.passes) - 1, "rows": context.shape[1],
                                "video": [z.clone() for z in payload.get("cond_video_latents", [])],
                                "audio": [z.clone() for z in payload.get("cond_audio_latents", [])],
@@ -104,11 +109,13 @@ def captured(env):
         mp.setattr(env["utils"], "PROGRESS_THROTTLE_MIN_INTERVAL", 0.0)   # every update reaches the hook
         env["utils"].set_progress_bar_global_hook(lambda value, total, preview, node_id=None:
                                                   progress.append((value, total)))
-        result = segmented.run_segmented(*job, NORMAL, plan)
+        readings = DeviceReadings(seed=21, events=cap.events)   # every read differs: each pass must show its own
+        result = segmented.run_segmented(*job, NORMAL, plan, memory_reader=readings)
     finally:
         env["utils"].set_progress_bar_global_hook(hook)
         mp.undo()
-    return {"plan": plan, "result": result, "cap": cap, "job": job, "progress": progress, "last": last}
+    return {"plan": plan, "result": result, "cap": cap, "job": job, "progress": progress, "last": last,
+            "readings": readings}
 
 
 def test_three_passes_assemble_to_exactly_the_requested_latent(env, captured):
@@ -179,14 +186,22 @@ def test_seeds_differ_per_pass_and_the_report_lists_every_pass(captured):
     assert any(line.startswith("drift over segments 1..2") for line in report.summary_lines())
 
 
-def test_the_boundary_ran_before_every_pass_with_identical_snapshots(captured):
-    report = captured["result"].report
-    bounds = [s.run.boundaries for s in report.segments]
-    assert all(len(b) == 1 for b in bounds)                     # exactly one boundary per pass
-    assert bounds[0] == bounds[1] == bounds[2]
-    assert bounds[0][0][0].startswith("before: ") and bounds[0][0][-1].startswith("after: ")
-    baselines = [s.baseline for s in report.segments]
-    assert baselines[0] == baselines[1] == baselines[2] and report.baseline_spread_bytes == 0
+def test_the_boundary_ran_before_every_pass_with_its_own_snapshots(captured):
+    """Every read of device memory differs (fresh random readings), so each pass must show the readings taken for
+    it: its boundary's before and after, then its baseline after the model load, all before its first model call
+    and after the previous pass's last one. The boundary's steps are the same for every pass."""
+    report, reads, events = captured["result"].report, captured["readings"].reads, captured["cap"].events
+    assert len(reads) == 3 * 3 and len(set(reads)) == 9          # three reads per pass, all different
+    order = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]   # runs of model calls as one
+    assert order == [e for i in range(3) for e in (("pass", i), ("read", 3 * i), ("read", 3 * i + 1),
+                                                    ("read", 3 * i + 2), ("call", i))], order
+    for i, seg in enumerate(report.segments):
+        assert len(seg.run.boundaries) == 1                          # exactly one boundary per pass
+        assert seg.boundary[0] == f"before: {reads[3 * i]}" and seg.boundary[-1] == f"after: {reads[3 * i + 1]}"
+        assert seg.baseline == reads[3 * i + 2]
+        assert seg.boundary[1:-1] == report.segments[0].boundary[1:-1] and len(seg.boundary) > 2
+    allocated = [reads[3 * i + 2].allocated_bytes for i in range(3)]
+    assert report.baseline_spread_bytes == max(allocated) - min(allocated) > 0
 
 
 def test_progress_runs_over_segments_times_steps(captured):

@@ -128,10 +128,24 @@ def test_context_from_a_plan():
 
 
 def test_default_reader_on_this_machine():
-    r = torch_memory_reader()()
-    if not torch.cuda.is_available():
-        assert r.gpu_total_bytes is None and r.torch_allocated_bytes is None and r.idle_reserved_bytes is None
-    assert r.to_dict() if hasattr(r, "to_dict") else True
+    """torch's facts where this machine has CUDA (None elsewhere); the host's readers are each called and passed
+    through to their own field, never to a neighbour's."""
+    import random
+
+    rng = random.Random()
+    aimdo, vbar, pinned = (rng.randrange(1, 64 * GIB) for _ in range(3))
+    r = torch_memory_reader(vbar_resident=lambda: vbar, aimdo_usage=lambda: aimdo, pinned_ram=lambda: pinned)()
+    assert isinstance(r, MemoryReadings)
+    assert (r.aimdo_vram_bytes, r.vbar_resident_bytes, r.pinned_ram_bytes) == (aimdo, vbar, pinned)
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        assert r.gpu_total_bytes == total and 0 <= r.gpu_free_bytes <= total
+        assert 0 <= r.torch_allocated_bytes <= r.torch_reserved_bytes and r.idle_reserved_bytes >= 0
+    else:
+        assert (r.gpu_total_bytes, r.gpu_free_bytes, r.torch_allocated_bytes, r.torch_reserved_bytes) == (None,) * 4
+        assert r.idle_reserved_bytes is None
+    bare = torch_memory_reader()()
+    assert (bare.aimdo_vram_bytes, bare.vbar_resident_bytes, bare.pinned_ram_bytes) == (None, None, None)
 
 
 def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):

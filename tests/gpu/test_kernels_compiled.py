@@ -12,8 +12,8 @@ from longmedia.kernels import qstream_reference, sol_reference
 from longmedia.kernels.int8_kv import quantize_kv_int8
 from longmedia.kernels.qstream_attention import interpreting, qstream_attention
 from longmedia.kernels.sol_attention import sol_attention, sol_key_summaries
+from longmedia.testing.error_bounds import error_bound, naive_attention
 
-BF16 = 2e-2
 CUDA = torch.device("cuda")
 
 
@@ -36,6 +36,13 @@ def rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def within_bf16(out, reference, baseline, factor=2.0, baseline_reference=None):
+    """The kernel's bf16 output within `factor` times plain torch bf16 attention's error (FlashAttention's bound);
+    `baseline_reference`: exact attention, when `reference` is Sol's own (approximate) reference."""
+    bound = error_bound(out, reference, baseline, factor=factor, floor=1e-5, baseline_reference=baseline_reference)
+    assert bound.holds, str(bound)
+
+
 def test_compiled_not_interpreted():
     assert not interpreting()
 
@@ -48,7 +55,9 @@ def test_qstream_bf16_matches_reference_and_sdpa(q_rows, kv_rows):
     ref = qstream_reference.qstream_attention(q.float(), k.float(), v.float())
     sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
-    assert rel(out, ref) <= BF16 and rel(out, sdpa) <= BF16
+    baseline = naive_attention(q, k, v)
+    within_bf16(out, ref, baseline)
+    within_bf16(out, sdpa, baseline)
     assert rel(out, torch.zeros_like(out) + out.mean()) > 0.1  # a real, non-constant output
 
 
@@ -59,14 +68,17 @@ def test_qstream_int8_kv_matches_int8_reference():
     out = qstream_attention(q, k8, v8, k_scale=ks, v_scale=vs)
     ref = qstream_reference.qstream_attention(q.float(), k8, v8, k_scale=ks, v_scale=vs)
     exact = qstream_reference.qstream_attention(q.float(), k.float(), v.float())
-    assert k8.dtype == torch.int8 and rel(out, ref) <= BF16
+    assert k8.dtype == torch.int8
+    # the int8 reference dequantises K/V in fp32: the kernel's bf16 arithmetic on the same K/V is what differs
+    kd, vd = (t.float() * s[..., None] for t, s in ((k8, ks), (v8, vs)))
+    within_bf16(out, ref, naive_attention(q, kd.to(q.dtype), vd.to(q.dtype)))
     assert rel(out, exact) <= 3e-2  # int8 K/V is an approximation of bf16 K/V
 
 
 def test_sol_dense_threshold_is_exact_attention():
     q, k, v = qkv(700, 2000, seed=5)
     out = sol_attention(q, k, v, tau=-100.0)
-    assert rel(out, F.scaled_dot_product_attention(q.float(), k.float(), v.float())) <= BF16
+    within_bf16(out, F.scaled_dot_product_attention(q.float(), k.float(), v.float()), naive_attention(q, k, v))
 
 
 @pytest.mark.parametrize("tau", [0.8, 1.0])
@@ -81,7 +93,14 @@ def test_sol_bf16_matches_reference_on_ragged_lengths(tau):
     flips = int((stats.exact_blocks.cpu() - ref_stats.exact_blocks.cpu()).abs().sum())
     assert flips <= max(2, int(ref_stats.exact_blocks.sum()) // 100)
     assert 0.0 < stats.density < 1.0
-    assert rel(out, ref) <= BF16
+    # bounded where both routed alike: rows of (head, query block) pairs with the same exact-block count (a
+    # flipped block is a different approximation, not arithmetic error)
+    row_block = (torch.arange(q.shape[2], device=CUDA) + 500) // 64 - 500 // 64
+    agree = (stats.exact_blocks == ref_stats.exact_blocks.to(stats.exact_blocks.device))[..., row_block]
+    assert agree.float().mean() > 0.9
+    rows = agree.unsqueeze(-1).expand_as(out)
+    within_bf16(out[rows], ref[rows], naive_attention(q, k, v),
+                baseline_reference=F.scaled_dot_product_attention(q.float(), k.float(), v.float()))
 
 
 def test_sol_int8_kv_with_sinks():
@@ -91,4 +110,7 @@ def test_sol_int8_kv_with_sinks():
     sinks = ((0, 100), (2400, 2500))
     out = sol_attention(q, k8, v8, k_scale=ks, v_scale=vs, tau=1.0, sink_ranges=sinks)
     ref = sol_reference.sol_attention(q.float(), k8, v8, k_scale=ks, v_scale=vs, tau=1.0, sink_ranges=sinks)
-    assert torch.isfinite(out).all() and rel(out, ref) <= 3e-2
+    assert torch.isfinite(out).all()
+    kd, vd = (t.float() * s[..., None] for t, s in ((k8, ks), (v8, vs)))
+    within_bf16(out, ref, naive_attention(q, kd.to(q.dtype), vd.to(q.dtype)),
+                baseline_reference=F.scaled_dot_product_attention(q.float(), kd, vd))

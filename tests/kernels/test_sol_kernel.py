@@ -14,6 +14,7 @@ from longmedia.kernels import sol_reference  # noqa: E402
 from longmedia.kernels.int8_kv import quantize_kv_int8  # noqa: E402
 from longmedia.kernels.launch import LaunchConfig  # noqa: E402
 from longmedia.kernels.sol_attention import sol_attention, sol_key_summaries  # noqa: E402
+from longmedia.testing.error_bounds import error_bound, naive_attention  # noqa: E402
 
 ONE_BLOCK = LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, group=16)
 TWO_BLOCKS = LaunchConfig(block_m=128, block_n=64, num_warps=4, num_stages=1, group=16)
@@ -54,7 +55,14 @@ def test_kernel_matches_reference_fp16_head_dim_128(structured_qkv):
     ref, ref_stats = sol_reference.sol_attention(q, k, v, tau=1.0, return_stats=True)
     # fp16 summaries may flip a block sitting on the threshold; the rest must agree
     assert (stats.exact_blocks - ref_stats.exact_blocks).abs().sum() <= 1
-    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 5e-3
+    # where both routed alike, within twice the error of plain fp16 torch attention (FlashAttention's bound)
+    agree = (stats.exact_blocks == ref_stats.exact_blocks)[..., torch.arange(q.shape[2]) // 64]
+    rows = agree.unsqueeze(-1).expand_as(out)
+    ref32 = sol_reference.sol_attention(q.float(), k.float(), v.float(), tau=1.0,
+                                        summaries=sol_key_summaries(k, v, dtype=q.dtype))
+    dense = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    bound = error_bound(out[rows], ref32[rows], naive_attention(q, k, v), baseline_reference=dense)
+    assert agree.float().mean() > 0.9 and bound.holds, bound
 
 
 @pytest.mark.parametrize("sinks", [((0, 11),), ((200, 260), (430, 467)), ((0, 5), (466, 467))],
