@@ -1,7 +1,7 @@
 """Full-size peaks of H3's video decode and text encoder (ComfyUI's modules, random weights) vs the plan.
 
-    python bench/stage_bytes.py --comfyui /path/to/ComfyUI            # CUDA, full size
-    python bench/stage_bytes.py --comfyui /path/to/ComfyUI --smoke    # CPU, small widths, seconds
+    python -m bench.stage_bytes --comfyui /path/to/ComfyUI            # CUDA, full size
+    python -m bench.stage_bytes --comfyui /path/to/ComfyUI --smoke    # CPU, small widths, seconds
 
 Builds ComfyUI's `MiniMaxH3VideoVAE` (fp16, full ViT decoder) and `Llama2_` under `Qwen3VL_32BConfig`
 (bf16, 50 layers) on the device, decodes / encodes random inputs inside torch.inference_mode(), and
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from longmedia.planning import stage_formulas as F
 
 GIB = 2 ** 30
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _peak(torch, device, fn):
@@ -105,6 +105,14 @@ def text_encoder_rows(torch, device, smoke: bool):
     return rows
 
 
+def _comfy_from(root: str) -> bool:
+    """Is `comfy` importable here from the checkout `root` (this process was started with its PYTHONPATH)?"""
+    import importlib.util
+
+    found = importlib.util.find_spec("comfy")
+    return found is not None and os.path.realpath(found.origin or "").startswith(os.path.realpath(root) + os.sep)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--comfyui", default=os.environ.get("LONGMEDIA_COMFYUI_ROOT"),
@@ -116,7 +124,13 @@ def main(argv=None) -> int:
         print("stage_bytes.py: SKIPPED, no ComfyUI checkout (pass --comfyui or set LONGMEDIA_COMFYUI_ROOT): "
               "it measures ComfyUI's own text-encoder and VAE modules")
         return 0 if args.smoke else 2
-    sys.path.insert(0, args.comfyui)
+    if not _comfy_from(args.comfyui):  # ComfyUI goes on the import path in one place: a child's PYTHONPATH
+        from bench.cards.comfy_process import child_env
+
+        env = child_env(REPO, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": args.comfyui})
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.run([sys.executable, "-P", "-m", "bench.stage_bytes", *argv], cwd=REPO, env=env,
+                              check=False).returncode
     import torch
     from comfy.cli_args import args as comfy_args
 

@@ -1,7 +1,6 @@
 """The streamed executor against ComfyUI's own H3 DiTBlock (in-process, real ComfyUI code)."""
 
 import os
-import sys
 
 import pytest
 import torch
@@ -14,12 +13,7 @@ pytestmark = pytest.mark.skipif(not ROOT, reason="LONGMEDIA_COMFYUI_ROOT is not 
 
 
 @pytest.fixture(scope="module")
-def comfy():
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    import comfy.cli_args
-
-    comfy.cli_args.args.cpu = True  # what `main.py --cpu` sets; this test process has no GPU
+def comfy(comfy_inprocess):  # ComfyUI imported from the checkout with `--cpu` set (conftest)
     import comfy.ldm.minimax.model as h3
     import comfy.ops
 
