@@ -23,6 +23,7 @@ from longmedia.planning import stage_formulas as F
 
 GIB = 2 ** 30
 REPO = Path(__file__).resolve().parents[1]
+CHILD_MARK = "LONGMEDIA_STAGE_BYTES_CHILD"  # set in the one re-run with ComfyUI on PYTHONPATH
 
 
 def _peak(torch, device, fn):
@@ -105,14 +106,6 @@ def text_encoder_rows(torch, device, smoke: bool):
     return rows
 
 
-def _comfy_from(root: str) -> bool:
-    """Is `comfy` importable here from the checkout `root` (this process was started with its PYTHONPATH)?"""
-    import importlib.util
-
-    found = importlib.util.find_spec("comfy")
-    return found is not None and os.path.realpath(found.origin or "").startswith(os.path.realpath(root) + os.sep)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--comfyui", default=os.environ.get("LONGMEDIA_COMFYUI_ROOT"),
@@ -124,10 +117,12 @@ def main(argv=None) -> int:
         print("stage_bytes.py: SKIPPED, no ComfyUI checkout (pass --comfyui or set LONGMEDIA_COMFYUI_ROOT): "
               "it measures ComfyUI's own text-encoder and VAE modules")
         return 0 if args.smoke else 2
-    if not _comfy_from(args.comfyui):  # ComfyUI goes on the import path in one place: a child's PYTHONPATH
-        from bench.cards.comfy_process import child_env
+    from bench.cards.comfy_process import ComfyStartError, child_env, comfy_importable_from
 
-        env = child_env(REPO, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": args.comfyui})
+    if not comfy_importable_from(args.comfyui):  # ComfyUI goes on the import path in one place: a child's PYTHONPATH
+        if os.environ.get(CHILD_MARK):
+            raise ComfyStartError(f"{args.comfyui} is on PYTHONPATH but `comfy` is not imported from it")
+        env = child_env(REPO, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": args.comfyui, CHILD_MARK: "1"})
         argv = sys.argv[1:] if argv is None else list(argv)
         return subprocess.run([sys.executable, "-P", "-m", "bench.stage_bytes", *argv], cwd=REPO, env=env,
                               check=False).returncode

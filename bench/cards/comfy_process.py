@@ -65,14 +65,20 @@ def child_env(repo: str | os.PathLike, environ: dict[str, str] | None = None) ->
     return env
 
 
+def comfy_importable_from(root: str) -> bool:
+    """Does `import comfy` here find the checkout `root`'s `comfy` (a namespace package: no __init__.py)?"""
+    import importlib.util
+
+    found = importlib.util.find_spec("comfy")
+    where = list(found.submodule_search_locations or ()) if found is not None else []
+    return os.path.realpath(os.path.join(root, "comfy")) in [os.path.realpath(w) for w in where]
+
+
 def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
     """Import ComfyUI here as `python main.py <comfy_args>` would, up to the point where it serves prompts
     (the process was started through `child_env`)."""
-    import importlib.util
-
     root = comfyui_root()
-    found = importlib.util.find_spec("comfy")
-    if found is None or not os.path.realpath(found.origin or "").startswith(os.path.realpath(root) + os.sep):
+    if not comfy_importable_from(root):
         raise ComfyStartError(f"`comfy` is not imported from LONGMEDIA_COMFYUI_ROOT={root!r} here: start this process "
                               "with bench.cards.comfy_process.child_env() and `python -P`")
     sys.argv = [os.path.join(root, "main.py"), *comfy_args]

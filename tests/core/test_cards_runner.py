@@ -277,3 +277,26 @@ def test_kernel_table_records_the_kernels_with_the_most_time(monkeypatch):
 def test_kernels_reach_the_card_process(monkeypatch, tmp_path):
     assert [c.kernels for c in _children(monkeypatch, tmp_path, ["--cards", "120", "--kernels"])] == [True]
     assert [c.kernels for c in _children(monkeypatch, tmp_path, ["--cards", "120"])] == [False]
+
+
+def test_child_env_puts_the_checkout_then_the_repo_first_and_the_check_finds_a_namespace_comfy(monkeypatch, tmp_path):
+    """ComfyUI's `comfy` has no __init__.py: `comfy_importable_from` reads the namespace's folders (a check on
+    `origin` alone is None there, and the stage_bytes re-run looped on it)."""
+    import importlib
+    import sys
+
+    from bench.cards import comfy_process
+
+    root = tmp_path / "ComfyUI"
+    (root / "comfy").mkdir(parents=True)
+    (root / "main.py").touch()
+    env = comfy_process.child_env("/repo", {"LONGMEDIA_COMFYUI_ROOT": str(root), "PYTHONPATH": "/site"})
+    assert env["PYTHONPATH"].split(":") == [str(root), "/repo", "/site"]
+    with pytest.raises(comfy_process.ComfyStartError):
+        comfy_process.child_env("/repo", {"LONGMEDIA_COMFYUI_ROOT": str(tmp_path / "nothing")})
+    for name in [m for m in sys.modules if m == "comfy" or m.startswith("comfy.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert not comfy_process.comfy_importable_from(str(root))
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    assert comfy_process.comfy_importable_from(str(root))
