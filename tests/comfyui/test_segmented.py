@@ -69,9 +69,9 @@ class Capture:
         self.passes, self.calls = [], []
         real = env["core"].run_sampler
 
-        def run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=None):
+        def run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=None, **diagnostics):
             self.passes.append({"seed": noise.seed, "latent": [t.clone() for t in latent["samples"].unbind()]})
-            result = real(noise, guider, sampler, sigmas, latent, request, device_profile)
+            result = real(noise, guider, sampler, sigmas, latent, request, device_profile, **diagnostics)
             self.passes[-1]["output"] = [t.clone() for t in result.output["samples"].unbind()]
             return result
 
