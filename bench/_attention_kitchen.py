@@ -40,6 +40,11 @@ def _unmerged(fn: Callable[[], torch.Tensor], heads: int) -> Callable[[], torch.
     return call
 
 
+def _spec(name: str):
+    """A comfy-kitchen backend's declaration (its factory builds the call), by its registry name."""
+    return next(s for s in kitchen.kitchen_backends() if s.name == name)
+
+
 def methods(device: torch.device, q, k, v, text: int, taus: tuple[float, ...], topks: tuple[float, ...]
             ) -> list[tuple[str, Callable[[], torch.Tensor], str]]:
     """(name, call, note) for kitchen's kernels; Sol keeps the text rows exact as keys and queries, like ours."""
@@ -47,7 +52,7 @@ def methods(device: torch.device, q, k, v, text: int, taus: tuple[float, ...], t
     sinks = ((0, text),) if text else ()
     out = []
     if device.type == "cuda":
-        int8 = kitchen._int8_factory(BuildContext())
+        int8 = _spec("kitchen_int8").factory(BuildContext())
         out.append((f"{KITCHEN_PREFIX}int8_attention", _unmerged(lambda: int8(q, k, v, q_offset=0), heads),
                     "INT8 Q/K/V and P"))
     declared = kitchen.sol_workspace(seq_len=seq, heads=heads, head_dim=q.shape[-1], dtype_bytes=2, query_rows=seq)
@@ -56,7 +61,7 @@ def methods(device: torch.device, q, k, v, text: int, taus: tuple[float, ...], t
     for label, ctx in ([(f"tau={t}", BuildContext(tau=t, sink_ranges=sinks, exact_query_ranges=sinks)) for t in taus]
                        + [(f"top-k {r}", BuildContext(topk_ratio=r, sink_ranges=sinks, exact_query_ranges=sinks))
                           for r in topks]):
-        fn = kitchen._sol_factory(ctx)
+        fn = _spec("kitchen_sol").factory(ctx)
         out.append((f"{KITCHEN_PREFIX}sol_attn {label}", _unmerged(lambda fn=fn: fn(q, k, v, q_offset=0), heads), note))
     return out
 

@@ -2,13 +2,13 @@
 our Sol, and comfy-kitchen's int8_attention and sol_attn (tau / SLA top-k), on H3-like structured inputs
 (56 heads x 128, bf16, text rows + a video grid with 3-axis RoPE).
 
-    python bench/attention.py --seq 8k,32k,64k,104k,150k --out out/attention.md     # GPU
-    python bench/attention.py --smoke                                                # tiny CPU run, references
+    python -m bench.attention --seq 8k,32k,64k,104k,150k --out out/attention.md     # GPU
+    python -m bench.attention --smoke                                                # tiny CPU run, references
 
 Kitchen's rows (comfy-kitchen >= 0.2.36) run whenever it is usable (--kitchen auto; on: required, off: none).
 On the lent H200 with kitchen 0.2.40 (carry [".whl_kitchen"], built by KITCHEN_BENCH=0.2.40 build_carry.sh):
 
-    . tools/gpu/kitchen_site.sh || exit 1; python3 bench/attention.py --seq 64k,104k,150k --kitchen on \
+    . tools/gpu/kitchen_site.sh || exit 1; python -m bench.attention --seq 64k,104k,150k --kitchen on \
         --out $OUT/attention.md
 
 Rows print as they finish and go to $OUT/attention_rows.jsonl (--json) as JSON lines. "Matched accuracy"
@@ -29,15 +29,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _attention_kitchen as kitchen_rows  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+from bench import _attention_kitchen as kitchen_rows
 
 PROFILES = {  # q/k projection coupling (RoPE locality) and logit gain
     "h3like": dict(align=0.8, gain=1.5),

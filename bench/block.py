@@ -1,8 +1,8 @@
 """One full-size H3 block (random bf16 weights): stock vs streamed peak activation bytes and time.
 
-    python bench/block.py                      # H200: S in 16k, 64k, 104k, 150k
-    python bench/block.py --smoke              # tiny dims on CPU, proves the script runs
-    python bench/block.py --seq 104466 --sdpa cudnn --sol-tau 1.0   # also the streamed paths with Sol attention
+    python -m bench.block                      # H200: S in 16k, 64k, 104k, 150k
+    python -m bench.block --smoke              # tiny dims on CPU, proves the script runs
+    python -m bench.block --seq 104466 --sdpa cudnn --sol-tau 1.0   # also the streamed paths with Sol attention
 
 Peak activation = max_memory_allocated during the call - memory allocated before it + the hidden
 state x (the formula counts x). Stock is the clean-room H3 block forward (ComfyUI's math); both
@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, emit, median, peak_extra_bytes, timed  # noqa: E402
+from bench._common import device_name, emit, median, peak_extra_bytes, timed
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.memory import predicted_peak_bytes, stock_peak_bytes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
@@ -76,7 +75,7 @@ def main(argv=None) -> int:
     block = ReferenceBlock(dims, dtype=torch.float32).randomize_(g).to(device=device, dtype=dtype)
     eb = torch.finfo(dtype).bits // 8
     lines = [f"# H3 block: stock vs streamed ({device_name(device)}, {dtype}, sdpa={a.sdpa}, "
-             f"{datetime.date.today()}; `python bench/block.py {' '.join(argv or sys.argv[1:])}`)", "",
+             f"{datetime.date.today()}; `python -m bench.block {' '.join(argv or sys.argv[1:])}`)", "",
              "| S | path | chunks (qkv/out/mlp/heads) | peak act GiB | predicted GiB | peak / stock | ms | time / stock | rel err |",
              "|---|---|---|---|---|---|---|---|---|"]
     with sdpa_context(a.sdpa):

@@ -1,8 +1,8 @@
 """Planner accuracy: the plan's predicted block peak vs the peak CUDA measures running that plan.
 
-    python bench/planner_accuracy.py                 # H200: 14 geometries x 3 simulated cards (8/12/16 GB)
-    python bench/planner_accuracy.py --budgets 12 24 --blocks 3
-    python bench/planner_accuracy.py --smoke         # tiny dims on CPU (LiveBytes), proves the script runs
+    python -m bench.planner_accuracy                 # H200: 14 geometries x 3 simulated cards (8/12/16 GB)
+    python -m bench.planner_accuracy --budgets 12 24 --blocks 3
+    python -m bench.planner_accuracy --smoke         # tiny dims on CPU (LiveBytes), proves the script runs
 
 For each geometry and simulated card, `plan()` picks the memory mode and chunk sizes (model profile
 h3-bf16, matching the random bf16 weights used here); the allocator is then capped at the card's size
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, emit, sync  # noqa: E402
+from bench._common import device_name, emit, sync
 from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
 from longmedia.h3.geometry import KeyframeSpec, ReferenceSpec  # noqa: E402
 from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile  # noqa: E402
@@ -132,7 +131,7 @@ def main(argv=None) -> int:
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
     g = torch.Generator().manual_seed(0)
     lines = [f"# Planner accuracy ({device_name(device)}, {dtype}, {datetime.date.today()}; "
-             f"`python bench/planner_accuracy.py {' '.join(argv if argv is not None else sys.argv[1:])}`)", "",
+             f"`python -m bench.planner_accuracy {' '.join(argv if argv is not None else sys.argv[1:])}`)", "",
              "| geometry | S | card | mode | chunks qkv/out/mlp/heads | resident blocks | predicted act GiB | "
              "measured act GiB | act ratio | predicted total GiB | measured total GiB | total ratio | "
              "under card | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

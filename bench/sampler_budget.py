@@ -1,7 +1,7 @@
 """One model step at full H3 dims under a simulated 16 GB card: stock block math vs the planned streamed path.
 
-    python bench/sampler_budget.py                 # H200: budget 15.5 GiB usable (16 GB card less driver/context)
-    python bench/sampler_budget.py --smoke         # tiny dims on CPU, proves the script runs
+    python -m bench.sampler_budget                 # H200: budget 15.5 GiB usable (16 GB card less driver/context)
+    python -m bench.sampler_budget --smoke         # tiny dims on CPU, proves the script runs
 
 A "step" is the packed sequence through `--blocks` full-size H3 blocks (random weights, bf16 and INT8
 through comfy-kitchen when it is importable), weights resident as ComfyUI's dynamic VRAM keeps the
@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, emit, median, timed  # noqa: E402
+from bench._common import device_name, emit, median, timed
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
 from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
@@ -92,7 +91,7 @@ def main(argv=None) -> int:
         torch.cuda.set_per_process_memory_fraction(min(1.0, a.budget_gib * GIB / total))
     g = torch.Generator().manual_seed(0)
     lines = [f"# One step through {a.blocks} full-size H3 blocks under a {a.budget_gib} GiB budget "
-             f"({device_name(device)}, {datetime.date.today()}; `python bench/sampler_budget.py "
+             f"({device_name(device)}, {datetime.date.today()}; `python -m bench.sampler_budget "
              f"{' '.join(argv or sys.argv[1:])}`)", "",
              "| job | S | weights | path | chunks (qkv/out/mlp/heads) | s/step | peak GiB | predicted act GiB | note |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -1,7 +1,7 @@
 """Segment drift at executor level: three passes of equal geometry under a simulated 16 GB card.
 
-    python bench/segments.py                  # H200: 10 s segments (+22 context frames) at 1344x768
-    python bench/segments.py --smoke          # tiny dims on CPU, proves the script runs
+    python -m bench.segments                  # H200: 10 s segments (+22 context frames) at 1344x768
+    python -m bench.segments --smoke          # tiny dims on CPU, proves the script runs
 
 A segmented job is a run of equal passes, each preceded by the residency boundary. ComfyUI is not on
 the GPU box, so this is the executor-level equivalent: `--blocks` full-size H3 blocks (random bf16
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._common import device_name, median, timed  # noqa: E402
+from bench._common import device_name, median, timed
 from longmedia.comfy.residency import residency_boundary  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
@@ -130,7 +129,7 @@ def main(argv=None) -> int:
     s = geo.seq_len
     lines = [f"# {a.segments} segments x {a.steps} steps through {a.blocks} full-size H3 blocks under a "
              f"{a.budget_gib} GiB budget ({device_name(device)}, {dtype}, {datetime.date.today()}; "
-             f"`python bench/segments.py {' '.join(argv if argv is not None else sys.argv[1:])}`)", "",
+             f"`python -m bench.segments {' '.join(argv if argv is not None else sys.argv[1:])}`)", "",
              f"pass: {seg.pass_frames} frames ({seg.context_frames} context) at {width}x{height}, S = {s} rows; "
              f"plan {pl.memory_mode}, chunks qkv/out/mlp/heads {chunks.qkv_chunk_tokens}/{chunks.out_proj_chunk_tokens}/"
              f"{chunks.mlp_chunk_tokens}/{chunks.heads_per_group or dims.heads}", "",

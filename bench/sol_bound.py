@@ -2,8 +2,8 @@
 bench/attention.py's structured inputs, for Sol's routing (mean query . mean key > mu + tau*sigma) and for
 an error-aware ORACLE that knows each block's true compensation error and picks the same number of blocks.
 
-    python bench/sol_bound.py 106496 h3like      # CPU, fp32, ~4 min (2 heads x 12 sampled query blocks)
-    python bench/sol_bound.py --smoke            # 4096 tokens, 2 query blocks: proves the script runs
+    python -m bench.sol_bound 106496 h3like      # CPU, fp32, ~4 min (2 heads x 12 sampled query blocks)
+    python -m bench.sol_bound --smoke            # 4096 tokens, 2 query blocks: proves the script runs
 
 Compensation: c64 = Sol's one mean key per 64-key block; c16 = four 16-key centroids; "diag" adds the
 log-normal second-moment correction 0.5 * sum_d q_d^2 var_d to each centroid's score. The oracle row is a
@@ -11,13 +11,10 @@ lower bound on what any router can reach with that compensation at that density.
 """
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.attention import Setup, structured_qkv  # noqa: E402
+from bench.attention import Setup, structured_qkv
 
 cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 cli.add_argument("seq", nargs="?", type=int, default=106496, help="sequence length (tokens)")

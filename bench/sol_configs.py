@@ -1,8 +1,8 @@
 """Sol launch-config sweep on one size: every HOPPER_SOL config at tau = 1 and at tau = 100 (the routing
 floor: only the diagonal band and sinks stay exact), the autotuned pick, and the fastest SDPA of the run.
 
-    python bench/sol_configs.py --seq 104k          # GPU
-    python bench/sol_configs.py --smoke             # CPU: one config under the Triton interpreter, proves it runs
+    python -m bench.sol_configs --seq 104k          # GPU
+    python -m bench.sol_configs --smoke             # CPU: one config under the Triton interpreter, proves it runs
 
 Inputs are bench/attention.py's structured "h3like" q/k/v (56 heads x 128, bf16, 512 text rows as
 sinks). Times are CUDA-event medians and include the key summaries, like bench/attention.py.
@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from bench._common import median, timed  # noqa: E402
-from bench.attention import PROFILES, Setup, exact_rows, parse_seq, sdpa_backends, sdpa_whole, structured_qkv  # noqa: E402
+from bench._common import median, timed
+from bench.attention import PROFILES, Setup, exact_rows, parse_seq, sdpa_backends, sdpa_whole, structured_qkv
 
 
 def median_ms(fn, repeats: int, device: torch.device) -> float:
@@ -52,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print("sol_configs.py needs a CUDA GPU (or --smoke)")
         return 2
     from longmedia.kernels.launch import HOPPER_SOL, INTERPRETER_SOL, LaunchConfig
-    from longmedia.kernels.sol_attention import _sol_fwd_tuned, sol_attention, sol_key_summaries
+    from longmedia.kernels.sol_attention import autotuned_config, sol_attention, sol_key_summaries
 
     dev = torch.device("cpu" if a.smoke else "cuda:0")
     seq = parse_seq(a.seq)[0]
@@ -116,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             torch.cuda.set_sync_debug_mode(0)
         print(f"breakdown: host syncs in one Sol call (query chunk at offset 4096): {synced}")
-    picked = getattr(_sol_fwd_tuned, "best_config", None)
+    picked = autotuned_config()
     print(f"\nautotune picked: {picked}; fastest SDPA: {best_name} {best:.1f} ms")
     return 0
 

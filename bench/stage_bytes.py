@@ -1,7 +1,7 @@
 """Full-size peaks of H3's video decode and text encoder (ComfyUI's modules, random weights) vs the plan.
 
-    python bench/stage_bytes.py --comfyui /path/to/ComfyUI            # CUDA, full size
-    python bench/stage_bytes.py --comfyui /path/to/ComfyUI --smoke    # CPU, small widths, seconds
+    python -m bench.stage_bytes --comfyui /path/to/ComfyUI            # CUDA, full size
+    python -m bench.stage_bytes --comfyui /path/to/ComfyUI --smoke    # CPU, small widths, seconds
 
 Builds ComfyUI's `MiniMaxH3VideoVAE` (fp16, full ViT decoder) and `Llama2_` under `Qwen3VL_32BConfig`
 (bf16, 50 layers) on the device, decodes / encodes random inputs inside torch.inference_mode(), and
@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from longmedia.planning import stage_formulas as F
 
 GIB = 2 ** 30
+REPO = Path(__file__).resolve().parents[1]
+CHILD_MARK = "LONGMEDIA_STAGE_BYTES_CHILD"  # set in the one re-run with ComfyUI on PYTHONPATH
 
 
 def _peak(torch, device, fn):
@@ -116,7 +117,15 @@ def main(argv=None) -> int:
         print("stage_bytes.py: SKIPPED, no ComfyUI checkout (pass --comfyui or set LONGMEDIA_COMFYUI_ROOT): "
               "it measures ComfyUI's own text-encoder and VAE modules")
         return 0 if args.smoke else 2
-    sys.path.insert(0, args.comfyui)
+    from bench.cards.comfy_process import ComfyStartError, child_env, comfy_importable_from
+
+    if not comfy_importable_from(args.comfyui):  # ComfyUI goes on the import path in one place: a child's PYTHONPATH
+        if os.environ.get(CHILD_MARK):
+            raise ComfyStartError(f"{args.comfyui} is on PYTHONPATH but `comfy` is not imported from it")
+        env = child_env(REPO, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": args.comfyui, CHILD_MARK: "1"})
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.run([sys.executable, "-P", "-m", "bench.stage_bytes", *argv], cwd=REPO, env=env,
+                              check=False).returncode
     import torch
     from comfy.cli_args import args as comfy_args
 

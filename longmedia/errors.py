@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The one input to change next and the value to give it, as the message's fix says it (a program reads this,
+    never the message text): e.g. Suggestion("segment_seconds", 5.88)."""
+
+    input: str
+    value: object
 
 
 class LongMediaInputError(ValueError):
-    """A user-facing input is out of range; the message names the input, its value, the range and the fix."""
+    """A user-facing input is out of range; the message names the input, its value, the range and the fix.
 
-    def __init__(self, name: str, value: object, allowed: str, fix: str) -> None:
+    `suggestion`: where the fix is one input set to one value, that input and value, typed."""
+
+    def __init__(self, name: str, value: object, allowed: str, fix: str, *,
+                 suggestion: Suggestion | None = None) -> None:
         self.input_name = name
         self.value = value
         self.allowed = allowed
         self.fix = fix
+        self.suggestion = suggestion
         super().__init__(f"{name}={value!r} is not allowed: expected {allowed}. {fix}")
 
 

@@ -13,8 +13,11 @@ import contextlib
 from typing import Callable
 
 from ..execution.chunks import ChunkSizes
+from ..execution.linear import WeightAccess
+from ..execution.probes import NO_OBSERVER, Observer
 from ..execution.streamed_block import run_block
 from .attention_override import PREFERRED_KEY
+from .weight_origin import offload_stream_of, reported
 
 AttentionFactory = Callable[[dict, int], Callable]  # (transformer_options, heads) -> AttentionFn
 LAYOUT_KEY = "minimax_h3_layout"
@@ -24,8 +27,9 @@ class HandedAttentionError(RuntimeError):
     """A patch ahead of ours handed the block its own attention module, which the streamed executor cannot run."""
 
 
-def comfy_weights():
-    """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions).
+def comfy_weights(observer: Observer = NO_OBSERVER):
+    """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions); `observer` is told
+    where each held weight came from (`weight_origin.py`).
 
     A streamed stage holds two weights across many kernels (qkv + out-proj, fc1 + fc2). Under dynamic VRAM a
     weight comfy-aimdo cannot fault in is handed out at the start of the cast buffer of an offload stream, and
@@ -47,7 +51,7 @@ def comfy_weights():
         if context is not None:
             ctx = context(module, like, offloadable=True)
             stream = offload_stream_of(ctx.state)
-            with ctx as pair:
+            with reported(observer, module, ctx.state), ctx as pair:
                 try:
                     yield pair
                 finally:
@@ -56,19 +60,13 @@ def comfy_weights():
         # named fallback: ComfyUI before CastBiasWeightContext
         weight, bias, state = ops.cast_bias_weight(module, like, offloadable=True)
         try:
-            yield weight, bias
+            with reported(observer, module, (weight, bias, state)):
+                yield weight, bias
         finally:
             order_after_compute(offload_stream_of((weight, bias, state)), like, mm)
             ops.uncast_bias_weight(module, weight, bias, state)
 
-    return _owned(cast) if getattr(mm, "NUM_STREAMS", 2) == 1 else cast
-
-
-def offload_stream_of(state) -> object | None:
-    """The offload stream in a `cast_bias_weight(..., offloadable=True)` result (weight, bias, (stream, ...)),
-    None when the weight needed no transfer."""
-    info = state[2] if state is not None and len(state) > 2 else None
-    return info[0] if isinstance(info, tuple) and info else None
+    return owned(cast) if getattr(mm, "NUM_STREAMS", 2) == 1 else cast
 
 
 def order_after_compute(stream, like, mm) -> None:
@@ -77,7 +75,7 @@ def order_after_compute(stream, like, mm) -> None:
         stream.wait_stream(mm.current_stream(like.device))
 
 
-def _owned(access):
+def owned(access: WeightAccess) -> WeightAccess:
     """`access` handing out copies: the cast is released before the copy is used."""
 
     @contextlib.contextmanager
@@ -119,8 +117,12 @@ def comfy_interrupt():
 
 def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factory: AttentionFactory, *,
                          on_block: Callable[[int, str], None] | None = None,
-                         phase: Callable[[str], contextlib.AbstractContextManager] | None = None):
-    """A `patches_replace["dit"][("double_block", index)]` function running `block` through the executor."""
+                         phase: Callable[[str], contextlib.AbstractContextManager] | None = None,
+                         weights: WeightAccess | None = None, observer: Observer = NO_OBSERVER):
+    """A `patches_replace["dit"][("double_block", index)]` function running `block` through the executor.
+
+    `weights`: how the block holds its large weights (None: `comfy_weights(observer)` per call); `observer`: the
+    run's diagnostics (`execution/probes.py`), none by default."""
 
     def replace(args: dict, extra: dict) -> dict:
         topts = args.get("transformer_options", {})
@@ -136,10 +138,11 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
             topts = {**topts, PREFERRED_KEY: preferred}  # this call's copy: `existing` hands it on as H3 does
         if on_block is not None:
             on_block(index, "start")
+        held = weights if weights is not None else comfy_weights(observer)
         with malloc_graph_paused():
             x = run_block(block, args["img"], args["t_emb"], args["mod_segments"], args["rope_freqs"], chunks=chunks,
-                          attention=attention_factory(topts, block.attn.heads), weights=comfy_weights(),
-                          interrupt=comfy_interrupt, cast_small=comfy_cast_small, phase=phase)
+                          attention=attention_factory(topts, block.attn.heads), weights=held,
+                          interrupt=comfy_interrupt, cast_small=comfy_cast_small, phase=phase, observer=observer)
         if on_block is not None:
             on_block(index, "end")
         return {"img": x}

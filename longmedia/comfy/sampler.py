@@ -25,6 +25,8 @@ import torch
 
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings, guards_for_device
+from ..execution.linear import WeightAccess
+from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..planning.planner import plan as make_plan
@@ -35,6 +37,7 @@ from . import inputs
 from .host_attention import host_attention
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
+from .probes_env import probes_from_env
 from .residency import MemorySnapshot, Reader, residency_boundary
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
@@ -212,7 +215,8 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
     return choice is not None and choice.sol is not None and choice.sol.sinks_keys and plan.attention.backend != "existing"
 
 
-def _install(g, plan: ExecutionPlan, run: _Run, row_spans) -> tuple[int, ...]:
+def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = NO_OBSERVER,
+             weights: WeightAccess | None = None) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
@@ -242,12 +246,15 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans) -> tuple[int, ...]:
         for i, block in enumerate(blocks):
             phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_memory_reader(),
                                                       block_index=i))(i)
-            fn = streamed_replacement(block, i, plan.chunks, factory, on_block=on_block, phase=phase_for)
+            fn = streamed_replacement(block, i, plan.chunks, factory, on_block=on_block, phase=phase_for,
+                                      weights=weights, observer=observer)
             opts = set_model_options_patch_replace(opts, fn, "dit", "double_block", i)
         streamed = tuple(range(len(blocks)))
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
-        forward = chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt, weights=comfy_weights())
+        forward = chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt,
+                                        weights=weights if weights is not None else comfy_weights(observer),
+                                        observer=observer)
         g.model_patcher.add_object_patch("diffusion_model.final_layer.forward", outside_malloc_graph(forward))
     if plan.attention.choice is not None and plan.attention.backend != "existing":
         from .attention_override import install_attention_override
@@ -300,14 +307,17 @@ def _on_block(run: _Run):
 
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, *,
-                memory_reader: Reader | None = None) -> SamplingResult:
+                memory_reader: Reader | None = None, observer: Observer | None = None,
+                weights: WeightAccess | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
     device_profile: a fixed profile (planned once, e.g. a card to plan for), a probe called after the boundary,
     or None to plan from the boundary's own reading of the load device after it ran.
     memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
-    torch and comfy-aimdo. Benchmarks and tests hand in their own readings here."""
+    torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
+    streamed stages and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
+    weights: how the streamed stages hold their weights; None: ComfyUI's cast context (`block_patch.comfy_weights`)."""
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -332,7 +342,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
     run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
     run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))  # chosen mode
-    streamed = _install(g, plan, run, row_spans)
+    if observer is None:
+        observer = probes_from_env()
+    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),
@@ -361,7 +373,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
-                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite)
+                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite,
+                       probes=ProbeReport(observer.lines()) if observer is not None else None)
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..errors import LongMediaInputError
+from ..execution.linear import WeightAccess
+from ..execution.probes import Observer
 from ..h3.profiles import GIB, DeviceProfile
 from ..planning.types import PlanRequest
 from ..report.oom import phase
@@ -299,8 +301,9 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
 
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
                   seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
-                  device_profile: DeviceProfile | None = None,
-                  memory_reader: Reader | None = None) -> comfy_sampler.SamplingResult:
+                  device_profile: DeviceProfile | None = None, memory_reader: Reader | None = None,
+                  observer: Observer | None = None, weights: WeightAccess | None = None
+                  ) -> comfy_sampler.SamplingResult:
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
@@ -308,6 +311,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     `context_on_negative`: give the context guide to every conditioning list (positive, negative ...),
     not only the positive one, so CFG guides the prompt and not the continuation.
     `memory_reader`: how every pass's residency boundary and its baseline read device memory (see `run_sampler`).
+    `observer`, `weights`: handed to every pass's `run_sampler` (its diagnostics and weight access).
     """
     import comfy.model_management
     import comfy.nested_tensor
@@ -337,7 +341,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         pass_v, pass_a = _job_latent(seams.pass_latents, seg, video, audio)
         seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
         run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
-                                        request, device_profile, memory_reader=memory_reader)
+                                        request, device_profile, memory_reader=memory_reader,
+                                        observer=observer, weights=weights)
         out_v, out_a = run.output["samples"].unbind()
         den_v, den_a = run.denoised["samples"].unbind()
         if result is None:

@@ -29,6 +29,7 @@ from ..attention.protocol import AttentionFn, sdpa_attention
 from .chunks import ChunkSizes
 from .linear import LinearWeight, WeightAccess, plain_weights
 from .modulation import gate_, modulate_
+from .probes import NO_OBSERVER, Observer
 from .rope import norm_rope_, norm_rope_pair_
 
 ModRows = list[tuple[int, int, "int | torch.Tensor"]]
@@ -221,27 +222,35 @@ def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_rows: ModRows, ro
               chunks: ChunkSizes, attention: AttentionFn | None = None, weights: WeightAccess | None = None,
               interrupt: Callable[[], None] | None = None,
               cast_small: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-              phase: Callable[[str], contextlib.AbstractContextManager] | None = None) -> torch.Tensor:
+              phase: Callable[[str], contextlib.AbstractContextManager] | None = None,
+              observer: Observer = NO_OBSERVER) -> torch.Tensor:
     """One H3 DiT block on the packed sequence `x` [S, hidden], updated in place and returned.
 
     `block` has H3's submodules (norm1, norm2, attn.{qkv_proj,q_norm,k_norm,out_proj}, mlp.{fc1,fc2},
     adaln_proj): ComfyUI's `DiTBlock` or `longmedia.testing.reference_block.ReferenceBlock`.
     `weights` hands out the large Linear weights once per stage; `cast_small(w, like)` moves the q/k
     norm weights next to the activations; `interrupt()` raises to cancel and runs before every chunk;
-    `phase(name)` wraps each stage ("qkv", "attention", "mlp"), e.g. to turn an OOM into a fact report.
+    `phase(name)` wraps each stage ("qkv", "attention", "mlp"), e.g. to turn an OOM into a fact report;
+    `observer` sees `x` at each stage's edges (`probes.py`; by default nothing does).
     """
     phase = phase or (lambda name: contextlib.nullcontext())
     run = _Run(block, x, t_emb, mod_rows, rope_table, chunks, attention or sdpa_attention,
                weights or plain_weights, interrupt, cast_small or _to_device, phase)
     try:
         run.tick()
+        stage = "streamed_attention" if chunks.streams_attention else "stock_attention"
+        observer.stage_in(stage, x)
         if chunks.streams_attention:
             run.streamed_attention()
         else:
             with phase("attention"):
                 run.stock_attention()
+        observer.stage_out(stage, x)
+        stage = "streamed_mlp" if chunks.streams_mlp else "stock_mlp"
+        observer.stage_in(stage, x)
         with phase("mlp"):
             run.streamed_mlp() if chunks.streams_mlp else run.stock_mlp()
+        observer.stage_out(stage, x)
     finally:
         run.mods = None  # drop references held by the run before an exception propagates
     return x

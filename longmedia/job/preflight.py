@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import LongMediaInputError
+from ..errors import LongMediaInputError, Suggestion
 from ..h3 import lattice as L
 from ..h3.profiles import gib
 from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
@@ -126,9 +126,10 @@ def check_plan_runs(plan, requested_memory_mode: str, manual_reserve_mb: int | N
                                   f"a reserve that leaves room for the pass: it needs {gib(need)} with {budget}",
                                   "Lower vram_activation_reserve_mb, or leave it at -1 (auto).")
     s = plan.segment_suggestion
-    seg = f"set Setup's segment_seconds to {s.seconds:g}" if s is not None and s.seconds > 0 else "use segments"
+    advice = Suggestion("segment_seconds", s.seconds) if s is not None and s.seconds > 0 else None
+    seg = f"set Setup's segment_seconds to {s.seconds:g}" if advice is not None else "use segments"
     g = plan.geometry
     raise LongMediaInputError(
         "latent", f"{g.width}x{g.height}, {g.frames} frames, {g.seq_len} packed rows",
         f"a pass that fits in some memory mode: even {plan.memory_mode} needs {gib(need)} of {budget}",
-        f"Lower width/height or {seg}; or pick memory_mode=ultra_low_vram to run it anyway.")
+        f"Lower width/height or {seg}; or pick memory_mode=ultra_low_vram to run it anyway.", suggestion=advice)

@@ -314,6 +314,12 @@ def _autotuned():
 _sol_fwd_tuned = _autotuned()
 
 
+def autotuned_config():
+    """The launch config triton.autotune picked for the last tuned shape (None before any tuned call), as
+    bench/sol_configs.py prints it."""
+    return getattr(_sol_fwd_tuned, "best_config", None)
+
+
 def _tma_ready(*tensors: torch.Tensor) -> bool:
     """Whether K/V and the key summaries can be read through TMA descriptors here: Hopper or newer (or the
     interpreter), Triton with host-side descriptors, contiguous head_dim, 16-byte aligned base and strides."""

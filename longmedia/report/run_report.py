@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
+from ..execution.probes import ProbeReport
 from ..planning.types import ExecutionPlan
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
@@ -64,6 +65,7 @@ class RunReport:
     notes: tuple[str, ...] = field(default=())
     predicted: PredictedPeaks | None = None
     output_finite: bool = True  # False: the sampled latent holds NaN or inf
+    probes: ProbeReport | None = None  # what the diagnostics saw (LONGMEDIA_PROBES); None: none ran
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -105,6 +107,7 @@ class RunReport:
             lines.append("manual values (they win over auto): " + ", ".join(self.manual_fields))
         lines.extend(self.guard_events)
         lines.extend(self.notes)
+        lines.extend(self.probes.lines if self.probes is not None else ())
         return tuple(lines)
 
     def peak_lines(self) -> tuple[str, ...]:

@@ -9,15 +9,11 @@ checkpoints; `comfy_inprocess` (session) is ComfyUI's `comfy` package imported h
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+import harness  # this folder is on sys.path: pytest's rootdir-relative import of a folder without __init__.py
 import pytest
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import harness  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SKIP_REASON = (f"{harness.ENV_VAR} is not set: real-ComfyUI tests skipped "
@@ -57,8 +53,10 @@ def comfyui_root() -> Path:
 
 @pytest.fixture(scope="session")
 def comfy_inprocess(comfyui_root: Path):
-    """ComfyUI's `comfy` package, imported from the checkout in this process with `--cpu` set."""
-    return harness.import_comfy_in_process(comfyui_root)
+    """ComfyUI's `comfy` package, imported from the checkout in this process with `--cpu` set (the checkout on
+    sys.path for the session, through pytest's MonkeyPatch)."""
+    with pytest.MonkeyPatch.context() as mp:
+        yield harness.import_comfy_in_process(comfyui_root, mp)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import pytest
+
 ENV_VAR = "LONGMEDIA_COMFYUI_ROOT"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTNODES_DIR = Path(__file__).resolve().parent / "testnodes"
@@ -252,9 +254,12 @@ def server_command(root: Path, base: Path, port: int) -> list[str]:
 
 
 def server_env() -> dict[str, str]:
+    """The server's environment: this repository on PYTHONPATH (after main.py's own folder, which Python puts first,
+    so ComfyUI's `nodes` stays ComfyUI's), so the pack and the test nodes import this checkout's `longmedia`."""
     env = dict(os.environ)
     env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "DO_NOT_TRACK": "1", "NO_PROXY": HOST, "no_proxy": HOST})
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     return env
 
 
@@ -282,10 +287,10 @@ def start_server(root: Path, base: Path, *, timeout: float = STARTUP_TIMEOUT_S) 
     raise ComfyHarnessError(f"ComfyUI did not answer /object_info within {timeout} s:\n{server.log_tail()}")
 
 
-def import_comfy_in_process(root: Path):
-    """Import ComfyUI's `comfy` package from `root` in this process, on the CPU."""
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+def import_comfy_in_process(root: Path, monkeypatch: pytest.MonkeyPatch):
+    """Import ComfyUI's `comfy` package from `root` in this process, on the CPU: the one place the tests put a
+    ComfyUI checkout on this process's import path (`monkeypatch.syspath_prepend`, undone with `monkeypatch`)."""
+    monkeypatch.syspath_prepend(str(root))
     from comfy.cli_args import args
 
     args.cpu = True

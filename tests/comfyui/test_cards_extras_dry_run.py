@@ -1,5 +1,5 @@
-"""A CPU dry run of bench/cards.py --extras: every extra through ComfyUI's real PromptExecutor on the tiny
-checkpoint (a 128x96 canvas, tiny conditioning), with cards.py's own prompt builder, `_cards_measure.measure` and checks.
+"""A CPU dry run of `python -m bench.cards --extras`: every extra through ComfyUI's real PromptExecutor on the tiny
+checkpoint (a 128x96 canvas, tiny conditioning), with the bench's own prompt builder, `measure.measure` and checks.
 
 Only the device readings are stand-ins (no CUDA here): torch's CUDA counters read 0 and the prompt-free
 memory readings are constant, so this proves the sequencing, the prompts, the result parsing and the
@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 import types
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent / "tools" / "gpu"))
-
 
 class _NoCuda:
-    """torch as `_cards_measure.measure` uses it, without CUDA."""
+    """torch as `measure.measure` uses it, without CUDA."""
 
     class cuda:  # noqa: N801  (mirrors torch.cuda)
         @staticmethod
@@ -38,42 +32,39 @@ class _Memory:
 
 @pytest.fixture(scope="module")
 def bench_env(comfy_inprocess, tiny_checkpoints, tmp_path_factory):
-    import comfy_process
+    from bench.cards import comfy_process
 
     comfy_process.load_builtin_nodes()
-    import _cards_nodes
     import comfy.utils
     import execution
     import folder_paths
 
-    _cards_nodes.register()
+    from bench.cards import nodes
+
+    nodes.register()
     models = tmp_path_factory.mktemp("cards_models")
-    for blocks in (2, 50):  # the tiny checkpoint under the names cards.py asks for
+    for blocks in (2, 50):  # the tiny checkpoint under the names the bench asks for
         shutil.copy(tiny_checkpoints["int8"], models / f"full_h3_int8_{blocks}blocks.safetensors")
     folder_paths.add_model_folder_path("diffusion_models", str(models))
     return {"execution": execution, "utils": comfy.utils}
 
 
 def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
-    import _cards_extras
-    import _cards_measure
-    import _cards_nodes
-    import _cards_prompt
-    import cards
     import comfy.model_management as mm
     import torch
 
     import longmedia.h3.dims
+    from bench.cards import extras, measure, nodes, prompts, tables
     from longmedia.h3.profiles import DeviceProfile
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
-    monkeypatch.setattr(_cards_prompt, "JOB", (128, 96))
+    monkeypatch.setattr(prompts, "JOB", (128, 96))
     monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)  # the bench conditioning at the tiny width
-    monkeypatch.setattr(_cards_nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
+    monkeypatch.setattr(nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
     # the first rung is never reached (as 60 was not on the H200's 2-block prompt): the ladder's next one fires
-    monkeypatch.setattr(_cards_extras, "INTERRUPT_LADDER", (10 ** 6, 5))
+    monkeypatch.setattr(extras, "INTERRUPT_LADDER", (10 ** 6, 5))
     execution, utils = bench_env["execution"], bench_env["utils"]
-    server = cards._Server()
+    server = prompts.Server()
     steps_at: list[float] = []
 
     def hook(value, total, preview, prompt_id=None, node_id=None):
@@ -93,17 +84,17 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
         server.events.clear()
         t0 = time.perf_counter()
         executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
-        row.update(_cards_measure.measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0))
+        row.update(measure.measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0))
         return row
 
     rows: list[dict] = []
     a = types.SimpleNamespace(blocks=50, extras_steps=1, extras_seconds=5.0, oom_blocks=2, simulate="ballast",
                               deadline=time.time() + 3600)
-    bench = _cards_extras.Bench(a=a, card=16.0, base={"card_gib": 16.0}, run=run,
+    bench = extras.Bench(a=a, card=16.0, base={"card_gib": 16.0}, run=run,
                                 reading=lambda: {"torch_allocated": 0, "process": None, "aimdo_usage": None},
-                                write=rows.append, steps_at=steps_at, prompt=cards.prompt)
+                                write=rows.append, steps_at=steps_at, prompt=prompts.prompt)
     with torch.inference_mode(False):  # the executor enters inference_mode itself, as in the prompt worker
-        _cards_extras.run_extras(bench)
+        extras.run_extras(bench)
     utils.set_progress_bar_global_hook(None)
     by_label = {r["label"]: r for r in rows}
     assert all(r.get("extra") and r.get("check") in ("pass", "fail") for r in rows)
@@ -118,35 +109,33 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     assert [p["pass_frames"] for p in segmented["segments"]] == [124, 124, 124]
     assert "ratio 3:1" in segmented["detail"]
     assert all(by_label[a]["check"] == "pass" for a in ("sol", "scheduled_sol")), [by_label[a] for a in ("sol",)]
-    table = cards.tables(rows)
+    table = tables.tables(rows)
     assert "\nextras\n| extra |" in table and "| check: seed-only reruns, same boundary snapshot and plan |" in table
     json.dumps(rows, default=str)  # every row serialises as cards.jsonl writes it
 
 
 def test_saved_latents_compare_stock_with_longmedia(bench_env, monkeypatch, tmp_path):
-    """`cards.py --latents` on the CPU: stock and LongMedia (normal mode, ComfyUI's attention) save their latents
+    """`python -m bench.cards --latents` on the CPU: stock and LongMedia (normal mode, ComfyUI's attention) save their latents
     through the bench sink, and bench/latent_diff.py finds them bit-equal; low_vram within tolerance."""
-    import _cards_nodes
-    import _cards_prompt
-    import cards
-    import latent_diff
     import torch
 
     import longmedia.h3.dims
+    from bench import latent_diff
+    from bench.cards import nodes, prompts
     from longmedia.h3.profiles import DeviceProfile
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
-    monkeypatch.setattr(_cards_prompt, "JOB", (128, 96))
+    monkeypatch.setattr(prompts, "JOB", (128, 96))
     monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)
-    monkeypatch.setattr(_cards_nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
+    monkeypatch.setattr(nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
     execution = bench_env["execution"]
-    executor = execution.PromptExecutor(cards._Server(), cache_type=execution.CacheType.CLASSIC,
+    executor = execution.PromptExecutor(prompts.Server(), cache_type=execution.CacheType.CLASSIC,
                                         cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
     runs = {"stock": ("stock", "auto", "auto"), "normal": ("longmedia", "existing", "normal"),
             "low_vram": ("longmedia", "existing", "low_vram")}
     with torch.inference_mode(False):
         for name, (sampler, attention, mode) in runs.items():
-            p = cards.prompt("full_h3_int8_2blocks.safetensors", 5, 1, 42, sampler, 16, attention, "ballast", mode,
+            p = prompts.prompt("full_h3_int8_2blocks.safetensors", 5, 1, 42, sampler, 16, attention, "ballast", mode,
                              latent_path=str(tmp_path / f"{name}.pt"))
             executor.execute(p, name, {"client_id": "bench"}, ["sink"])
             assert executor.success, executor.status_messages[-1:]

@@ -1,24 +1,17 @@
-"""bench/cards.py's extras on the CPU: the bench sampler's injected OOM per phase, its interrupt and its
+"""The card bench's extras on the CPU: the bench sampler's injected OOM per phase, its interrupt and its
 segmented path, on the tiny checkpoint in-process (what the GPU run does through the PromptExecutor)."""
 
 from __future__ import annotations
 
 import ast
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from harness import tiny_sampler_job
 
+from bench.cards import checks, faults, nodes, probes
 from longmedia.report.oom import LongMediaOOM
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import _cards_checks as checks  # noqa: E402
-import _cards_faults  # noqa: E402
-import _cards_nodes  # noqa: E402
 
 WIDTH, HEIGHT = 128, 96
 
@@ -38,18 +31,18 @@ def job(env, frames=39, seed=3, steps=2):
     return tiny_sampler_job(env["model"], width=WIDTH, height=HEIGHT, frames=frames, seed=seed, steps=steps)
 
 
-def sample(env, mode="normal", frames=39, **faults):
+def sample(env, mode="normal", frames=39, **inputs):
     with torch.inference_mode():
-        return _cards_nodes.sample(*job(env, frames), mode, "existing", None, **faults)
+        return nodes.sample(*job(env, frames), mode, "existing", None, **inputs)
 
 
 def comfy_message(error: BaseException) -> str:
-    """cards.py's error text for a node exception: ComfyUI's exception_type and exception_message (with its tip)."""
+    """The bench's error text for a node exception: ComfyUI's exception_type and exception_message (with its tip)."""
     return f"{type(error).__module__}.{type(error).__qualname__}: {error}\nThis error means you ran out of memory"
 
 
 @pytest.mark.parametrize("mode", ["normal", "low_vram"])
-@pytest.mark.parametrize("phase", _cards_faults.PHASES)
+@pytest.mark.parametrize("phase", faults.PHASES)
 def test_each_injected_oom_is_reported_in_its_phase_with_its_advice(env, mode, phase):
     with pytest.raises(LongMediaOOM) as info:
         sample(env, mode, inject_oom=phase)
@@ -74,7 +67,7 @@ def test_the_interrupt_cancels_mid_step_1_and_the_rerun_equals_a_fresh_run(env):
 def test_interrupt_counts_only_the_checks_under_it():
     import comfy.model_management as mm
 
-    trigger = _cards_faults.InterruptAfter(3)
+    trigger = faults.InterruptAfter(3)
     with trigger.armed():
         mm.throw_exception_if_processing_interrupted()
         mm.throw_exception_if_processing_interrupted()
@@ -98,11 +91,11 @@ def test_the_segmented_path_runs_three_passes_and_its_check_reads_them(env):
 
 def test_an_unknown_phase_is_refused(env):
     with pytest.raises(ValueError, match="phase must be one of"):
-        _cards_faults.inject_oom("vae", env["model"].model.diffusion_model)
+        faults.inject_oom("vae", env["model"].model.diffusion_model)
 
 
 def test_the_prefetch_off_control_turns_prefetch_off_in_a_copy_of_the_guider(env, prefetch_seen):
-    """cards.py's `longmedia_prefetch_off` rows: every model call sees `prefetch_dynamic_vbars` False although the
+    """The `longmedia_prefetch_off` rows: every model call sees `prefetch_dynamic_vbars` False although the
     host set it True, the output equals the plain run's, and the user's guider keeps its own wrappers."""
     import comfy.patcher_extension as ext
 
@@ -115,7 +108,7 @@ def test_the_prefetch_off_control_turns_prefetch_off_in_a_copy_of_the_guider(env
         before = dict(guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL])
         prefetch_seen.clear()
         with torch.inference_mode():
-            outputs[off] = _cards_nodes.sample(noise, guider, sampler, sigmas, latent, "normal", "existing",
+            outputs[off] = nodes.sample(noise, guider, sampler, sigmas, latent, "normal", "existing",
                                                DeviceProfile.card(vram_gb=16, ram_gb=64),  # dynamic VRAM
                                                prefetch_off=off).output["samples"]
         assert prefetch_seen and all(v is (not off) for v in prefetch_seen), list(prefetch_seen)
@@ -138,7 +131,7 @@ def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env
         real(self)
         self.x[0, 0] = float("nan")
 
-    streamed_block._Run.streamed_mlp = poisoned
+    streamed_block._Run.streamed_mlp = poisoned  # the test's own fault; the bench patches nothing
     try:
         sample(env, "low_vram", nan_probe=True)
     finally:
@@ -154,9 +147,9 @@ def test_the_weight_access_controls_change_the_run_only_and_not_its_output(env, 
 
     real = block_patch.comfy_weights
     with torch.inference_mode():
-        plain = _cards_nodes.sample(*job(env), "low_vram", "existing", None).output["samples"]
-        changed = _cards_nodes.sample(*job(env), "low_vram", "existing", None, nan_probe=True,
-                                      weights=weights).output["samples"]
+        plain = nodes.sample(*job(env), "low_vram", "existing", None).output["samples"]
+        changed = nodes.sample(*job(env), "low_vram", "existing", None, nan_probe=True,
+                               weights=weights).output["samples"]
     assert block_patch.comfy_weights is real
     assert all(torch.equal(a, b) for a, b in zip(plain.unbind(), changed.unbind()))  # same weights, same output
     probe = capsys.readouterr().err
@@ -167,16 +160,15 @@ def test_the_weight_access_controls_change_the_run_only_and_not_its_output(env, 
 
 def test_an_unknown_weight_access_is_refused(env):
     with pytest.raises(ValueError, match="weights must be"):
-        _cards_nodes.sample(*job(env), "low_vram", "existing", None, weights="pinned")
+        nodes.sample(*job(env), "low_vram", "existing", None, weights="pinned")
 
 
-@pytest.mark.parametrize("mode,waits", [("", 1), ("unordered", 0)])
+@pytest.mark.parametrize("mode,waits", [("", 1), ("sync_release", 1), ("owned", 1), ("unordered", 0)])
 def test_the_probe_s_access_orders_streams_as_the_product_unless_unordered(env, monkeypatch, mode, waits):
-    import _cards_probes
     import comfy.model_management as mm
     import comfy.ops as ops
 
-    from longmedia.comfy import block_patch
+    from longmedia.execution.probes import WeightOriginProbe
 
     log: list = []
 
@@ -196,7 +188,8 @@ def test_the_probe_s_access_orders_streams_as_the_product_unless_unordered(env, 
 
     monkeypatch.setattr(ops, "CastBiasWeightContext", Context)
     monkeypatch.setattr(mm, "current_stream", lambda device: "compute")
-    with _cards_probes.weight_access(True, mode):
-        with block_patch.comfy_weights()(torch.nn.Linear(3, 3), torch.randn(2, 3)):
-            pass
+    seen = WeightOriginProbe()
+    with probes.weight_access(mode, seen)(torch.nn.Linear(3, 3), torch.randn(2, 3)) as (weight, _):
+        assert weight.shape == (3, 3)
     assert log == ["compute"] * waits
+    assert seen.counts["cast_buffer"] == 1 and seen.counts["resident"] == 0  # the product's probe saw it

@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-import sys
 
 import pytest
 import torch
@@ -15,12 +14,7 @@ pytestmark = pytest.mark.skipif(not ROOT, reason="LONGMEDIA_COMFYUI_ROOT is not 
 
 
 @pytest.fixture(scope="module")
-def comfy():
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    import comfy.cli_args
-
-    comfy.cli_args.args.cpu = True  # what `main.py --cpu` sets; this test process has no GPU
+def comfy(comfy_inprocess):  # ComfyUI imported from the checkout with `--cpu` set (conftest)
     import comfy.ldm.minimax.model as h3
     import comfy.ops
 

@@ -70,9 +70,8 @@ def test_an_override_on_the_model_is_the_users_choice(comfy_inprocess):
 def test_a_host_started_with_split_cross_attention(comfyui_root):
     """A fresh ComfyUI process started with --use-split-cross-attention: detection reads the flag's function,
     and auto keeps it, streamed per query chunk."""
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import sys
-        sys.path[:0] = [{str(comfyui_root)!r}, {str(REPO)!r}]
         sys.argv = ["main.py", "--cpu", "--use-split-cross-attention"]
         import comfy.options
         comfy.options.enable_args_parsing()
@@ -82,11 +81,11 @@ def test_a_host_started_with_split_cross_attention(comfyui_root):
         found = host_attention()
         choice = resolve_attention("auto", seq_len=4096, heads=4, head_dim=64, dtype=torch.float32,
                                    device_capability=None, host_attention=found, streamed=True,
-                                   available={{"sdpa"}})
+                                   available={"sdpa"})
         print("FOUND", found.function, "|", found.source, "|", found.chosen)
         print("CHOICE", choice.backend, "|", choice.reasons[0])
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # after the working directory (the checkout), which -c puts first
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
                           cwd=str(comfyui_root))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -385,6 +385,33 @@ def test_a_latent_with_nan_is_reported_first_with_what_to_try(env, monkeypatch, 
     assert any("holds NaN or inf" in r.getMessage() for r in caplog.records)
 
 
+def test_longmedia_probes_names_the_first_non_finite_stage_in_the_report(env, monkeypatch, caplog):
+    """A user's NaN report: LONGMEDIA_PROBES=nan,weights switches the product's probes on for the run; the report
+    (and the log, as it happens) names the first stage whose packed sequence held NaN and where the weights came from."""
+    from longmedia.execution import streamed_block
+
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
+                          mlp_chunk_tokens=96)
+    monkeypatch.delenv("LONGMEDIA_PROBES", raising=False)
+    assert ours(env, request, *job(env))[2].report.probes is None  # none by default
+    monkeypatch.setenv("LONGMEDIA_PROBES", "nan,weights")
+    clean = ours(env, request, *job(env))[2].report.probes.lines
+    assert clean[0].endswith("non-finite seen: False") and clean[1].startswith("WEIGHT PROBE: {'resident': ")
+    real = streamed_block._Run.streamed_mlp
+
+    def poisoned(self):
+        real(self)
+        self.x[7, 1] = float("nan")
+
+    monkeypatch.setattr(streamed_block._Run, "streamed_mlp", poisoned)
+    (ov, _), _, bad = ours(env, request, *job(env))
+    first = "NAN PROBE: stage streamed_mlp call 2: input finite True, output finite False"
+    assert not torch.isfinite(ov).all() and bad.report.probes.lines[0].startswith(first)
+    assert any(line.startswith(first) for line in bad.report.summary_lines())
+    assert json.loads(bad.report.to_json())["probes"]["lines"][0].startswith(first)
+    assert any(first in r.getMessage() for r in caplog.records)
+
+
 def test_all_finite_reads_each_part_of_a_nested_latent(env):
     from comfy.nested_tensor import NestedTensor  # what H3's empty AV latent holds (video 5-D, audio 3-D)
 

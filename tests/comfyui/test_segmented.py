@@ -268,15 +268,9 @@ def test_bad_input_is_refused_before_any_sampling(env, monkeypatch):
 # --- through the API: a LongMedia Sampler fed a LONGMEDIA_JOB -------------------------------------------
 
 JOB_NODE = '''"""Test-only: a LONGMEDIA_JOB for a segmented job, built from frame counts (written by test_segmented.py)."""
-import os
-import sys
 
 
-def _longmedia():
-    try:
-        import longmedia.job.job  # noqa: F401
-    except ModuleNotFoundError:
-        sys.path.append(REPO_ROOT)
+def _longmedia():  # the server has this checkout on PYTHONPATH (harness.server_env)
     from longmedia.job.geometry import build_geometry
     from longmedia.job.job import LongMediaJob
     from longmedia.segments.timeline import plan_segments
@@ -315,7 +309,7 @@ def job_server(comfyui_root, tmp_path_factory):
     base = harness.prepare_base_directory(tmp_path_factory.mktemp("segmented_base"), variants=("fp32",))
     pack = base / "custom_nodes" / "longmedia_segment_job"
     pack.mkdir()
-    (pack / "__init__.py").write_text(f"REPO_ROOT = {str(harness.REPO_ROOT)!r}\n" + JOB_NODE)
+    (pack / "__init__.py").write_text(JOB_NODE)
     server = harness.start_server(comfyui_root, base)
     try:
         yield server

@@ -150,14 +150,13 @@ def test_split_tiles_matches_the_vae(torch_mod):
 def print_tables() -> None:
     """The docs/PERFORMANCE.md tables: every case above, measured vs formula, and full-size figures."""
     import os
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import harness
+    import harness  # run as a script: this folder is sys.path[0]
+    import pytest
 
     root = harness.comfyui_root() or Path(os.environ.get(harness.ENV_VAR, "/tmp/comfyui"))
-    harness.import_comfy_in_process(root)
+    harness.import_comfy_in_process(root, pytest.MonkeyPatch())
     import torch
 
     print("| module | case | measured peak | formula | formula / measured |\n|---|---|---|---|---|")

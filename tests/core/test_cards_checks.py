@@ -1,26 +1,21 @@
-"""bench/cards.py's extras checks (bench/_cards_checks.py) on real plans, boundary lines and OOM reports."""
+"""The card bench's extras checks (bench/cards/checks.py) on real plans, boundary lines and OOM reports."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import _cards_checks as checks  # noqa: E402
-
-from longmedia.execution.chunks import ChunkSizes  # noqa: E402
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile  # noqa: E402
-from longmedia.job.geometry import build_geometry  # noqa: E402
-from longmedia.planning.attention_path import default_attention_path  # noqa: E402
-from longmedia.planning.planner import plan  # noqa: E402
-from longmedia.planning.types import PlanRequest  # noqa: E402
-from longmedia.report.oom import MemoryReadings, OOMContext, report_for  # noqa: E402
+from bench.cards import checks
+from longmedia.execution.chunks import ChunkSizes
+from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.job.geometry import build_geometry
+from longmedia.planning.attention_path import default_attention_path
+from longmedia.planning.planner import plan
+from longmedia.planning.types import PlanRequest
+from longmedia.report.oom import MemoryReadings, OOMContext, report_for
 
 MIB = 2 ** 20
 

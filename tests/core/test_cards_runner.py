@@ -1,18 +1,16 @@
-"""bench/cards.py's runner: --extras-which picks the extras (interrupt brings seeds; no name runs them all), and a
+"""The card bench's runner (bench/cards/entry.py): --extras-which picks the extras (interrupt brings seeds; no name runs them all), and a
 card's child that dies mid-row is restarted past that row."""
 
 from __future__ import annotations
 
-import sys
 import types
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import _cards_extras  # noqa: E402
-import cards  # noqa: E402
+from bench import latent_diff
+from bench.cards import entry as cards
+from bench.cards import extras, measure, prompts, rows, tables
+from bench.cards.rows import Cell
 
 
 @pytest.mark.parametrize("which,ran", [
@@ -22,13 +20,13 @@ import cards  # noqa: E402
 ])
 def test_extras_which_picks_the_extras_in_run_order(monkeypatch, which, ran):
     seen: list[str] = []
-    monkeypatch.setattr(_cards_extras, "oom_rows", lambda bench: seen.append("oom"))
-    monkeypatch.setattr(_cards_extras, "seed_reruns", lambda bench, state: seen.append("seeds"))
-    monkeypatch.setattr(_cards_extras, "interrupt_rerun", lambda bench, state: seen.append("interrupt"))
-    monkeypatch.setattr(_cards_extras, "segmented", lambda bench: seen.append("segmented"))
-    monkeypatch.setattr(_cards_extras, "attention_row", lambda bench, attention: seen.append(attention))
+    monkeypatch.setattr(extras, "oom_rows", lambda bench: seen.append("oom"))
+    monkeypatch.setattr(extras, "seed_reruns", lambda bench, state: seen.append("seeds"))
+    monkeypatch.setattr(extras, "interrupt_rerun", lambda bench, state: seen.append("interrupt"))
+    monkeypatch.setattr(extras, "segmented", lambda bench: seen.append("segmented"))
+    monkeypatch.setattr(extras, "attention_row", lambda bench, attention: seen.append(attention))
     a = types.SimpleNamespace(extras_which=which, deadline=float("inf"))
-    _cards_extras.run_extras(types.SimpleNamespace(a=a, out_of_time=lambda: False))
+    extras.run_extras(types.SimpleNamespace(a=a, out_of_time=lambda: False))
     assert seen == ran
 
 
@@ -45,51 +43,79 @@ def test_a_child_that_dies_mid_row_is_restarted_past_that_row(monkeypatch, tmp_p
     import json
     import subprocess
 
-    crash_at = ("bf16", 10.0, "stock")
+    crash_at = Cell("bf16", 10.0, "stock")
     children = []
 
     def fake_run(cmd, **kw):
         if "--child" not in cmd:  # the checkpoint generator
             return subprocess.CompletedProcess(cmd, 0, "ok", "")
-        args = cards.parse(cmd[2:])
-        done = cards._done_cells(cards.read_rows(args.out / "cards.jsonl"), args.child)
+        args = cards.parse(cmd[4:])  # python -P -m bench.cards --child ...
+        done = rows.done_cells(rows.read_rows(args.out / "cards.jsonl"), args.child)
         children.append(len(done))
         for cell in cards.grid(args):
             if cell in done:
                 continue
             if cell == crash_at and len(children) == 1:
                 return subprocess.CompletedProcess(cmd, -11)   # died inside this cell, before its row
-            fmt, seconds, sampler = cell
             with open(args.out / "cards.jsonl", "a") as f:
-                f.write(json.dumps({"card_gib": args.child, "format": fmt, "seconds": seconds, "sampler": sampler,
-                                    "label": sampler, "result": "ok", "width": 1344, "height": 768, "blocks": 2})
+                f.write(json.dumps({"card_gib": args.child, "format": cell.format, "seconds": cell.seconds,
+                                    "sampler": cell.sampler, "label": cell.sampler, "result": "ok", "width": 1344, "height": 768, "blocks": 2})
                         + "\n")
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
+    _fake_comfyui(monkeypatch, tmp_path)
     monkeypatch.setattr(cards.subprocess, "run", fake_run)
     assert cards.main(["--cards", "12", "--formats", "bf16", "--seconds", "10", "14.4", "--simulate", "reserve",
                        "--out", str(tmp_path), "--models", str(tmp_path / "m")]) == 0
-    rows = cards.read_rows(tmp_path / "cards.jsonl")
+    written = rows.read_rows(tmp_path / "cards.jsonl")
     assert children == [0, 2]  # the second child found the first cell done and the lost one recorded
-    assert [(r["seconds"], r["sampler"], r["result"][:5]) for r in rows] == [
+    assert [(r["seconds"], r["sampler"], r["result"][:5]) for r in written] == [
         (10.0, "longmedia", "ok"), (10.0, "stock", "error"), (14.4, "longmedia", "ok"), (14.4, "stock", "ok")]
-    assert "child process died (exit -11)" in rows[1]["result"]
+    assert "child process died (exit -11)" in written[1]["result"]
+    assert written[1]["frames"] == 243 and written[1]["blocks"] == 2 and "device" not in written[1]
 
 
 def test_a_refusal_s_advice_is_read_back_as_the_segment_length_to_run():
-    refusal = ("longmedia.errors.LongMediaInputError: latent='1344x768, 481 frames, 144868 packed rows' is not "
-               "allowed: expected a pass that fits in some memory mode: even ultra_low_vram needs 6.95 GiB of 6.53 "
-               "GiB usable of the 7.19 GiB budget of 8 GiB card (ballast on NVIDIA H200). Lower width/height or set "
-               "Setup's segment_seconds to 5.88; or pick memory_mode=ultra_low_vram to run it anyway.")
-    assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "error", "error": refusal}) == 5.88
-    assert cards.advised_segment_seconds({"sampler": "stock", "result": "error", "error": refusal}) is None
+    """The refusal's typed suggestion (LongMediaInputError.suggestion, recorded by measure), never its text."""
+    import random
+
+    seconds = round(random.uniform(2, 12), 2)
+    refused = {"sampler": "longmedia", "result": "error", "error": "longmedia.errors.LongMediaInputError: ...",
+               "suggestion": {"input": "segment_seconds", "value": seconds}}
+    assert cards.advised_segment_seconds(refused) == seconds
+    assert cards.advised_segment_seconds({**refused, "sampler": "stock"}) is None
+    assert cards.advised_segment_seconds({**refused, "suggestion": {"input": "width", "value": 640}}) is None
+    text_only = {**refused, "error": f"... set Setup's segment_seconds to {seconds}; ...", "suggestion": None}
+    assert cards.advised_segment_seconds(text_only) is None  # the message is not parsed
     assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "OOM", "error": "CUDA out of memory"}) is None
 
 
-def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
-    import _cards_tables
+def test_measure_records_a_refusal_s_typed_suggestion():
+    from longmedia.errors import LongMediaInputError, Suggestion
 
+    class Executor:  # a PromptExecutor after a node raised (`measure.executor_class` keeps the exception)
+        success = False
+        status_messages = [("execution_error", {"exception_type": "LongMediaInputError", "exception_message": "x"})]
+        last_error = LongMediaInputError("latent", "big", "smaller", "Set segment_seconds to 4.5.",
+                                         suggestion=Suggestion("segment_seconds", 4.5))
+
+    class Memory:
+        def peak(self):
+            return {"process_bytes": 0, "device_used_bytes": 0, "process_source": "test"}
+
+    class Torch:
+        class cuda:  # noqa: N801  (mirrors torch.cuda)
+            max_memory_allocated = staticmethod(lambda: 0)
+
+    mm = types.SimpleNamespace(current_loaded_models=[])
+    out = measure.measure(Executor(), None, [], Memory(), Torch, mm, 0.0)
+    assert out["result"] == "error" and out["suggestion"] == {"input": "segment_seconds", "value": 4.5}
+    assert cards.advised_segment_seconds({"sampler": "longmedia", **out}) == 4.5
+    Executor.last_error = RuntimeError("VRAM grow failed")
+    assert "suggestion" not in measure.measure(Executor(), None, [], Memory(), Torch, mm, 0.0)
+
+
+def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
     gib = 2 ** 30
     base = {"card_gib": 8.0, "format": "int8", "seconds": 20.0, "frames": 481}
     rows = [{**base, "sampler": "longmedia", "result": "error",
@@ -101,7 +127,7 @@ def test_the_compare_table_puts_longmedia_and_stock_side_by_side():
             {**base, "seconds": 5.0, "frames": 124, "sampler": "longmedia", "result": "ok", "memory_mode": "low_vram",
              "s_per_step": 0.26, "process_peak_bytes": 7 * gib, "torch_peak_bytes": 3 * gib,
              "torch_reserved_peak_bytes": 3 * gib, "predicted_block_bytes": 3 * gib, "measured_block_bytes": 3 * gib}]
-    lines = _cards_tables.compare(rows).splitlines()
+    lines = tables.compare(rows).splitlines()
     assert len(lines) == 4 and "5 s (124 fr)" in lines[2] and "20 s (481 fr)" in lines[3]  # sorted by job length
     assert "| low_vram | ok | 0.26 | 7.00 | 3.00 | 3.00 | 3.00 / 3.00 (block) | - / - | not run |" in lines[2]
     assert "| as advised, segment_seconds 5.88: ok at 7.50 GiB process peak | refused before any GPU work |" in lines[3]
@@ -144,16 +170,22 @@ def test_the_injected_oom_rows_take_the_modes_asked_for(monkeypatch):
         def write(self, row):
             pass
 
-    _cards_extras.oom_rows(Bench())
-    assert ran == ["normal"] * len(_cards_extras.PHASES)
+    extras.oom_rows(Bench())
+    assert ran == ["normal"] * len(extras.PHASES)
 
 
 def test_a_completed_prompt_with_nan_in_its_latent_is_not_ok():
-    from _cards_measure import output_result
+    assert measure.output_result({"finite": True, "std": 1.45, "checksum": -4.1e5}) == "ok"
+    assert measure.output_result({"finite": False, "std": float("nan"), "checksum": float("nan")}) == "non-finite output"
+    assert measure.output_result(None) == "ok"  # a prompt without the sink (none in this bench) has nothing to judge
 
-    assert output_result({"finite": True, "std": 1.45, "checksum": -4.1e5}) == "ok"
-    assert output_result({"finite": False, "std": float("nan"), "checksum": float("nan")}) == "non-finite output"
-    assert output_result(None) == "ok"  # a prompt without the sink (none in this bench) has nothing to judge
+
+def _fake_comfyui(monkeypatch, tmp_path) -> None:
+    """A device and a ComfyUI checkout as the parent sees them (a folder with main.py; nothing is imported)."""
+    (tmp_path / "comfy").mkdir(exist_ok=True)
+    (tmp_path / "comfy" / "main.py").touch()
+    monkeypatch.setenv("LONGMEDIA_COMFYUI_ROOT", str(tmp_path / "comfy"))
+    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
 
 
 def _children(monkeypatch, tmp_path, argv: list[str]) -> list:
@@ -164,10 +196,11 @@ def _children(monkeypatch, tmp_path, argv: list[str]) -> list:
 
     def fake_run(cmd, **kw):
         if "--child" in cmd:
-            seen.append(cards.parse(cmd[2:]))
+            assert cmd[1:4] == ["-P", "-m", "bench.cards"] and kw["env"]["PYTHONPATH"].startswith(str(tmp_path / "comfy"))
+            seen.append(cards.parse(cmd[4:]))
         return subprocess.CompletedProcess(cmd, 0, "ok", "")
 
-    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
+    _fake_comfyui(monkeypatch, tmp_path)
     monkeypatch.setattr(cards.subprocess, "run", fake_run)
     assert cards.main([*argv, "--simulate", "reserve", "--out", str(tmp_path), "--models", str(tmp_path / "m")]) == 0
     return seen
@@ -175,18 +208,15 @@ def _children(monkeypatch, tmp_path, argv: list[str]) -> list:
 
 def test_latents_reach_the_card_process_and_each_sink_saves_to_its_own_file(monkeypatch, tmp_path):
     """--latents goes to every card's child; the prompt's sink (stock and LongMedia alike) gets the path."""
-    import _cards_prompt
-
     children = _children(monkeypatch, tmp_path, ["--cards", "16", "120", "--latents", str(tmp_path / "lat")])
     assert [c.latents for c in children] == [tmp_path / "lat"] * 2
     for sampler in ("stock", "longmedia"):
-        p = _cards_prompt.prompt("m.safetensors", 5, 1, 42, sampler, 16, latent_path=f"/x/{sampler}.pt")
+        p = prompts.prompt("m.safetensors", 5, 1, 42, sampler, 16, latent_path=f"/x/{sampler}.pt")
         assert p["sink"]["inputs"]["save_path"] == f"/x/{sampler}.pt"
-    assert _cards_prompt.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sink"]["inputs"]["save_path"] == ""
+    assert prompts.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sink"]["inputs"]["save_path"] == ""
 
 
 def test_latent_diff_passes_a_bf16_round_trip_and_fails_nan_or_a_wrong_latent(tmp_path):
-    import latent_diff
     import torch
 
     ref = torch.randn(24, 5, 6, 7, generator=torch.Generator().manual_seed(3))
@@ -209,32 +239,32 @@ def test_latent_diff_passes_a_bf16_round_trip_and_fails_nan_or_a_wrong_latent(tm
 
 def test_a_repeated_sampler_is_its_own_row_and_runs_the_same_prompt():
     """`stock#2` runs stock again in the same card process (its own cell, so a restart does not skip it)."""
-    import _cards_prompt
-
     a = cards.parse(["--samplers", "stock", "longmedia_existing", "stock#2", "--formats", "int8", "--seconds", "5"])
-    assert cards.grid(a) == [("int8", 5.0, "stock"), ("int8", 5.0, "longmedia_existing"), ("int8", 5.0, "stock#2")]
-    assert _cards_prompt.base_sampler("stock#2") == "stock" and _cards_prompt.base_sampler("longmedia") == "longmedia"
-    assert _cards_prompt.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sample"]["class_type"] == "SamplerCustomAdvanced"
+    assert cards.grid(a) == [Cell("int8", 5.0, "stock"), Cell("int8", 5.0, "longmedia_existing"),
+                             Cell("int8", 5.0, "stock#2")]
+    assert prompts.base_sampler("stock#2") == "stock" and prompts.base_sampler("longmedia") == "longmedia"
+    assert prompts.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sample"]["class_type"] == "SamplerCustomAdvanced"
     for bad in ("stock#1", "stock#x", "everything", "everything#2"):
         with pytest.raises(SystemExit):
             cards.parse(["--samplers", bad])
     row = {"sampler": "stock#2", "label": "stock#2", "card_gib": 16.0, "format": "int8", "seconds": 5.0,
            "frames": 125, "blocks": 2, "result": "ok", "width": 1344, "height": 768}
-    assert "| stock |" in cards.tables([row])  # mode column: a stock repeat is stock
+    assert "| stock |" in tables.tables([row])  # mode column: a stock repeat is stock
 
 
 def test_kernel_table_records_the_kernels_with_the_most_time(monkeypatch):
     """On the CPU the profiler's CPU times stand in for device times (the same table, other numbers)."""
-    import _cards_probes
     import torch
     from torch.profiler import ProfilerActivity
 
-    monkeypatch.setattr(_cards_probes, "_device_us", lambda e: float(e.self_cpu_time_total))
+    from bench.cards import probes
+
+    monkeypatch.setattr(probes, "_device_us", lambda e: float(e.self_cpu_time_total))
     real = torch.profiler.profile
     monkeypatch.setattr(torch.profiler, "profile", lambda activities: real(activities=[ProfilerActivity.CPU]))
     row: dict = {}
     x = torch.randn(256, 256)
-    with _cards_probes.kernel_table(row, top=5):
+    with probes.kernel_table(row, top=5):
         for _ in range(3):
             x = torch.mm(x, x).tanh()
     names = [k[0] for k in row["kernels"]]
@@ -247,3 +277,26 @@ def test_kernel_table_records_the_kernels_with_the_most_time(monkeypatch):
 def test_kernels_reach_the_card_process(monkeypatch, tmp_path):
     assert [c.kernels for c in _children(monkeypatch, tmp_path, ["--cards", "120", "--kernels"])] == [True]
     assert [c.kernels for c in _children(monkeypatch, tmp_path, ["--cards", "120"])] == [False]
+
+
+def test_child_env_puts_the_checkout_then_the_repo_first_and_the_check_finds_a_namespace_comfy(monkeypatch, tmp_path):
+    """ComfyUI's `comfy` has no __init__.py: `comfy_importable_from` reads the namespace's folders (a check on
+    `origin` alone is None there, and the stage_bytes re-run looped on it)."""
+    import importlib
+    import sys
+
+    from bench.cards import comfy_process
+
+    root = tmp_path / "ComfyUI"
+    (root / "comfy").mkdir(parents=True)
+    (root / "main.py").touch()
+    env = comfy_process.child_env("/repo", {"LONGMEDIA_COMFYUI_ROOT": str(root), "PYTHONPATH": "/site"})
+    assert env["PYTHONPATH"].split(":") == [str(root), "/repo", "/site"]
+    with pytest.raises(comfy_process.ComfyStartError):
+        comfy_process.child_env("/repo", {"LONGMEDIA_COMFYUI_ROOT": str(tmp_path / "nothing")})
+    for name in [m for m in sys.modules if m == "comfy" or m.startswith("comfy.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert not comfy_process.comfy_importable_from(str(root))
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    assert comfy_process.comfy_importable_from(str(root))

@@ -135,3 +135,80 @@ def test_every_module_outside_comfy_imports_with_comfyui_absent(monkeypatch):
             del sys.modules[key]
         sys.modules.update(saved)
     assert len(imported) > 30
+
+
+# --- the rooms around the core: nodes/ (the ComfyUI face) and bench/ (the lab wing) ----------------------------
+
+REPO = ROOT.parent
+OUTSIDE = sorted(p for folder in ("nodes", "bench") for p in (REPO / folder).rglob("*.py"))
+
+
+def _product_names(tree: ast.AST) -> dict[str, str]:
+    """Names a file binds to the product (`longmedia...`, absolute or relative as nodes/ imports it): name -> what."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update({(a.asname or a.name).split(".")[0]: a.name for a in node.names
+                          if a.name.split(".")[0] == "longmedia"})
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "longmedia":
+            bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    return bound
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_the_rooms_around_the_core_are_found():
+    names = {p.relative_to(REPO).as_posix() for p in OUTSIDE}
+    assert {"nodes/sampler.py", "bench/cards/entry.py", "bench/cards/probes.py", "bench/block.py"} <= names
+
+
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_nodes_and_bench_use_no_private_product_name(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = _product_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "longmedia":
+            private = [a.name for a in node.names if _private(a.name)] + [m for m in node.module.split(".") if
+                                                                            _private(m)]
+            assert not private, f"{path.name}:{node.lineno} imports {node.module}: {private}"
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = _root(node.value)
+            assert not (isinstance(root, ast.Name) and root.id in bound), \
+                f"{path.name}:{node.lineno} reaches {bound[root.id]}.{node.attr}, a private product name"
+
+
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_nodes_and_bench_patch_no_product_attribute(path):
+    """Diagnostics and controls enter through the product's parameters (`observer=`, `weights=`), never by
+    replacing a product function or class attribute at run time."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = _product_names(tree)
+
+    def product(target: ast.AST) -> bool:
+        root = _root(target)
+        return isinstance(root, ast.Name) and root.id in bound
+
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for t in targets:
+            assert not (isinstance(t, ast.Attribute) and product(t.value)), \
+                f"{path.name}:{node.lineno} assigns a product attribute"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            assert not (node.args and product(node.args[0])), f"{path.name}:{node.lineno} {node.func.id} on the product"
+
+
+def test_the_product_and_the_nodes_never_import_the_bench():
+    for path in [*ROOT.rglob("*.py"), *(REPO / "nodes").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            assert not any(n.split(".")[0] == "bench" for n in names), f"{path} imports the bench"

@@ -119,6 +119,15 @@ def test_auto_with_nothing_fitting_is_refused_naming_the_latent():
     with pytest.raises(LongMediaInputError, match=r"^latent=") as info:
         pf.check_plan_runs(p, "auto", None)
     assert "segment_seconds" in str(info.value) and "ultra_low_vram" in str(info.value)
+    advice = info.value.suggestion  # typed: a program never parses the message for it
+    assert advice.input == "segment_seconds" and 0 < advice.value < 30
+    assert f"set Setup's segment_seconds to {advice.value:g}" in str(info.value)
+
+
+def test_a_refusal_without_a_single_input_to_change_carries_no_suggestion():
+    with pytest.raises(LongMediaInputError) as info:
+        pf.check_latent_matches_job(_job(), (1, 24, 7, 8, 8), (1, 32, 2, 37))
+    assert info.value.suggestion is None
 
 
 def test_a_chosen_mode_that_does_not_fit_runs_with_a_warning():

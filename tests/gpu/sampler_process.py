@@ -1,8 +1,8 @@
 """Child process of test_sampler_dynamic_vram.py: ComfyUI in main.py's order, then the in-process Sampler.
 
-    python tests/gpu/sampler_process.py OUT.json [MODEL_DIR]
+    python -P tests/gpu/sampler_process.py OUT.json [MODEL_DIR]   # env: bench.cards.comfy_process.child_env()
 
-Imports tools/gpu/comfy_process before torch (comfy-aimdo must initialise first), writes a 2-block
+Imports bench.cards.comfy_process before torch (comfy-aimdo must initialise first), writes a 2-block
 full-width bf16 H3 checkpoint (longmedia.testing.full_h3, drawn on the GPU) and loads it through
 ComfyUI's UNETLoader. Then, all under torch.inference_mode() as ComfyUI runs nodes:
 SamplerCustomAdvanced (stock) vs `run_sampler` in normal/existing, low_vram with chunks, sol and
@@ -18,11 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools" / "gpu"))
-sys.path.insert(1, str(REPO))
-
-import comfy_process  # noqa: E402  (found through the sys.path entry above)
+from bench.cards import comfy_process  # before torch (PYTHONPATH from comfy_process.child_env)
 
 WIDTH, HEIGHT, LENGTH, STEPS, CFG = 512, 384, 39, 2, 3.0  # ~2,400 packed rows
 LONG = (1344, 768, 107)  # ~33,000 packed rows: stages long enough that the GPU runs behind the CPU

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
@@ -20,14 +19,14 @@ CUDA = torch.device("cuda")
 
 @pytest.fixture(scope="module")
 def comfy():
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    import comfy.ldm.minimax.model as h3
-    import comfy.ops
+    with pytest.MonkeyPatch.context() as mp:  # the checkout on sys.path for this module's tests only
+        mp.syspath_prepend(ROOT)
+        import comfy.ldm.minimax.model as h3
+        import comfy.ops
 
-    from longmedia.comfy import block_patch
-    from longmedia.comfy.attention_override import existing_attention_fn
-    return h3, comfy.ops, block_patch, existing_attention_fn
+        from longmedia.comfy import block_patch
+        from longmedia.comfy.attention_override import existing_attention_fn
+        yield h3, comfy.ops, block_patch, existing_attention_fn
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.cards.comfy_process import child_env
+
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.skipif(not os.environ.get("LONGMEDIA_COMFYUI_ROOT", "").strip(),
                                 reason="LONGMEDIA_COMFYUI_ROOT is not set (source tools/gpu/bootstrap.sh)")
@@ -23,8 +25,8 @@ pytestmark = pytest.mark.skipif(not os.environ.get("LONGMEDIA_COMFYUI_ROOT", "")
 def child(tmp_path_factory):
     work = tmp_path_factory.mktemp("sampler_dynamic_vram")
     out = work / "result.json"
-    proc = subprocess.run([sys.executable, str(HERE / "sampler_process.py"), str(out), str(work / "models")],
-                          capture_output=True, text=True, timeout=420, check=False)
+    proc = subprocess.run([sys.executable, "-P", str(HERE / "sampler_process.py"), str(out), str(work / "models")],
+                          capture_output=True, text=True, timeout=420, check=False, env=child_env(HERE.parents[1]))
     res = json.loads(out.read_text()) if out.is_file() else {}
     if os.environ.get("OUT"):  # keep the child's facts next to the device run's other results
         Path(os.environ["OUT"], "sampler_dynamic_vram.json").write_text(json.dumps(res, indent=1))

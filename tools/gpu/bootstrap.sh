@@ -17,7 +17,8 @@
 #      LONGMEDIA_COMFYUI_ROOT=<repo>/.comfy_src and LONGMEDIA_GPU_SITE=/tmp/site;
 #   4. prints the versions that matter.
 # ComfyUI's own folder is NOT put on PYTHONPATH (its top-level `nodes`, `utils`, `app`
-# would shadow other packages); scripts insert $LONGMEDIA_COMFYUI_ROOT into sys.path.
+# would shadow other packages); the probes here insert $LONGMEDIA_COMFYUI_ROOT into sys.path, the card bench
+# and tests/gpu start their ComfyUI child processes with bench.cards.comfy_process.child_env().
 # Rebuild .whl/.comfy_src as tools/gpu/README.md says.
 
 _lm_gpu_bootstrap() {

@@ -3,7 +3,7 @@
 # root with carry [".whl_kitchen"] (built here by `KITCHEN_BENCH=0.2.40 bash tools/gpu/build_carry.sh`; 33 MiB,
 # too much to travel beside .whl and .comfy_src in one call):
 #
-#     . tools/gpu/kitchen_site.sh || exit 1; python3 bench/attention.py --kitchen
+#     . tools/gpu/kitchen_site.sh || exit 1; python3 -m bench.attention --kitchen
 #
 # It installs the wheel into /tmp/site_kitchen, restores its CUDA library (checked by sha256) and puts the
 # site first on PYTHONPATH. ComfyUI is not needed for these rows.

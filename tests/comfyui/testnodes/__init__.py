@@ -15,20 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 
 
 def _tiny():
-    """`longmedia.comfy.tiny_conditioning`, with the repo root appended to sys.path when the package is not installed.
+    """`longmedia.comfy.tiny_conditioning` (the test server has this checkout on PYTHONPATH: harness.server_env)."""
+    import longmedia.comfy.tiny_conditioning as tiny
 
-    Appended, not prepended: the repo root's `nodes/` must never shadow ComfyUI's `nodes` module.
-    """
-    try:
-        import longmedia.comfy.tiny_conditioning as tiny
-    except ModuleNotFoundError:
-        sys.path.append(str(Path(os.path.realpath(__file__)).parents[3]))
-        import longmedia.comfy.tiny_conditioning as tiny
     return tiny
 
 
@@ -122,7 +115,7 @@ class LongMediaTestFlatSetup:
 
     @classmethod
     def INPUT_TYPES(cls):
-        _tiny()   # the repo root on sys.path when the package is not installed
+        _tiny()
         from longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
 
         refs = [(f"ref_image_{i}", "IMAGE") for i in range(1, SLOTS["picture"][1] + 1)]

@@ -1,4 +1,4 @@
-"""bench/cards.py's prompt: one row as a ComfyUI API prompt (the control samplers' inputs included), and the
+"""The card bench's prompt: one row as a ComfyUI API prompt (the control samplers' inputs included), and the
 PromptServer stand-in the executor reports to."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def sampler_name(value: str) -> str:
     return value
 
 
-class _Server:
+class Server:
     """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
 
     def __init__(self):

@@ -1,7 +1,10 @@
 """ComfyUI started in-process in main.py's order (Dynamic VRAM on), and the process's real device memory.
 
-Shared by tests/gpu and bench/cards.py on the lent GPU machine (after tools/gpu/bootstrap.sh, which
-sets LONGMEDIA_COMFYUI_ROOT). Import this module BEFORE torch: `start_comfyui` calls
+Shared by tests/gpu and the card bench on the lent GPU machine (after tools/gpu/bootstrap.sh, which
+sets LONGMEDIA_COMFYUI_ROOT). A process that imports ComfyUI is started with `child_env()`: the one place a
+ComfyUI checkout is put on the import path (PYTHONPATH: the checkout, then this repository; start it with
+`python -P` so the working directory's `nodes/` package cannot shadow ComfyUI's `nodes`). Import this module
+BEFORE torch: `start_comfyui` calls
 `comfy_aimdo.control.init` before torch loads, as ComfyUI's main.py does, then imports `cuda_malloc`
 (torch's cudaMallocAsync backend), `comfy.model_management`, runs `init_devices` and switches
 `CoreModelPatcher` to `ModelPatcherDynamic` with `aimdo_enabled = True`, verbatim main.py.
@@ -42,18 +45,42 @@ class ComfyStart:
 
 
 def comfyui_root() -> str:
-    root = os.environ.get("LONGMEDIA_COMFYUI_ROOT", "").strip()
+    return comfyui_root_of(os.environ)
+
+
+def comfyui_root_of(environ) -> str:
+    root = environ.get("LONGMEDIA_COMFYUI_ROOT", "").strip()
     if not root or not os.path.isfile(os.path.join(root, "main.py")):
         raise ComfyStartError(f"LONGMEDIA_COMFYUI_ROOT={root!r} is not a ComfyUI checkout: source "
                               "tools/gpu/bootstrap.sh (it points it at .comfy_src)")
     return root
 
 
+def child_env(repo: str | os.PathLike, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process that imports ComfyUI from LONGMEDIA_COMFYUI_ROOT and this repository
+    (`repo`): PYTHONPATH starts with the checkout, then the repository, then whatever it held before."""
+    env = dict(os.environ if environ is None else environ)
+    parts = [comfyui_root_of(env), os.fspath(repo), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def comfy_importable_from(root: str) -> bool:
+    """Does `import comfy` here find the checkout `root`'s `comfy` (a namespace package: no __init__.py)?"""
+    import importlib.util
+
+    found = importlib.util.find_spec("comfy")
+    where = list(found.submodule_search_locations or ()) if found is not None else []
+    return os.path.realpath(os.path.join(root, "comfy")) in [os.path.realpath(w) for w in where]
+
+
 def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
-    """Import ComfyUI here as `python main.py <comfy_args>` would, up to the point where it serves prompts."""
+    """Import ComfyUI here as `python main.py <comfy_args>` would, up to the point where it serves prompts
+    (the process was started through `child_env`)."""
     root = comfyui_root()
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    if not comfy_importable_from(root):
+        raise ComfyStartError(f"`comfy` is not imported from LONGMEDIA_COMFYUI_ROOT={root!r} here: start this process "
+                              "with bench.cards.comfy_process.child_env() and `python -P`")
     sys.argv = [os.path.join(root, "main.py"), *comfy_args]
     import comfy.options
 

@@ -1,4 +1,4 @@
-"""bench/cards.py --extras: issue 14's checks on the 16 GiB card, INT8, in the card's child process.
+"""The card bench's --extras: issue 14's checks on the 16 GiB card, INT8, in the card's child process.
 
 In this order (each extra writes its rows; an extra that fails writes its row with the error and the next runs):
 
@@ -17,8 +17,8 @@ In this order (each extra writes its rows; an extra that fails writes its row wi
    like (the context guide's extra rows priced by the block-time fit; passes 2 and 3 must also agree);
 5. attention_mode sol and scheduled_sol on the 14.4 s job: they complete.
 
-The checks are pure functions in bench/_cards_checks.py (unit tests: tests/core/test_cards_checks.py); the
-faults are injected by the bench sampler node (bench/_cards_faults.py, tests/comfyui/test_cards_faults.py).
+The checks are pure functions in checks.py (unit tests: tests/core/test_cards_checks.py); the
+faults are injected by the bench sampler node (faults.py, tests/comfyui/test_cards_faults.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import _cards_checks as checks
-from _cards_checks import EXTRAS
-from _cards_faults import PHASES
-
 from longmedia.h3.lattice import frames_for_seconds
+
+from . import checks
+from .checks import EXTRAS
+from .faults import PHASES
 
 JOB_SECONDS = 14.4
 OOM_SECONDS = 5.0

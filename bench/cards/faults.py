@@ -1,4 +1,4 @@
-"""Fault injection for bench/cards.py's extras, inside the bench process only (never product code).
+"""Fault injection for the card bench's extras, inside the bench process only (never product code).
 
 `inject_oom(phase, diffusion_model)`: a context manager under which the loaded H3 runs out of memory in
 `phase`, the way tests/comfyui/test_sampler_inprocess.py injects it, at points that are reached in
@@ -35,7 +35,7 @@ class FaultTargetError(LookupError):
 
 
 def _oom(*args, **kwargs):
-    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by bench/cards.py)")
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by bench.cards)")
 
 
 class _FailingQueue(list):

@@ -1,4 +1,4 @@
-"""Bench-only ComfyUI nodes for bench/cards.py, registered in-process (never shipped in the pack).
+"""Bench-only ComfyUI nodes for the card bench, registered in-process (never shipped in the pack).
 
 - LongMediaBenchConditioning: H3 CONDITIONING at full text width from `tiny_conditioning.random_conditioning`
   (no H3 text encoder exists here).
@@ -8,18 +8,20 @@
   what a real card of `card_gib` would report (the card, less what this process already holds).
 - LongMediaBenchSink: the output node; returns the latent's statistics and the report to the history.
 
-The sampler's optional inputs serve `--extras` (bench/_cards_extras.py): `plan_after_boundary` hands
+The sampler's optional inputs serve `--extras` (extras.py): `plan_after_boundary` hands
 run_sampler a probe read after the residency boundary, with comfy-aimdo's reclaimable weight pages
 counted free (what the product does without a fixed profile); `segment_seconds` > 0 runs the job as
 Setup would segment it (`plan_segments(total_seconds=job_seconds, ...)` -> `run_segmented`);
-`inject_oom` / `interrupt_after_calls` inject a fault for the duration of the call (bench/_cards_faults.py);
-`prefetch_off` turns ComfyUI's block prefetch off in every model call (cards.py's `longmedia_prefetch_off` rows).
+`inject_oom` / `interrupt_after_calls` inject a fault for the duration of the call (faults.py);
+`prefetch_off` turns ComfyUI's block prefetch off in every model call (the `longmedia_prefetch_off` rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+
+from . import faults, probes
 
 GIB = 1024 ** 3
 
@@ -124,14 +126,11 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
     the setting to ComfyUI when no weight streams (the control of that change); `controls`: manual controls of the
     PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
-    sequence first stops being finite and where each held weight came from (`_cards_probes`);
+    sequence first stops being finite and where each held weight came from (`probes.diagnostics`);
     `weights`: "unordered" hands held weights back without ordering their offload stream (before the fix),
     "sync_release" synchronizes the device before the executor hands a held weight back to ComfyUI, "owned"
-    hands out copies and releases the cast at once (`_cards_probes`)."""
+    hands out copies and releases the cast at once (`probes.weight_access`)."""
     import contextlib
-
-    import _cards_faults
-    import _cards_probes
 
     from longmedia.comfy.sampler import run_sampler
     from longmedia.comfy.segmented import run_segmented
@@ -143,19 +142,19 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
         guider = _prefetch_forced_off(guider)
     with contextlib.ExitStack() as stack:
         if inject_oom:
-            stack.enter_context(_cards_faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
-                                                         min_rows=_text_rows(guider)))
-        if nan_probe:
-            stack.enter_context(_cards_probes.nan_probe())
-        if nan_probe or weights:
-            stack.enter_context(_cards_probes.weight_access(nan_probe, weights))
+            stack.enter_context(faults.inject_oom(inject_oom, guider.model_patcher.model.diffusion_model,
+                                                  min_rows=_text_rows(guider)))
+        observer, access = stack.enter_context(probes.diagnostics(nan_probe, weights)) if nan_probe or weights \
+            else (None, None)
         if interrupt_after_calls > 0:
-            stack.enter_context(_cards_faults.InterruptAfter(interrupt_after_calls).armed())
+            stack.enter_context(faults.InterruptAfter(interrupt_after_calls).armed())
         if segment_seconds > 0:
             plan = plan_segments(total_seconds=job_seconds, segment_seconds=segment_seconds,
                                  context_frames=context_frames)
-            return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile)
-        return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile)
+            return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile,
+                                 observer=observer, weights=access)
+        return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile,
+                           observer=observer, weights=access)
 
 
 def _prefetch_forced_off(guider):

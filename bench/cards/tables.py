@@ -1,18 +1,11 @@
-"""bench/cards.py's tables over its cards.jsonl rows: every row as measured (`table`, plus the extras' checks),
+"""The card bench's tables over its cards.jsonl rows: every row as measured (`table`, plus the extras' checks),
 and the card x job grid with LongMedia and stock side by side (`compare`, what docs/PERFORMANCE.md shows)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from .checks import extras_table
 
 GIB = 1024 ** 3
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _g(n) -> str:
@@ -21,8 +14,6 @@ def _g(n) -> str:
 
 def tables(rows: list[dict]) -> str:
     """The main table (rows of the card x job grid) and, when there are any, the extras table."""
-    from _cards_checks import extras_table
-
     main = [r for r in rows if not r.get("extra")]
     extra = [r for r in rows if r.get("extra")]
     return table(main) + ("\n\nextras\n" + extras_table(extra) if extra else "")

@@ -1,4 +1,4 @@
-"""The pass/fail checks of bench/cards.py's extras, as pure functions over cards.jsonl rows (no torch, no ComfyUI).
+"""The pass/fail checks of the card bench's extras, as pure functions over cards.jsonl rows (no torch, no ComfyUI).
 
 Each `check_*` returns a check row: {"label", "check": "pass" | "fail", "detail"} (merged into the extra's
 row by the child). Tolerances are named here; the unit tests are tests/core/test_cards_checks.py.

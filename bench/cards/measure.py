@@ -1,11 +1,14 @@
-"""bench/cards.py's measurement of one finished prompt: what the PromptExecutor, the bench sink and LongMedia's
+"""The card bench's measurement of one finished prompt: what the PromptExecutor, the bench sink and LongMedia's
 report say, as the row's fields."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
+
+from .checks import segment_summary
 
 
 def measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
@@ -30,6 +33,9 @@ def measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
         text = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"
         oom = "out of memory" in text.lower() or "OOM" in text or "OutOfMemory" in text
         out.update(result="OOM" if oom else "error", error=text[:600])
+        advice = getattr(getattr(executor, "last_error", None), "suggestion", None)  # LongMediaInputError's, typed
+        if advice is not None:
+            out["suggestion"] = dataclasses.asdict(advice)
         if oom:  # the whole OOM report (the extras read its phase and advice)
             out["error_full"] = text[:4000]
         return out
@@ -61,8 +67,6 @@ def measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
                    guard_events=rep.get("guard_events"),
                    report_steps=rep.get("steps"))
         if rep.get("segments"):  # a segmented job: one summary per pass
-            from _cards_checks import segment_summary
-
             out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out
 
@@ -71,3 +75,17 @@ def output_result(stats: dict | None) -> str:
     """A completed prompt's result: "ok", or "non-finite output" when the sink saw NaN or inf in the latent (such a
     row does not count as completed)."""
     return "non-finite output" if stats is not None and not stats.get("finite", True) else "ok"
+
+
+def executor_class(execution):
+    """ComfyUI's PromptExecutor keeping the exception a failed prompt raised (`last_error`), which its status
+    messages only carry as text: `measure` reads a refusal's typed suggestion from it."""
+
+    class BenchExecutor(execution.PromptExecutor):
+        last_error: BaseException | None = None
+
+        def handle_execution_error(self, prompt_id, prompt, current_outputs, executed, error, ex):
+            self.last_error = ex
+            return super().handle_execution_error(prompt_id, prompt, current_outputs, executed, error, ex)
+
+    return BenchExecutor

@@ -1,0 +1,5 @@
+"""`python -m bench.cards ...`: the card bench (see the package docstring)."""
+
+from .entry import main
+
+raise SystemExit(main())

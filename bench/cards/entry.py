@@ -1,0 +1,204 @@
+"""The card bench's entry point: its arguments and the parent process (checkpoints, the ballast, one child process
+per card, restarted past a row it died in), and the advised rerun a refusal asks for."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import comfy_process
+from .checks import EXTRAS
+from .prompts import CONTROLS_HELP, JOB, sampler_name
+from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
+from .tables import compare, tables
+
+REPO = Path(__file__).resolve().parents[2]
+GIB = 1024 ** 3
+DESCRIPTION = "End to end in real ComfyUI (PromptExecutor) under simulated 8/12/16/24 GiB cards: stock vs LongMedia auto."
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.cards", description=DESCRIPTION)
+    p.add_argument("--cards", type=float, nargs="*", default=[8, 12, 16, 24], help="simulated card sizes, GiB")
+    p.add_argument("--seconds", type=float, nargs="*", default=[5, 10, 14.4, 20])
+    p.add_argument("--formats", nargs="*", default=["int8", "bf16"], choices=["int8", "bf16"])
+    p.add_argument("--samplers", nargs="*", default=["longmedia", "stock"], type=sampler_name,
+                   help="longmedia, stock, or a control; name#N runs that sampler again in the same card process, "
+                        "as its own row (stock stock#2: is stock the same twice?). " + CONTROLS_HELP)
+    p.add_argument("--blocks", type=int, default=2)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--extras", action="store_true", help="on the 16 GiB card, INT8 (bench/cards/extras.py): "
+                   "injected OOM per phase (on the --oom-blocks model, 5 s), three seed-only reruns (same boundary "
+                   "and plan?), an interrupt mid step 1 then a rerun (equal to the fresh run?), a 3-pass segmented "
+                   "job (s/step drift), attention_mode sol / scheduled_sol; each with a pass/fail check")
+    p.add_argument("--extras-only", action="store_true", help="run only the extras (no main table rows)")
+    p.add_argument("--extras-steps", type=int, default=1, help="sampler steps of the extras (the segmented job "
+                   "runs at least 2: its check compares warm steps)")
+    p.add_argument("--extras-seconds", type=float, default=5.0, help="job length of the seed-only reruns and the "
+                   "interrupt (the segmented job and sol / scheduled_sol run the 14.4 s job)")
+    p.add_argument("--extras-which", nargs="*", default=None, choices=EXTRAS,
+                   help="run only these extras (default: all); interrupt runs seeds too (its rerun is compared with "
+                        "seed 1's fresh run). A long full-depth list can be split over two device calls")
+    p.add_argument("--oom-modes", nargs="+", default=["normal", "low_vram"], choices=["normal", "low_vram"],
+                   help="memory modes of the injected-OOM rows (default: both)")
+    p.add_argument("--oom-blocks", type=int, default=None, help="DiT blocks of the model the injected-OOM rows use "
+                   "(default: --blocks, the full-depth model issue 14 names; 2 keeps them cheap)")
+    p.add_argument("--smoke", action="store_true", help="2 blocks, 1 step, 16 GiB, INT8 5 s, both samplers")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
+    p.add_argument("--simulate", choices=["ballast", "reserve"], default="ballast",
+                   help="ballast (default): a second process holds all device memory but the card, so every "
+                   "allocator (torch, comfy-aimdo) meets a real limit; reserve: --reserve-vram + torch's "
+                   "memory fraction only (comfy-aimdo's own allocations are not capped)")
+    p.add_argument("--models", type=Path, default=Path("/tmp/longmedia_models"))
+    p.add_argument("--budget-s", type=float, default=540.0, help="stop starting rows after this many seconds")
+    p.add_argument("--table", type=Path, help="only print the table of this cards.jsonl")
+    p.add_argument("--compare", type=Path, nargs="+", help="only print the card x job table of these cards.jsonl "
+                   "files, LongMedia and stock side by side (docs/PERFORMANCE.md's layout)")
+    p.add_argument("--comfy-arg", action="append", default=[], help="extra ComfyUI CLI argument for the card "
+                   "processes, e.g. --comfy-arg=--disable-cuda-malloc (repeat for several)")
+    p.add_argument("--latents", type=Path, help="save each main row's video latent here as "
+                   "<card>gib_<format>_<seconds>s_<sampler>.pt, for bench/latent_diff.py (LongMedia under a small "
+                   "card against stock on a large one)")
+    p.add_argument("--kernels", action="store_true", help="record each main row's CUDA kernels (torch.profiler: "
+                   "the 25 with the most device time, with calls and ms) into its row, to name the attention and "
+                   "matmul kernels that ran")
+    p.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    a.extras = a.extras or a.extras_only
+    a.oom_blocks = a.oom_blocks or a.blocks
+    if a.smoke:
+        a.cards, a.seconds, a.formats, a.blocks, a.steps = [16], [5], ["int8"], 2, 1
+    return a
+
+
+# ---------------------------------------------------------------- parent
+
+def _gpu_and_comfyui() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and bool(os.environ.get("LONGMEDIA_COMFYUI_ROOT"))
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    if a.table:
+        print(tables(read_rows(a.table)))
+        return 0
+    if a.compare:
+        print(compare([r for path in a.compare for r in read_rows(path)]))
+        return 0
+    if a.child is not None:
+        from .child import child
+
+        return child(a)
+    if not _gpu_and_comfyui():
+        print("bench.cards: SKIPPED, it needs a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent GPU "
+              "machine `. tools/gpu/bootstrap.sh`): every row runs ComfyUI's PromptExecutor on the device")
+        return 0 if a.smoke else 2
+    a.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + a.budget_s
+    t0 = time.perf_counter()
+    gen = subprocess.run([sys.executable, "-m", "longmedia.testing.full_h3", str(a.models), "--blocks", str(a.blocks),
+                          *[x for f in a.formats for x in ("--variant", f)]], cwd=REPO, capture_output=True, text=True,
+                         check=False)
+    print(f"checkpoints ({time.perf_counter() - t0:.0f} s): {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}",
+          flush=True)
+    if gen.returncode:
+        return gen.returncode
+    if a.extras and a.oom_blocks != a.blocks:  # the injected-OOM rows' model
+        gen = subprocess.run([sys.executable, "-m", "longmedia.testing.full_h3", str(a.models), "--blocks",
+                              str(a.oom_blocks), "--variant", "int8"], cwd=REPO, capture_output=True, text=True,
+                             check=False)
+        print(f"OOM rows' checkpoint: {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}", flush=True)
+    rows_file = a.out / ROWS_FILE
+    for card in a.cards:
+        if time.time() > deadline - 30:
+            print(f"card {card:g}: skipped, bench budget spent", flush=True)
+            continue
+        cmd = [sys.executable, "-P", "-m", "bench.cards", "--child", str(card), "--deadline", str(deadline),
+               "--seconds", *map(str, a.seconds), "--formats", *a.formats, "--samplers", *a.samplers,
+               "--blocks", str(a.blocks), "--steps", str(a.steps), "--out", str(a.out), "--models", str(a.models)]
+        if a.extras:
+            cmd += ["--extras", "--extras-steps", str(a.extras_steps), "--extras-seconds", str(a.extras_seconds),
+                    "--oom-blocks", str(a.oom_blocks), "--oom-modes", *a.oom_modes]
+            if a.extras_which:
+                cmd += ["--extras-which", *a.extras_which]
+        if a.extras_only:
+            cmd.append("--extras-only")
+        cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
+        if a.latents:
+            cmd += ["--latents", str(a.latents)]
+        if a.kernels:
+            cmd.append("--kernels")
+        try:
+            ballast = _ballast(card) if a.simulate == "ballast" else None
+        except RuntimeError as error:  # named: no ballast, no simulated card; the next card may still run
+            print(f"card {card:g}: {error}", flush=True)
+            continue
+        try:
+            for _ in range(len(grid(a)) + 1):  # a child that dies mid-row is restarted past that row
+                proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30),
+                                      env=comfy_process.child_env(REPO))
+                print(f"card {card:g}: child exit {proc.returncode}", flush=True)
+                missing = [c for c in grid(a) if c not in done_cells(read_rows(rows_file), card)]
+                if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
+                    break
+                append_row(a.out, _lost_row(card, a, missing[0], proc.returncode))
+                print(f"card {card:g}: the child died during {missing[0]}; restarting it for the "
+                      f"{len(missing) - 1} cells left", flush=True)
+        finally:
+            if ballast is not None:
+                ballast.kill()
+                ballast.wait()
+    print(tables(read_rows(rows_file)))
+    return 0
+
+
+BALLAST = """
+import sys, torch
+card = int(float(sys.argv[1]) * 2 ** 30)
+torch.cuda.init()
+free, total = torch.cuda.mem_get_info()
+hold = torch.empty(max(0, free - card), dtype=torch.uint8, device="cuda")
+free, total = torch.cuda.mem_get_info()
+print(f"BALLAST {hold.numel()} {free}", flush=True)
+sys.stdin.read()
+"""
+
+
+def _ballast(card: float) -> subprocess.Popen:
+    """A process holding every byte of device memory but `card` GiB (its own CUDA context included)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    proc = subprocess.Popen([sys.executable, "-c", BALLAST, str(card)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    line = proc.stdout.readline().split()
+    if not line or line[0] != "BALLAST":
+        proc.kill()
+        raise RuntimeError(f"ballast for {card} GiB did not start: {line}")
+    print(f"card {card:g}: ballast holds {int(line[1]) / GIB:.2f} GiB, {int(line[2]) / GIB:.2f} GiB left free", flush=True)
+    return proc
+
+
+def advised_segment_seconds(row: dict) -> float | None:
+    """The segment length a LongMedia refusal (LongMediaInputError before any GPU work) tells the user to set: the
+    error's typed suggestion, as `measure` records it."""
+    advice = row.get("suggestion") or {}
+    if row.get("sampler") != "longmedia" or advice.get("input") != "segment_seconds":
+        return None
+    return float(advice["value"])
+
+
+def grid(a) -> list[Cell]:
+    """The main table's cells of one card, in run order."""
+    return [Cell(f, s, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
+
+
+def _lost_row(card: float, a, cell: Cell, exit_code: int) -> dict:
+    """The row of a cell whose child process died before writing it (the cell is not run again)."""
+    fields = CardFields(card_gib=card, blocks=a.blocks, steps=a.steps, width=JOB[0], height=JOB[1])
+    return cell.row(fields.parent_row(), result=f"error: the card's child process died (exit {exit_code})")
