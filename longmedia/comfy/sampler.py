@@ -33,6 +33,7 @@ from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 from . import inputs
 from .host_attention import host_attention
+from .host_features import host_features
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .residency import residency_boundary
@@ -363,7 +364,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
-                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite)
+                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite,
+                       host=host_features())
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ..planning.types import ExecutionPlan
+from .host_features import HostFeatures
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
 STREAMED_NAN_ADVICE = ("; the blocks streamed: rerun with memory_mode normal, or shorter segments that fit it, "
@@ -64,6 +65,7 @@ class RunReport:
     notes: tuple[str, ...] = field(default=())
     predicted: PredictedPeaks | None = None
     output_finite: bool = True  # False: the sampled latent holds NaN or inf
+    host: HostFeatures | None = None  # what the pack detected on this ComfyUI (paste into a bug report)
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -78,6 +80,7 @@ class RunReport:
     def to_dict(self) -> dict[str, Any]:
         out = {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__ if name != "plan"}
         out["plan"] = self.plan.to_dict()
+        out["host"] = None if self.host is None else self.host.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
         out["measured_device_bytes"] = self.measured_device_bytes
         out["output_warning"] = self.output_warning
