@@ -1,5 +1,5 @@
 """The host-features fact (longmedia/report/host_features.py): the version rule, the lines a bug report pastes,
-frozen, JSON-ready. Detection on real trees: tests/comfyui/test_host_features.py."""
+frozen, JSON-ready. Detection on real trees: tests/comfyui/test_host_features.py (module names are unique across layers)."""
 
 from __future__ import annotations
 
