@@ -1,7 +1,9 @@
 """ComfyUI adapter for the executor: installs streamed blocks on a cloned ModelPatcher.
 
 Only official seams: `patches_replace["dit"][("double_block", i)]` through
-`ModelPatcher.set_model_patch_replace`, weights through `comfy.ops.CastBiasWeightContext` (so
+`ModelPatcher.set_model_patch_replace` (a replacement installed before ours is chained, never overwritten: it
+runs first and its call of the original block runs ours, as ComfyUI's chaining BlockSparseAttention does; a
+replacement installed after ours that hands `call_args["attention"]` is honoured or refused by name), weights through `comfy.ops.CastBiasWeightContext` (so
 dynamic-VRAM streaming and quantized Linears keep working), small weights through
 `comfy.model_management.cast_to`, Cancel through `throw_exception_if_processing_interrupted`.
 `comfy` is imported inside functions only.
@@ -12,19 +14,54 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
+from ..errors import LongMediaInputError
 from ..execution.chunks import ChunkSizes
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer
 from ..execution.streamed_block import run_block
 from .attention_override import PREFERRED_KEY
+from .sparse_attention_node import NODE, NODE_MODULE
 from .weight_origin import offload_stream_of, reported
 
 AttentionFactory = Callable[[dict, int], Callable]  # (transformer_options, heads) -> AttentionFn
 LAYOUT_KEY = "minimax_h3_layout"
 
 
-class HandedAttentionError(RuntimeError):
-    """A patch ahead of ours handed the block its own attention module, which the streamed executor cannot run."""
+class HandedAttentionError(LongMediaInputError):
+    """A block patch handed the block its own attention (`call_args["attention"]`, as ComfyUI's BlockSparseAttention
+    does) and LongMedia streams that block: the attention cannot run per query chunk, so it is refused by name.
+
+    BlockSparseAttention's attention (both upstream lines, 01dafad3 and cf3103c5) is the block's whole attention
+    stage, `attention(h, rope_freqs=..., transformer_options=...) -> out_proj(sparse_attn(qkv_proj(h)))` over the
+    whole sequence: its producer projects q/k/v itself and takes no query-row range. Running it would drop our
+    per-query-chunk plan; ignoring it would silently drop the user's sparse attention."""
+
+    def __init__(self, index: int, attention: Callable, memory_mode: str | None) -> None:
+        module = getattr(attention, "__module__", None) or type(attention).__module__
+        name = getattr(attention, "__qualname__", None) or type(attention).__qualname__
+        who = (f"ComfyUI's {NODE} node's sparse attention" if module == NODE_MODULE else
+               f"a block patch's own attention {module}.{name} (handed in call_args['attention'], as {NODE} does)")
+        self.block_index = index
+        mode = f"memory_mode={memory_mode}" if memory_mode else "a streamed memory_mode"
+        super().__init__(
+            "model", f"DiT block {index} handed {who}",
+            f"an attention LongMedia can run per query chunk when it streams blocks ({mode})",
+            f"{NODE}'s attention is the whole attention stage (qkv projection to out_proj over the whole sequence, "
+            "no query-row range), so streamed blocks cannot run it per query chunk. Set memory_mode=normal to keep "
+            f"{NODE} on stock blocks, or remove the {NODE} node (attention_mode=scheduled_sol is LongMedia's sparse "
+            "attention for streamed blocks).")
+
+
+STREAMED_MARK = "longmedia_streamed_block"
+"""Attribute on our replacement functions (its value: the block index); `previous` on them is what they chain."""
+
+
+def chained_previous(existing: Callable | None) -> Callable | None:
+    """What a new replacement of ours chains: a foreign one as it is; one of ours by what it chained (re-installing
+    replaces our own instead of stacking on it)."""
+    while existing is not None and getattr(existing, STREAMED_MARK, None) is not None:
+        existing = getattr(existing, "previous", None)
+    return existing
 
 
 def comfy_weights(observer: Observer = NO_OBSERVER):
@@ -116,21 +153,25 @@ def comfy_interrupt():
 
 
 def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factory: AttentionFactory, *,
+                         previous: Callable[[dict, dict], dict] | None = None, memory_mode: str | None = None,
                          on_block: Callable[[int, str], None] | None = None,
                          phase: Callable[[str], contextlib.AbstractContextManager] | None = None,
                          weights: WeightAccess | None = None, observer: Observer = NO_OBSERVER):
     """A `patches_replace["dit"][("double_block", index)]` function running `block` through the executor.
 
     `weights`: how the block holds its large weights (None: `comfy_weights(observer)` per call); `observer`: the
-    run's diagnostics (`execution/probes.py`), none by default."""
+    run's diagnostics (`execution/probes.py`), none by default.
 
-    def replace(args: dict, extra: dict) -> dict:
+    previous: the replacement installed before ours (e.g. ComfyUI's BlockSparseAttention): it runs first, with
+    our streamed block as its `extra["original_block"]`, so whatever it hands on reaches us. A call handing its
+    own attention (`call_args["attention"]`, from `previous` or from a patch installed after ours that chains us)
+    is refused by name (`HandedAttentionError`): no host attention of that shape can be run per query chunk.
+    memory_mode: named in that refusal."""
+
+    def streamed(args: dict) -> dict:
         topts = args.get("transformer_options", {})
         if args.get("attention") is not None:
-            raise HandedAttentionError(
-                f"DiT block {index} was handed its own attention module (args['attention'], as ComfyUI's "
-                "BlockSparseAttention node does); LongMedia's streamed executor computes attention per query "
-                "chunk and cannot run it. Remove that node from the model path, or set memory_mode=normal.")
+            raise HandedAttentionError(index, args["attention"], memory_mode)
         if "layout" in args and LAYOUT_KEY not in topts:  # ComfyUI 0.38+ hands the packed layout here too
             topts = {**topts, LAYOUT_KEY: args["layout"]}
         preferred = getattr(block.attn, "comfy_attention", None)  # ComfyUI 0.38+: the checkpoint's attention config
@@ -147,6 +188,13 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
             on_block(index, "end")
         return {"img": x}
 
+    def replace(args: dict, extra: dict) -> dict:
+        if previous is None:
+            return streamed(args)
+        return previous(args, {**extra, "original_block": streamed})
+
+    setattr(replace, STREAMED_MARK, index)
+    replace.previous = previous
     return replace
 
 

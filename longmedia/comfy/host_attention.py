@@ -1,7 +1,8 @@
 """Which attention ComfyUI runs for a model, read from the host: a `HostAttention` fact for the planner.
 
 In order, as ComfyUI's wrap_attn decides: an `optimized_attention_override` a node put on the model
-(LongMedia's own is looked through), then the attention a checkpoint's config selects for its layers
+(LongMedia's own is looked through; the one ComfyUI's ModelAttentionBackend node writes through
+`ModelPatcher.set_model_optimized_attention` is read through to the dense function it names), then the attention a checkpoint's config selects for its layers
 (ComfyUI 0.38+: `ComfyAttention.function`, e.g. comfy_kitchen_int8), then the `optimized_attention` H3 calls (the minimax module's binding, else comfy.ldm.modules.attention's),
 named by its function and matched to the ComfyUI flag that selects it (comfy.cli_args.args). Works on
 ComfyUI 0.33 and 0.38 (both select attention in comfy/ldm/modules/attention.py at import).
@@ -22,6 +23,28 @@ FLAGS = {"sage": "use_sage_attention", "flash": "use_flash_attention", "kitchen_
 """kind -> the comfy.cli_args attribute of the flag that selects it."""
 DEFAULT_SOURCES = {"pytorch": "ComfyUI's default", "sub_quad": "ComfyUI's fallback when PyTorch attention is off",
                    "basic": "ComfyUI's last fallback"}
+
+
+SETTER_MODULE = "comfy.model_patcher"
+SETTER_CLOSURE = "optimized_attention_override"
+SETTER_FREEVAR = "optimized_attention"
+BACKEND_NODE_SOURCE = "ComfyUI's ModelAttentionBackend node (set_model_optimized_attention)"
+
+
+def backend_node_choice(override: Any) -> Any:
+    """The attention function behind an override written by `ModelPatcher.set_model_optimized_attention` (what
+    ComfyUI's ModelAttentionBackend node calls with its backend, e.g. attention_pytorch or
+    attention_comfy_kitchen_int8), else None. Feature-detected: that setter's closure, `optimized_attention_override`
+    in comfy.model_patcher, holding the function in its free variable `optimized_attention`."""
+    if getattr(override, "__module__", None) != SETTER_MODULE or getattr(override, "__name__", None) != SETTER_CLOSURE:
+        return None
+    code, cells = getattr(override, "__code__", None), getattr(override, "__closure__", None)
+    if code is None or not cells or SETTER_FREEVAR not in code.co_freevars:
+        return None
+    try:
+        return cells[code.co_freevars.index(SETTER_FREEVAR)].cell_contents
+    except ValueError:  # named reason: an empty cell (the setter's variable unbound): not the node's state
+        return None
 
 
 def _name(fn: Any) -> str:
@@ -56,6 +79,9 @@ def host_attention(*model_options: Mapping[str, Any] | None, diffusion_model: An
 
     args / attention: injectable for tests (default: comfy.cli_args.args, the installed optimized_attention)."""
     override = next((o for o in map(_override, model_options) if o is not None), None)
+    chosen = backend_node_choice(override)
+    if chosen is not None:
+        return HostAttention(getattr(chosen, "__name__", None) or _name(chosen), BACKEND_NODE_SOURCE, True)
     if override is not None:
         module = getattr(override, "__module__", None) or type(override).__module__
         return HostAttention(f"{module}.{_name(override)}",

@@ -6,11 +6,18 @@ outside a ComfyUI process every fact reads as absent.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..execution.guards import ReleaseFailed
 from ..report.oom import MemoryReader, torch_memory_reader
+
+
+def _aimdo_raised(what: str, error: RuntimeError) -> None:
+    """comfy-aimdo 0.6+ raises RuntimeError where older versions failed silently: said, then read as absent."""
+    logging.warning("LongMedia: comfy-aimdo %s raised RuntimeError: %s (read as unknown)", what, error)
 
 
 def dynamic_vram_active() -> bool:
@@ -31,6 +38,9 @@ def aimdo_vram_usage() -> int | None:
         return int(control.get_total_vram_usage())
     except (AttributeError, OSError, TypeError):  # older comfy-aimdo without the call, or no device context
         return None
+    except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises (e.g. not initialized)
+        _aimdo_raised("get_total_vram_usage()", error)
+        return None
 
 
 def pinned_ram_bytes() -> int | None:
@@ -50,6 +60,9 @@ def vbar_reclaimable_bytes(device: Any) -> int | None:
     try:
         return int(vbar.vbars_analyze(index))
     except (OSError, TypeError, ValueError):  # no device context for this device
+        return None
+    except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises (e.g. device not initialized)
+        _aimdo_raised(f"vbars_analyze({index})", error)
         return None
 
 
@@ -72,6 +85,9 @@ def vbar_resident_bytes() -> int | None:
                 total += int(vbar.loaded_size())
             except (AttributeError, OSError, TypeError):  # a VBAR without the query (older comfy-aimdo)
                 return None
+            except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises
+                _aimdo_raised("ModelVBAR.loaded_size()", error)
+                return None
     return total
 
 
@@ -79,7 +95,8 @@ def vbar_release(patcher: Any) -> Callable[[int], int] | None:
     """The guards' `release(bytes) -> bytes`: give back up to `bytes` of this model's weight pages resident
     through comfy-aimdo (`ModelVBAR.free_memory`, what ComfyUI's dynamic patcher unloads with); they are
     faulted back in when a block needs them again. None without dynamic VRAM (the guards then only empty
-    torch's cache)."""
+    torch's cache). A RuntimeError from comfy-aimdo (0.6+ raises from `free_memory`) becomes `ReleaseFailed`,
+    which the guard records on its event."""
     if not dynamic_vram_active():
         return None
     model, device = getattr(patcher, "model", None), getattr(patcher, "load_device", None)
@@ -88,7 +105,11 @@ def vbar_release(patcher: Any) -> Callable[[int], int] | None:
         vbar = (getattr(model, "dynamic_vbars", None) or {}).get(device)
         if vbar is None or wanted <= 0:
             return 0
-        return int(vbar.free_memory(int(wanted)))
+        try:
+            return int(vbar.free_memory(int(wanted)))
+        except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises; the guard records it
+            raise ReleaseFailed(f"comfy_aimdo ModelVBAR.free_memory({int(wanted)}) raised RuntimeError: {error}") \
+                from error
 
     return release
 

@@ -1,20 +1,25 @@
 """The residency boundary run before every `prepare_sampling()` (seed-only reruns included).
 
-It leaves the device as ComfyUI leaves it between nodes, and a little cleaner: synchronize, reset
-cast buffers, drop stale prefetch queues, reset comfy-aimdo's VBAR watermark limits, collect models
+It leaves the device as ComfyUI leaves it between nodes, and a little cleaner: synchronize, drop stale
+prefetch queues (this aborts a malloc graph in flight), reset cast buffers, reset comfy-aimdo's VBAR watermark
+limits (ComfyUI v0.39's order for these three), collect models
 and registrations whose model is dead, release other models ComfyUI keeps loaded until the pass's
 need is free (never the model about to be sampled), empty the allocator cache. Memory is snapshotted before and after
 into a frozen `BoundaryReport` that lists every step, done or "skipped: <reason>".
 
 Every ComfyUI / comfy-aimdo function is feature-detected: a missing one is a skipped step, never an
-error, and nothing of ComfyUI's is edited or patched. `comfy` (the modules, injectable) and `reader`
+error, and nothing of ComfyUI's is edited or patched. A `RuntimeError` raised inside comfy-aimdo (0.6.0 raises
+from `unpin`, `set_watermark` and `free_memory`, which used to fail silently) is a recorded `failed` step, logged
+and reported, and the boundary goes on; any other failure of a present function is a `ResidencyBoundaryError`. `comfy` (the modules, injectable) and `reader`
 (memory readings, injectable) let tests run without ComfyUI or a GPU. On a CPU device every step is
 skipped and the report still comes back. `comfy` is imported lazily, inside `load_comfy_modules`.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Callable
 
 MODULE_NAMES = (
@@ -24,6 +29,26 @@ MODULE_NAMES = (
     ("aimdo_vbar", "comfy_aimdo.model_vbar"),
     ("aimdo_control", "comfy_aimdo.control"),
 )
+
+
+AIMDO_PACKAGE = "comfy_aimdo"
+
+
+def raised_in_aimdo(error: BaseException) -> bool:
+    """Whether `error` was raised inside comfy-aimdo (a frame of a `comfy_aimdo` module on its traceback)."""
+    tb: TracebackType | None = error.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module == AIMDO_PACKAGE or module.startswith(AIMDO_PACKAGE + "."):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def aimdo_failure(function: str, error: RuntimeError) -> str:
+    """The recorded reason of a comfy-aimdo call that raised."""
+    return (f"{function}() raised RuntimeError inside comfy-aimdo: {error} (comfy-aimdo 0.6+ raises where older "
+            "versions failed silently); recorded, not fatal")
 
 
 class ResidencyBoundaryError(RuntimeError):
@@ -106,6 +131,7 @@ class MemorySnapshot:
     total_bytes: int | None
     aimdo_vram_usage_bytes: int | None = None   # comfy_aimdo.control.get_total_vram_usage()
     aimdo_vbar_reclaimable_bytes: int | None = None   # comfy_aimdo.model_vbar.vbars_analyze(device)
+    failures: tuple[str, ...] = ()            # comfy-aimdo readings that raised (their value is then None)
 
     @property
     def cached_bytes(self) -> int:
@@ -130,13 +156,25 @@ def read_memory(device, modules: ComfyModules | None = None) -> MemorySnapshot:
         return MemorySnapshot(str(dev), 0, 0, None, None)
     free, total = torch.cuda.mem_get_info(dev)
     usage = reclaimable = None
+    failures: list[str] = []
     if modules is not None and modules.aimdo_enabled:
-        get_usage = getattr(modules.aimdo_control, "get_total_vram_usage", None)
-        analyze = getattr(modules.aimdo_vbar, "vbars_analyze", None)
-        usage = int(get_usage()) if get_usage is not None else None
-        reclaimable = int(analyze(dev.index)) if analyze is not None else None
+        usage = _aimdo_reading(modules.aimdo_control, "comfy_aimdo.control.get_total_vram_usage", failures)
+        reclaimable = _aimdo_reading(modules.aimdo_vbar, "comfy_aimdo.model_vbar.vbars_analyze", failures, dev.index)
     return MemorySnapshot(str(dev), int(torch.cuda.memory_allocated(dev)), int(torch.cuda.memory_reserved(dev)),
-                          int(free), int(total), usage, reclaimable)
+                          int(free), int(total), usage, reclaimable, tuple(failures))
+
+
+def _aimdo_reading(module: object | None, qualified: str, failures: list[str], *args) -> int | None:
+    """`module.<function>(*args)` as an int; None when absent, or when comfy-aimdo raised (recorded in `failures`)."""
+    fn = getattr(module, qualified.rsplit(".", 1)[1], None) if module is not None else None
+    if not callable(fn):
+        return None
+    try:
+        return int(fn(*args))
+    except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises instead of failing silently
+        failures.append(aimdo_failure(qualified, error))
+        logging.warning("LongMedia residency boundary: %s", failures[-1])
+        return None
 
 
 @dataclass(frozen=True)
@@ -146,9 +184,12 @@ class BoundaryAction:
     name: str
     done: bool
     detail: str
+    failed: bool = False  # a present comfy-aimdo call raised: not done, recorded with its reason
 
     @property
     def line(self) -> str:
+        if self.failed:
+            return f"{self.name}: failed: {self.detail}"
         return f"{self.name}: " + (f"done ({self.detail})" if self.done else f"skipped: {self.detail}")
 
 
@@ -167,7 +208,12 @@ class BoundaryReport:
 
     @property
     def skipped(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.actions if not a.done)
+        return tuple(a.name for a in self.actions if not a.done and not a.failed)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Steps (and readings) where comfy-aimdo raised; each is in `lines` with its reason."""
+        return tuple(a.name for a in self.actions if a.failed)
 
     @property
     def released_reserved_bytes(self) -> int:
@@ -178,8 +224,10 @@ class BoundaryReport:
         return tuple(a.line for a in self.actions)
 
 
-STEPS = ("synchronize", "reset_cast_buffers", "cleanup_prefetch_queues", "reset_vbar_watermarks",
+STEPS = ("synchronize", "cleanup_prefetch_queues", "reset_cast_buffers", "reset_vbar_watermarks",
          "collect_dead_models", "drop_dead_registrations", "release_other_models", "empty_cache")
+"""In order. cleanup_prefetch_queues -> reset_cast_buffers -> reset_vbar_watermarks is ComfyUI v0.39's order: the
+first aborts a malloc graph still recording, before the cast buffers it may hold are reset."""
 
 
 def _entries_of(mm: object, keep: object) -> list:
@@ -216,13 +264,31 @@ class _Run:
             return False
         try:
             fn(*args)
+        except RuntimeError as exc:  # named reason: comfy-aimdo 0.6+ raises (recorded); anything else re-raised
+            if not (module_name.startswith(AIMDO_PACKAGE) or raised_in_aimdo(exc)):
+                raise ResidencyBoundaryError(name, qualified, exc) from exc
+            self.fail(name, aimdo_failure(qualified, exc))
+            return False
         except Exception as exc:  # named reason: re-raised with the step and function named
             raise ResidencyBoundaryError(name, qualified, exc) from exc
         self.actions.append(BoundaryAction(name, True, qualified))
         return True
 
+    def fail(self, name: str, reason: str) -> None:
+        """Record a step comfy-aimdo failed (logged too: never silent)."""
+        logging.warning("LongMedia residency boundary: %s: %s", name, reason)
+        self.actions.append(BoundaryAction(name, False, reason, failed=True))
+
+    def readings(self, when: str, snapshot: MemorySnapshot) -> None:
+        for reason in snapshot.failures:
+            self.actions.append(BoundaryAction(f"read_memory_{when}", False, reason, failed=True))
+
     def fallback(self, name: str, qualified: str, fn: Callable[[], object]) -> None:
-        """Replace the skipped step `name` by torch's own call, noting why ComfyUI's was not used."""
+        """Replace the skipped step `name` by torch's own call, noting why ComfyUI's was not used. After a failed
+        step (comfy-aimdo raised inside ComfyUI's) torch's call still runs and the failure stays recorded."""
+        if self.actions[-1].failed:
+            fn()
+            return
         skipped = self.actions.pop()
         fn()
         self.actions.append(BoundaryAction(name, True, f"{qualified}, because {skipped.detail}"))
@@ -256,10 +322,11 @@ def residency_boundary(*, device, reader: Reader | None = None, comfy: object | 
 
     mm, mm_name = modules.model_management, "comfy.model_management"
     cuda = modules.torch_cuda if modules.torch_cuda is not None else torch.cuda
+    run.readings("before", before)
     if not run.call("synchronize", mm, mm_name, "synchronize"):
         run.fallback("synchronize", "torch.cuda.synchronize", lambda: cuda.synchronize(dev))
-    run.call("reset_cast_buffers", mm, mm_name, "reset_cast_buffers")
     run.call("cleanup_prefetch_queues", modules.model_prefetch, "comfy.model_prefetch", "cleanup_prefetch_queues")
+    run.call("reset_cast_buffers", mm, mm_name, "reset_cast_buffers")
     if modules.aimdo_vbar is None:
         run.skip("reset_vbar_watermarks", "comfy_aimdo.model_vbar is not importable")
     elif not modules.aimdo_enabled:
@@ -275,4 +342,6 @@ def residency_boundary(*, device, reader: Reader | None = None, comfy: object | 
                  _entries_of(mm, keep))
     if not run.call("empty_cache", mm, mm_name, "soft_empty_cache"):
         run.fallback("empty_cache", "torch.cuda.empty_cache", cuda.empty_cache)
-    return BoundaryReport(str(dev), before, read(dev), tuple(run.actions))
+    after = read(dev)
+    run.readings("after", after)
+    return BoundaryReport(str(dev), before, after, tuple(run.actions))

@@ -35,6 +35,7 @@ from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 from . import inputs
 from .host_attention import host_attention
+from .host_features import host_features
 from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .probes_env import probes_from_env
@@ -223,7 +224,13 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
     from ..execution.final_layer import chunked_final_forward
     from ..planning.stage_memory import FINAL_CHUNK_ROWS
     from .attention_override import ROW_SPANS_KEY
-    from .block_patch import comfy_interrupt, comfy_weights, outside_malloc_graph, streamed_replacement
+    from .block_patch import (
+        chained_previous,
+        comfy_interrupt,
+        comfy_weights,
+        outside_malloc_graph,
+        streamed_replacement,
+    )
 
     opts = g.model_options
     opts.setdefault("transformer_options", {})
@@ -243,12 +250,19 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
     run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
     if not plan.chunks.is_stock:
         factory, on_block = _attention_factory(plan, row_spans), _on_block(run)
+        installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
+        chained = 0
         for i, block in enumerate(blocks):
             phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_memory_reader(),
                                                       block_index=i))(i)
-            fn = streamed_replacement(block, i, plan.chunks, factory, on_block=on_block, phase=phase_for,
-                                      weights=weights, observer=observer)
+            previous = chained_previous(installed.get(("double_block", i)))  # another node's: it runs first
+            chained += previous is not None
+            fn = streamed_replacement(block, i, plan.chunks, factory, previous=previous, memory_mode=plan.memory_mode,
+                                      on_block=on_block, phase=phase_for, weights=weights, observer=observer)
             opts = set_model_options_patch_replace(opts, fn, "dit", "double_block", i)
+        if chained:
+            run.notes.append(f"{chained} double-block replacement(s) another node installed chained: each runs "
+                             "first and its call of the original block runs LongMedia's streamed block")
         streamed = tuple(range(len(blocks)))
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
@@ -374,7 +388,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
                        predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite,
-                       probes=ProbeReport(observer.lines()) if observer is not None else None)
+                       probes=ProbeReport(observer.lines()) if observer is not None else None,
+                       host=host_features())
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)

@@ -2,14 +2,20 @@
 
 That node clones the model and installs (a) an attention override it puts back on top every step from
 an ON_PREPARE_STATE callback keyed "block_sparse_attention", and (b) for H3 a replacement of every
-`patches_replace["dit"][("double_block", i)]`, which hands the stock block its own sparse attention
-producer. LongMedia never silently undoes or double-patches it:
+`patches_replace["dit"][("double_block", i)]`, which hands the block its own sparse attention in
+`call_args["attention"]` when the call is eligible (CUDA, bf16, head_dim 128, kitchen's Sol): the whole
+attention stage, `attention(h, rope_freqs=..., transformer_options=...)`, qkv projection to out_proj over
+the whole sequence, with no query-row range. The chaining line (cf3103c5) calls a replacement installed
+before it as `previous(call_args, extra)`; the older line (01dafad3) overwrites it. LongMedia never
+silently undoes, double-patches or drops it:
 
 - stock blocks (memory_mode normal, no manual chunks): composed. Its block patches and override stay
-  as installed and run H3's attention; LongMedia installs no attention override of its own (BSA would
-  wrap it and its producer bypasses it anyway), so the plan's attention becomes `existing`.
-- streamed blocks: refused before any work. Our block replacement would overwrite its block patches,
-  and its override would see our per-query-chunk calls with the whole sequence's bookkeeping.
+  as installed and run H3's attention (LongMedia installs no block replacement); LongMedia installs no
+  attention override of its own (BSA re-installs its own on top every step and its producer bypasses
+  any override), so the plan's attention becomes `existing`.
+- streamed blocks: refused by name before any work: its attention cannot run per query chunk. At run
+  time `block_patch.streamed_replacement` chains a replacement installed before it and refuses a handed
+  attention by name, in either install order (`HandedAttentionError`).
 The plan's reasons say which happened.
 """
 
@@ -60,11 +66,13 @@ def reconcile(plan: ExecutionPlan, evidence: tuple[str, ...]) -> ExecutionPlan:
             "model", f"patched by {NODE} ({seen})",
             f"a model without ComfyUI's {NODE} node when LongMedia streams blocks "
             f"(memory_mode={plan.memory_mode})",
-            f"LongMedia would overwrite {NODE}'s block patches. Remove the {NODE} node (LongMedia's "
-            "attention_mode=scheduled_sol is its sparse attention for streamed blocks), or set memory_mode=normal "
-            f"to keep {NODE} on stock blocks.")
+            f"{NODE} hands each block its sparse attention as the whole attention stage (qkv projection to "
+            "out_proj over the whole sequence, no query-row range), which streamed blocks cannot run per query "
+            f"chunk. Set memory_mode=normal to keep {NODE} on stock blocks, or remove the {NODE} node (LongMedia's "
+            "attention_mode=scheduled_sol is its sparse attention for streamed blocks).")
     reason = (f"{NODE} (ComfyUI node) on the model ({seen}): composed — its block patches and attention "
-              f"override run H3's attention as installed; LongMedia's {plan.attention.backend} attention not installed")
+              f"override run H3's attention as installed (called, not replaced); LongMedia's "
+              f"{plan.attention.backend} attention not installed")
     attention = dataclasses.replace(plan.attention, backend="existing", choice=None,
                                     reasons=plan.attention.reasons + (reason,))
     return dataclasses.replace(plan, attention=attention, reasons=plan.reasons + (reason,))

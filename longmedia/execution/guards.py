@@ -26,6 +26,11 @@ Reader = Callable[[], int]       # () -> free bytes on the device
 Cleanup = Callable[[], None]     # synchronize + empty the allocator cache
 Release = Callable[[int], int]   # (bytes wanted) -> bytes of resident weights released (comfy-aimdo VBAR pages)
 
+class ReleaseFailed(RuntimeError):
+    """The host could not release resident weights (e.g. comfy-aimdo 0.6+ raised from `free_memory`); its message
+    is the reason. A guard records it on its event and goes on: never a crash, never silent."""
+
+
 RELEASING = ("emergency", "late_block")
 """Guards that, when emptying the cache is not enough, also release resident weights (when a `release` is given)."""
 
@@ -92,6 +97,7 @@ class GuardEvent:
     threshold_mb: int
     free_after_mb: float | None = None
     released_mb: float = 0.0        # resident weights released (comfy-aimdo VBAR pages) beyond the emptied cache
+    release_failure: str | None = None  # why the host's release raised (ReleaseFailed), else None
 
     @property
     def recovered_mb(self) -> float | None:
@@ -116,6 +122,7 @@ class GuardReport:
                      + f": {e.free_mb:.0f} MB free < {e.threshold_mb} MB"
                      + ("" if e.free_after_mb is None else f", {e.free_after_mb:.0f} MB after")
                      + (f" ({e.released_mb:.0f} MB of resident weights released)" if e.released_mb else "")
+                     + (f"; releasing resident weights failed: {e.release_failure}" if e.release_failure else "")
                      for e in self.events)
 
 
@@ -156,13 +163,16 @@ class Guards:
     def _fire(self, kind: str, block: int | None, free: int, threshold_mb: int) -> GuardEvent:
         self._cleanup()
         after = self._read()
-        released = 0
+        released, failure = 0, None
         if self._release is not None and kind in RELEASING and after < threshold_mb * MB:
-            released = self._release(threshold_mb * MB - after)
+            try:
+                released = self._release(threshold_mb * MB - after)
+            except ReleaseFailed as error:  # named reason: the host's release raised; recorded on the event
+                failure = str(error)
             after = self._read()
         if self.settings.inter_block_vram_guard_mb > 0:
             self._armed = after >= self._rearm_level_mb() * MB
-        event = GuardEvent(kind, block, self._step, free / MB, threshold_mb, after / MB, released / MB)
+        event = GuardEvent(kind, block, self._step, free / MB, threshold_mb, after / MB, released / MB, failure)
         self._events.append(event)
         return event
 

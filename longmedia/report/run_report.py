@@ -8,6 +8,7 @@ from typing import Any
 
 from ..execution.probes import ProbeReport
 from ..planning.types import ExecutionPlan
+from .host_features import HostFeatures
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
 STREAMED_NAN_ADVICE = ("; the blocks streamed: rerun with memory_mode normal, or shorter segments that fit it, "
@@ -66,6 +67,7 @@ class RunReport:
     predicted: PredictedPeaks | None = None
     output_finite: bool = True  # False: the sampled latent holds NaN or inf
     probes: ProbeReport | None = None  # what the diagnostics saw (LONGMEDIA_PROBES); None: none ran
+    host: HostFeatures | None = None  # what the pack detected on this ComfyUI (paste into a bug report)
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -80,6 +82,7 @@ class RunReport:
     def to_dict(self) -> dict[str, Any]:
         out = {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__ if name != "plan"}
         out["plan"] = self.plan.to_dict()
+        out["host"] = None if self.host is None else self.host.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
         out["measured_device_bytes"] = self.measured_device_bytes
         out["output_warning"] = self.output_warning

@@ -190,3 +190,59 @@ def test_a_checkpoints_attention_config_is_kept_in_stock_and_streamed_blocks(com
         assert any(rows < keys for rows, keys in calls) and max(rows for rows, _ in calls) <= 64
     else:
         assert all(rows == keys for rows, keys in calls)
+
+
+def _backend_node_state(attention_module, backend: str):
+    """(a patcher as ComfyUI's ModelAttentionBackend node leaves it, the function it names). The real node where this
+    ComfyUI has it (V3 `execute`, or the 0.33 V1 `patch`), else the two calls it makes (get_attention_function, then
+    ModelPatcher.set_model_optimized_attention)."""
+    import importlib
+
+    import comfy.model_patcher as mp
+
+    if not hasattr(mp.ModelPatcher, "set_model_optimized_attention") or not hasattr(attention_module,
+                                                                                     "get_attention_function"):
+        pytest.skip("this ComfyUI lacks the feature: ModelPatcher.set_model_optimized_attention "
+                    "(what ModelAttentionBackend writes)")
+    fn = attention_module.get_attention_function(backend, None)
+    patcher = mp.ModelPatcher(torch.nn.Linear(3, 3), torch.device("cpu"), torch.device("cpu"))
+    node = getattr(importlib.import_module("comfy_extras.nodes_model_advanced"), "ModelAttentionBackend", None)
+    if fn is None:  # comfy-kitchen's INT8 attention is not registered on a CPU: a stand-in of that name, set the same way
+        def attention_comfy_kitchen_int8(q, k, v, heads, **kwargs):
+            raise AssertionError("only named, never called")
+
+        fn, node = attention_comfy_kitchen_int8, None
+    label = {"pytorch": "pytorch attention", "comfy_kitchen_int8": "comfy kitchen attention"}[backend]
+    if node is None:
+        patched = patcher.clone()
+        patched.set_model_optimized_attention(fn)
+    elif hasattr(node, "execute"):
+        patched = node.execute(patcher, label).result[0]
+    else:
+        patched = node().patch(patcher, label)[0]
+    return patched, fn
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "comfy_kitchen_int8"])
+def test_the_model_attention_backend_nodes_choice_is_read_through(comfy_inprocess, backend):
+    import comfy.ldm.modules.attention as attention
+
+    patcher, fn = _backend_node_state(attention, backend)
+    found = host_attention(None, patcher.model_options)
+    assert found.function == fn.__name__ and found.chosen and "ModelAttentionBackend" in found.source, found
+    assert found.kind == ("pytorch" if backend == "pytorch" else "kitchen_int8")
+    choice = resolve_attention("auto", **H3, host_attention=found, available={"sdpa_cudnn"}, streamed=True)
+    if backend == "pytorch":
+        assert choice.backend == "sdpa_cudnn"  # PyTorch attention, named by the node: auto may swap it (exact)
+    else:
+        assert choice.backend == "existing" and not choice.exact  # the user's quantised pick is kept
+    ours = LongMediaAttentionOverride(choice=None, previous=patcher.model_options["transformer_options"][OVERRIDE_KEY])
+    assert host_attention({"transformer_options": {OVERRIDE_KEY: ours}}) == found  # ours looked through to it
+
+
+def test_a_foreign_closure_named_like_the_setters_is_not_mistaken(comfy_inprocess):
+    def optimized_attention_override(func, *args, **kwargs):  # same name, another module, no closure
+        return func(*args, **kwargs)
+
+    found = host_attention({"transformer_options": {OVERRIDE_KEY: optimized_attention_override}})
+    assert "ModelAttentionBackend" not in found.source and found.function.endswith("optimized_attention_override")

@@ -216,3 +216,43 @@ def test_late_block_and_emergency_guards_release_resident_weights_when_the_cache
     assert "1500 MB of resident weights released" in guards.report().lines[0]
     inter = Guards(GuardSettings(inter_block_vram_guard_mb=3000), lambda: 1000 * MB, lambda: None, release)
     assert inter.on_block_end(0).released_mb == 0 and len(asked) == 1
+
+
+def test_a_failing_release_is_recorded_on_the_event_not_raised():
+    """comfy-aimdo 0.6+ raises from ModelVBAR.free_memory; the host's release turns it into ReleaseFailed, which
+    the guard records on its event (and in its report line) and goes on."""
+    import random
+
+    from longmedia.execution.guards import ReleaseFailed
+
+    rng = random.Random(21)
+    free = {"now": rng.randrange(200, 900) * MB}
+
+    def release(wanted):
+        raise ReleaseFailed(f"comfy_aimdo ModelVBAR.free_memory({wanted}) raised RuntimeError: pinned")
+
+    s = GuardSettings(inter_block_guard_emergency_mb=4000)
+    guards = Guards(s, lambda: free["now"], lambda: None, release)
+    event = guards.on_block_end(0)
+    assert event is not None and event.released_mb == 0 and "pinned" in event.release_failure
+    assert "releasing resident weights failed: comfy_aimdo ModelVBAR.free_memory" in guards.report().lines[0]
+    assert guards.on_block_end(1).release_failure is not None  # still guarding after the failure
+
+
+def test_comfy_vbar_release_turns_aimdo_runtime_errors_into_release_failed(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    from longmedia.comfy.memory_facts import vbar_release
+    from longmedia.execution.guards import ReleaseFailed
+
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))
+
+    class RaisingVBAR:
+        def free_memory(self, size):
+            raise RuntimeError(f"vbar_free_memory({size}): -16")
+
+    patcher = SimpleNamespace(model=SimpleNamespace(dynamic_vbars={"cuda:0": RaisingVBAR()}), load_device="cuda:0")
+    release = vbar_release(patcher)
+    with pytest.raises(ReleaseFailed, match=r"free_memory\(4096\).*-16"):
+        release(4096)

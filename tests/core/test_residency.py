@@ -83,13 +83,13 @@ def test_full_comfy_runs_every_step_in_order_and_snapshots():
     report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=full_comfy(dev))
     assert isinstance(report, BoundaryReport)
     assert report.done == STEPS and report.skipped == ()
-    assert dev.calls == ["mm.synchronize", "mm.reset_cast_buffers", "prefetch.cleanup_prefetch_queues",
+    assert dev.calls == ["mm.synchronize", "prefetch.cleanup_prefetch_queues", "mm.reset_cast_buffers",
                          "vbar.vbars_reset_watermark_limits", "mm.cleanup_models_gc", "mm.cleanup_models",
                          "mm.free_memory", "mm.soft_empty_cache"]
     assert report.before.cached_bytes == cached and report.after.cached_bytes == 0
     assert report.released_reserved_bytes == cached
     assert report.after.allocated_bytes == report.before.allocated_bytes
-    assert report.lines[1] == "reset_cast_buffers: done (comfy.model_management.reset_cast_buffers)"
+    assert report.lines[2] == "reset_cast_buffers: done (comfy.model_management.reset_cast_buffers)"
 
 
 @pytest.mark.parametrize("missing", ["synchronize", "reset_cast_buffers", "cleanup_models_gc", "cleanup_models",
@@ -138,7 +138,7 @@ def test_old_comfyui_without_prefetch_module_or_memory_management():
     del comfy.model_prefetch, comfy.memory_management
     report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
     assert set(report.skipped) == {"cleanup_prefetch_queues", "reset_vbar_watermarks"}
-    assert "comfy.model_prefetch is not importable" in report.actions[2].detail
+    assert "comfy.model_prefetch is not importable" in report.actions[1].detail
 
 
 def test_no_comfy_at_all_uses_torch_for_sync_and_cache_and_skips_the_rest():
@@ -205,3 +205,102 @@ def test_other_models_are_released_through_comfy_free_memory_keeping_the_sampled
     assert need == 6 << 30 and device == CUDA and keep_loaded == LOADED[:2]
     unasked = residency_boundary(device=CUDA, reader=dev.snapshot, comfy=comfy)
     assert "release_other_models" in unasked.skipped and len(seen) == 1
+
+
+def test_the_boundary_runs_comfyuis_v039_order():
+    """cleanup_prefetch_queues (aborts a malloc graph in flight) -> reset_cast_buffers -> the VBAR watermark reset,
+    whatever else is present; the report lists the steps in the order they ran."""
+    dev = FakeDevice(10)
+    residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=full_comfy(dev))
+    first3 = [c for c in dev.calls if c in ("prefetch.cleanup_prefetch_queues", "mm.reset_cast_buffers",
+                                            "vbar.vbars_reset_watermark_limits")]
+    assert first3 == ["prefetch.cleanup_prefetch_queues", "mm.reset_cast_buffers", "vbar.vbars_reset_watermark_limits"]
+    assert STEPS.index("cleanup_prefetch_queues") < STEPS.index("reset_cast_buffers") < STEPS.index(
+        "reset_vbar_watermarks")
+
+
+def aimdo_module(name: str, source: str):
+    """A module named like comfy-aimdo's (`comfy_aimdo.*`) whose functions run in it, as the real ones do."""
+    import types
+
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+RAISING_VBAR = aimdo_module("comfy_aimdo.fake_model_vbar", """
+def vbars_reset_watermark_limits():
+    raise RuntimeError("vbar_set_watermark failed: -22")
+
+def vbars_analyze(device=None):
+    raise RuntimeError("comfy-aimdo device %s is not initialized" % device)
+""")
+RAISING_CONTROL = aimdo_module("comfy_aimdo.fake_control", """
+def get_total_vram_usage():
+    raise RuntimeError("comfy-aimdo is not initialized")
+""")
+
+
+def test_a_raising_aimdo_watermark_reset_is_a_recorded_failure_not_a_crash():
+    dev = FakeDevice(11)
+    comfy = full_comfy(dev)
+    comfy.aimdo_vbar = RAISING_VBAR
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
+    assert report.failed == ("reset_vbar_watermarks",)
+    assert "reset_vbar_watermarks" not in report.done and "reset_vbar_watermarks" not in report.skipped
+    line = next(x for x in report.lines if x.startswith("reset_vbar_watermarks"))
+    assert line.startswith("reset_vbar_watermarks: failed: comfy_aimdo.model_vbar.vbars_reset_watermark_limits()")
+    assert "vbar_set_watermark failed: -22" in line
+    assert dev.calls[-4:] == ["mm.cleanup_models_gc", "mm.cleanup_models", "mm.free_memory", "mm.soft_empty_cache"]
+
+
+def test_a_comfyui_step_that_fails_inside_aimdo_is_recorded_and_others_still_raise():
+    """ComfyUI's free_memory unloads dynamic models through comfy-aimdo's ModelVBAR.free_memory (0.6+ raises):
+    recorded. The same RuntimeError raised by ComfyUI's own code stays a ResidencyBoundaryError."""
+    dev = FakeDevice(12)
+    comfy = full_comfy(dev)
+    vbar = aimdo_module("comfy_aimdo.fake_vbar_object", """
+def free_memory(size):
+    raise RuntimeError("vbar_free_memory: page %d pinned" % size)
+""")
+    comfy.model_management.free_memory = lambda need, device, keep_loaded: vbar.free_memory(need)
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
+    assert report.failed == ("release_other_models",)
+    assert f"page {6 << 30} pinned" in report.lines[STEPS.index("release_other_models")]
+    assert report.after.cached_bytes == 0 and "mm.soft_empty_cache" in dev.calls
+
+    def comfy_own(need, device, keep_loaded):
+        raise RuntimeError("CUDA error: an illegal memory access")
+
+    comfy.model_management.free_memory = comfy_own
+    with pytest.raises(ResidencyBoundaryError, match="release_other_models"):
+        residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
+
+
+def test_failed_empty_inside_aimdo_still_empties_torchs_cache_and_keeps_the_failure():
+    dev = FakeDevice(13)
+    comfy = full_comfy(dev)
+    raising = aimdo_module("comfy_aimdo.fake_empty", "def soft_empty_cache():\n    raise RuntimeError('unpin: -5')\n")
+    comfy.model_management.soft_empty_cache = raising.soft_empty_cache
+    report = residency_boundary(device=CUDA, reader=dev.snapshot, **KEEP, comfy=comfy)
+    assert report.failed == ("empty_cache",) and "torch.empty_cache" in dev.calls
+    assert report.after.cached_bytes == 0 and "unpin: -5" in report.lines[-1]
+
+
+def test_raising_aimdo_readings_are_unknown_and_reported():
+    from longmedia.comfy.residency import _aimdo_reading
+
+    failures: list[str] = []
+    assert _aimdo_reading(RAISING_CONTROL, "comfy_aimdo.control.get_total_vram_usage", failures) is None
+    assert _aimdo_reading(RAISING_VBAR, "comfy_aimdo.model_vbar.vbars_analyze", failures, 3) is None
+    assert len(failures) == 2 and "not initialized" in failures[0] and "device 3" in failures[1]
+    dev = FakeDevice(14)
+
+    def reader(device):
+        snap = dev.snapshot(device)
+        return MemorySnapshot(snap.device, snap.allocated_bytes, snap.reserved_bytes, snap.free_bytes,
+                              snap.total_bytes, None, None, (failures[0],))
+
+    report = residency_boundary(device=CUDA, reader=reader, **KEEP, comfy=full_comfy(dev))
+    assert report.failed == ("read_memory_before", "read_memory_after")
+    assert report.done == STEPS and "not initialized" in report.lines[0]
