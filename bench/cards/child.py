@@ -12,7 +12,6 @@ import time
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
 from .entry import advised_segment_seconds, grid
 from .measure import executor_class, measure
-from .probes import kernel_table
 from .prompts import CONTROLS, JOB, Server, base_sampler, prompt
 from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
 
@@ -31,6 +30,8 @@ def child(a) -> int:
     if a.simulate == "reserve":
         torch.cuda.set_per_process_memory_fraction(min(1.0, card * GIB / total), 0)
     cap = _cap_enforced(torch, card)
+    from .probes import kernel_table  # imports torch (through the product): only after ComfyUI chose its allocator
+
     comfy_process.load_builtin_nodes()
     import comfy.model_management as mm
     import comfy.utils

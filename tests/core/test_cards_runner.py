@@ -3,7 +3,10 @@ card's child that dies mid-row is restarted past that row."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +14,8 @@ from bench import latent_diff
 from bench.cards import entry as cards
 from bench.cards import extras, measure, prompts, rows, tables
 from bench.cards.rows import Cell
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("which,ran", [
@@ -300,3 +305,11 @@ def test_child_env_puts_the_checkout_then_the_repo_first_and_the_check_finds_a_n
     monkeypatch.syspath_prepend(str(root))
     importlib.invalidate_caches()
     assert comfy_process.comfy_importable_from(str(root))
+
+
+def test_the_card_child_imports_no_torch_before_comfyui_starts():
+    # ComfyUI's cuda_malloc picks torch's allocator before torch loads; a module that imports torch at the child's
+    # import time makes torch parse another backend first (the device said: "cudaMallocAsync != native")
+    code = "import sys; import bench.cards.child, bench.cards.entry; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -154,22 +154,22 @@ def cast_buffer_long_case(job, run_sampler, ncs, plan_request) -> dict:
     import comfy_aimdo.model_vbar as vbar_api
     import torch
 
-    from longmedia.comfy import block_patch
-
     request = plan_request(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=2048,
                            mlp_chunk_tokens=2048)
 
     def rel(a, b):
         return float((a.double() - b.double()).norm() / b.double().norm())
 
-    real_fault, real_weights = vbar_api.vbar_fault, block_patch.comfy_weights
+    real_fault = vbar_api.vbar_fault
     vbar_api.vbar_fault = lambda alloc: None  # test-only, as in cast_buffer_case
     try:
         stock = ncs.SamplerCustomAdvanced.execute(*job(size=LONG)).result[0]["samples"].unbind()[0].clone()
         ordered = run_sampler(*job(size=LONG), request)
         ov = ordered.output["samples"].unbind()[0].clone()
-        block_patch.comfy_weights = lambda: (lambda m, like: ops.CastBiasWeightContext(m, like, offloadable=True))
-        uv = run_sampler(*job(size=LONG), request).output["samples"].unbind()[0].clone()
+        def unordered(module, like):  # ComfyUI's cast context alone: handed back without ordering its stream
+            return ops.CastBiasWeightContext(module, like, offloadable=True)
+
+        uv = run_sampler(*job(size=LONG), request, weights=unordered).output["samples"].unbind()[0].clone()
         return {"ok": True, "rows": int(ordered.plan.geometry.seq_len), "finite": bool(torch.isfinite(ov).all()),
                 "rel_stock": rel(ov, stock), "equal_stock": bool(torch.equal(ov, stock)),
                 "unordered_finite": bool(torch.isfinite(uv).all()),
@@ -178,7 +178,7 @@ def cast_buffer_long_case(job, run_sampler, ncs, plan_request) -> dict:
     except Exception as error:  # noqa: BLE001  named: recorded for the parent test to assert on
         return {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=12)}
     finally:
-        vbar_api.vbar_fault, block_patch.comfy_weights = real_fault, real_weights
+        vbar_api.vbar_fault = real_fault
 
 
 if __name__ == "__main__":
