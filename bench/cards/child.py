@@ -14,6 +14,7 @@ from .entry import advised_segment_seconds, grid
 from .measure import executor_class, measure
 from .prompts import CONTROLS, JOB, Server, base_sampler, prompt
 from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
+from .step_clock import StepClock
 
 GIB = 1024 ** 3
 
@@ -42,7 +43,8 @@ def child(a) -> int:
 
     nodes.register()
     folder_paths.add_model_folder_path("diffusion_models", str(a.models))
-    server = Server()
+    clock = StepClock()  # device-timed steps (CUDA events at the sample node's start and at each progress hook)
+    server = Server(on_sample_start=clock.start)
     steps_at: list[float] = []
 
     from longmedia.comfy.memory_facts import aimdo_vram_usage, vbar_resident_bytes
@@ -51,6 +53,7 @@ def child(a) -> int:
 
     def hook(value, total_steps, preview, prompt_id=None, node_id=None):
         steps_at.append(time.perf_counter())
+        clock.step()
         # where the process's device memory sits at each step's end: torch's allocated and reserved bytes,
         # comfy-aimdo's own VRAM (VBAR pages + cast buffers) and the weights resident through its VBARs
         step_memory.append({"torch_allocated": int(torch.cuda.memory_allocated()),
@@ -82,6 +85,7 @@ def child(a) -> int:
         torch.cuda.reset_peak_memory_stats()
         memory.reset()
         steps_at.clear()
+        clock.reset()
         step_memory.clear()
         server.events.clear()
         t0 = time.perf_counter()
@@ -89,7 +93,7 @@ def child(a) -> int:
         with kernel_table(row) if kernels else contextlib.nullcontext():
             executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
             torch.cuda.synchronize()
-        row.update(measure(executor, server, steps_at, memory, torch, mm, t0))
+        row.update(measure(executor, server, steps_at, memory, torch, mm, t0, clock))
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         return row

@@ -11,10 +11,12 @@ import time
 from .checks import segment_summary
 
 
-def measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
+def measure(executor, server, steps_at, memory, torch, mm, t0, clock=None) -> dict:
     """A finished prompt's row fields: time, torch and process peaks, the loaded model's residency, the result
     (ok, non-finite output, OOM, error, interrupted), step times, the sink's stats and the LongMedia report's plan
-    and peaks. `steps_at`: the progress hook's times; `memory`: the NVML sampler; `t0`: when the prompt started."""
+    and peaks. `steps_at`: the progress hook's CPU times; `clock`: the device-timed `StepClock` (step times come
+    from it where given: the CPU's clock runs ahead of queued kernels); `memory`: the NVML sampler; `t0`: when the
+    prompt started."""
     out: dict = {"total_s": time.perf_counter() - t0, "torch_peak_bytes": int(torch.cuda.max_memory_allocated())}
     peak = memory.peak()
     out.update(process_peak_bytes=peak["process_bytes"], device_used_peak_bytes=peak["device_used_bytes"],
@@ -40,7 +42,10 @@ def measure(executor, server, steps_at, memory, torch, mm, t0) -> dict:
             out["error_full"] = text[:4000]
         return out
     started = next((t for t, ev, d in server.events if ev == "executing" and d.get("node") == "sample"), None)
-    if steps_at:
+    if clock is not None and clock.steps_done:
+        out.update(clock.times().fields())
+    elif steps_at:  # no device clock (CPU dry runs): the CPU's view, labelled as such
+        out["step_clock"] = "cpu"
         out["first_step_s"] = steps_at[0] - started if started else None
         diffs = [b - a for a, b in itertools.pairwise(steps_at)]
         out["s_per_step"] = sorted(diffs)[len(diffs) // 2] if diffs else out["first_step_s"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Callable
 
 JOB = (1344, 768)
 
@@ -54,7 +55,8 @@ def sampler_name(value: str) -> str:
 class Server:
     """What PromptExecutor needs of ComfyUI's PromptServer: a sink for its messages (timestamps kept)."""
 
-    def __init__(self):
+    def __init__(self, on_sample_start: Callable[[], None] | None = None):
+        self.on_sample_start = on_sample_start  # called as the sampler node starts executing (the step clock's start)
         self.client_id = None
         self.last_node_id = None
         self.last_prompt_id = None
@@ -62,7 +64,10 @@ class Server:
         self.events: list[tuple[float, str, dict]] = []
 
     def send_sync(self, event, data, sid=None):
-        self.events.append((time.perf_counter(), event, data if isinstance(data, dict) else {}))
+        data = data if isinstance(data, dict) else {}
+        if event == "executing" and data.get("node") == "sample" and self.on_sample_start is not None:
+            self.on_sample_start()
+        self.events.append((time.perf_counter(), event, data))
 
 
 def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",

@@ -20,7 +20,7 @@ def tables(rows: list[dict]) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| card | job | weights | blocks | sampler | result | s/step | first step s | process peak GiB | "
+    head = ("| card | job | weights | blocks | sampler | result | s/step (device) | first step s | process peak GiB | "
             "torch peak GiB | torch reserved peak GiB | mode / attention | torch, weights excluded: predicted / measured GiB | weights moved/step GiB "
             "(measured / planned) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -32,8 +32,9 @@ def table(rows: list[dict]) -> str:
             block = f"{_g(r['predicted_step_bytes'])} / {_g(r['measured_step_bytes'])} (call)"
         else:
             block = "-"
-        sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
-        first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}"
+        cpu = " (cpu)" if r.get("step_clock", "cpu") == "cpu" else ""  # rows before the device clock, dry runs
+        sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}{cpu}"
+        first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}{cpu}"
         lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
                      f"{r['format']} | {r['blocks']} | {r['label']} | {r['result']} | {sps} | {first} | "
                      f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | "

@@ -8,6 +8,7 @@ checks, not the GPU's numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -49,12 +50,27 @@ def bench_env(comfy_inprocess, tiny_checkpoints, tmp_path_factory):
     return {"execution": execution, "utils": comfy.utils}
 
 
+@dataclasses.dataclass(frozen=True)
+class _CpuMark:
+    """A step clock mark on the CPU's timeline (no CUDA here: the device and the CPU are one)."""
+
+    t: float
+
+    @classmethod
+    def now(cls):
+        return cls(time.perf_counter())
+
+    def seconds_until(self, later) -> float:
+        return later.t - self.t
+
+
 def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     import comfy.model_management as mm
     import torch
 
     import longmedia.h3.dims
     from bench.cards import extras, measure, nodes, prompts, tables
+    from bench.cards.step_clock import StepClock
     from longmedia.h3.profiles import DeviceProfile
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
@@ -64,11 +80,13 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     # the first rung is never reached (as 60 was not on the H200's 2-block prompt): the ladder's next one fires
     monkeypatch.setattr(extras, "INTERRUPT_LADDER", (10 ** 6, 5))
     execution, utils = bench_env["execution"], bench_env["utils"]
-    server = prompts.Server()
+    clock = StepClock(new_mark=_CpuMark.now)  # the child's step clock, with the CPU's timeline for the device's
+    server = prompts.Server(on_sample_start=clock.start)
     steps_at: list[float] = []
 
     def hook(value, total, preview, prompt_id=None, node_id=None):
         steps_at.append(time.perf_counter())
+        clock.step()
         mm.throw_exception_if_processing_interrupted()
 
     utils.set_progress_bar_global_hook(hook)
@@ -81,10 +99,11 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
         # patcher reloads (the table's rows do it between every row)
         del unload
         steps_at.clear()
+        clock.reset()
         server.events.clear()
         t0 = time.perf_counter()
         executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
-        row.update(measure.measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0))
+        row.update(measure.measure(executor, server, steps_at, _Memory(), _NoCuda, mm, t0, clock))
         return row
 
     rows: list[dict] = []
@@ -98,6 +117,9 @@ def test_every_extra_writes_its_checked_rows(bench_env, monkeypatch, tmp_path):
     utils.set_progress_bar_global_hook(None)
     by_label = {r["label"]: r for r in rows}
     assert all(r.get("extra") and r.get("check") in ("pass", "fail") for r in rows)
+    timed = [r for r in rows if r.get("result") == "ok"]
+    assert timed and all(r["step_clock"] == "device" and r["first_step_s"] > 0 for r in timed)
+    assert all(len(r["steps_s"]) == len(r.get("report_steps") or [None]) - 1 for r in timed if not r.get("segments"))
     ooms = [r for r in rows if r.get("injected_phase")]
     assert len(ooms) == 12 and all(r["check"] == "pass" for r in ooms), [(r["label"], r["detail"]) for r in ooms]
     seeds = by_label["check: seed-only reruns, same boundary snapshot and plan"]
