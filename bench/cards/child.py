@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
 import time
 
@@ -71,6 +72,8 @@ def child(a) -> int:
                       simulate=a.simulate, reserve_vram_gib=reserve_gib, cap_enforced=cap,
                       free_at_start_bytes=int(torch.cuda.mem_get_info()[0]),
                       comfy_total_mib=round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)).as_row()
+    prompts_run = itertools.count(1)  # a row's position among the prompts of its card process (stock's first differs)
+
     def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True, kernels: bool = False) -> dict:
         """Run prompt `p` through the PromptExecutor and measure it into `row` (models unloaded first unless
         `unload` is False: a rerun finds what the previous prompt left loaded, as in a user's session); `kernels`:
@@ -94,6 +97,7 @@ def child(a) -> int:
             executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
             torch.cuda.synchronize()
         row.update(measure(executor, server, steps_at, memory, torch, mm, t0, clock))
+        row["process_position"] = next(prompts_run)
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         return row

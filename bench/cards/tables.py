@@ -36,7 +36,7 @@ def table(rows: list[dict]) -> str:
         sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}{cpu}"
         first = "-" if r.get("first_step_s") is None else f"{r['first_step_s']:.2f}{cpu}"
         lines.append(f"| {r['card_gib']:g} | {r['width']}x{r['height']} {r['seconds']:g} s ({r.get('frames')} fr) | "
-                     f"{r['format']} | {r['blocks']} | {r['label']} | {r['result']} | {sps} | {first} | "
+                     f"{r['format']} | {r['blocks']} | {r['label']}{_position(r)} | {r['result']} | {sps} | {first} | "
                      f"{_g(r.get('process_peak_bytes'))} | {_g(r.get('torch_peak_bytes'))} | "
                      f"{_g(r.get('torch_reserved_peak_bytes'))} | {mode} | {block} | "
                      f"{_g(r.get('moved_per_step_bytes'))} / {_g(r.get('planned_streamed_bytes'))} |")
@@ -90,3 +90,8 @@ def compare(rows: list[dict]) -> str:
                      f"{_g((lm or {}).get('torch_peak_bytes'))} | {a[3]} | {torch_pm} | {moved} | {b[0]} | {b[1]} | "
                      f"{b[2]} | {b[3]} | {_g((st or {}).get('moved_per_step_bytes'))} |")
     return "\n".join(lines)
+
+
+def _position(r: dict) -> str:
+    """The row's place among its card process's prompts, where recorded (ComfyUI's first prompt in a process differs)."""
+    return f" (#{r['process_position']})" if r.get("process_position") else ""
