@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,20 +30,19 @@ from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..planning.planner import plan as make_plan
 from ..planning.types import ExecutionPlan, PlanRequest
+from ..report.memory import MemorySnapshot, Reader
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
+from ..report.segmented import SegmentedReport
 from . import inputs
 from .host_attention import host_attention
 from .host_features import host_features
-from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
+from .memory_facts import comfy_reading, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .probes_env import probes_from_env
-from .residency import MemorySnapshot, Reader, residency_boundary
+from .residency import residency_boundary
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
-
-if TYPE_CHECKING:  # segmented imports this module
-    from .segmented import SegmentedReport
 
 WRAPPER_KEY = "longmedia"
 
@@ -253,7 +251,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
         chained = 0
         for i, block in enumerate(blocks):
-            phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_memory_reader(),
+            phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_reading(),
                                                       block_index=i))(i)
             previous = chained_previous(installed.get(("double_block", i)))  # another node's: it runs first
             chained += previous is not None
@@ -377,7 +375,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         model = g.model_patcher.model.diffusion_model
         traced = traced_phase(error.__traceback__, model.blocks, model.final_layer)
         where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
-        raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_memory_reader(),
+        raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_reading(),
                                       block_index=block)) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     finite = all_finite(out_samples)

@@ -204,7 +204,7 @@ class ExecutionPlan:
         return self.memory.activation_need_bytes <= self.usable_bytes
 
     def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {"kind": "plan"} | {f.name: getattr(self, f.name) for f in fields(self)}
         out = {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in out.items()}
         for name in ("chunks", "guards", "pinning", "segment_suggestion"):
             value = getattr(self, name)

@@ -86,7 +86,7 @@ class JobPlan:
         return f"DOES NOT FIT ({', '.join(bad)})"
 
     def to_dict(self) -> dict:
-        return {"stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
+        return {"kind": "whole_job", "stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
                 "text_encoder": self.text_encoder, "notes": list(self.notes), "fits": self.fits,
                 "seconds_estimate": self.seconds, "verdict": self.verdict}
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ..execution.probes import ProbeReport
-from ..planning.types import ExecutionPlan
+from ..planning.types import ExecutionPlan, MemoryBreakdown
 from .host_features import HostFeatures
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
@@ -42,8 +42,8 @@ class PredictedPeaks:
     weights_outside_torch: bool
 
     @classmethod
-    def of(cls, memory: Any, dynamic_vram: bool) -> "PredictedPeaks":
-        """From the plan's MemoryBreakdown (duck-typed) and whether dynamic VRAM holds the weights."""
+    def of(cls, memory: MemoryBreakdown, dynamic_vram: bool) -> "PredictedPeaks":
+        """From the plan's memory breakdown and whether dynamic VRAM holds the weights."""
         total = int(memory.predicted_peak_bytes)
         weights = int(memory.resident_weight_bytes)
         torch_bytes = total - weights if dynamic_vram else total
@@ -80,7 +80,8 @@ class RunReport:
         return max((s.device_used_bytes for s in self.steps), default=0)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__ if name != "plan"}
+        out = {"kind": "run"} | {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__
+                                 if name != "plan"}
         out["plan"] = self.plan.to_dict()
         out["host"] = None if self.host is None else self.host.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes

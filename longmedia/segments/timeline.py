@@ -234,7 +234,7 @@ class SegmentPlan:
 
     def to_dict(self) -> dict:
         props = [n for n, v in vars(SegmentPlan).items() if isinstance(v, property)]
-        return {**asdict(self), "segments": [s.to_dict() for s in self.segments],
+        return {"kind": "segment_plan", **asdict(self), "segments": [s.to_dict() for s in self.segments],
                 **{n: getattr(self, n) for n in props}}
 
 
