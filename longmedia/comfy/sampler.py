@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..execution.chunks import ChunkSizes
-from ..execution.guards import GuardSettings, guards_for_device
+from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
 from ..h3.profiles import DeviceProfile, ModelProfile
@@ -93,7 +93,7 @@ class _Run:
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
         self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
-        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device,
+        self.guards = guards_for_device(plan.guards, device,
                                         release=vbar_release(patcher))
 
     @property

@@ -39,7 +39,7 @@ KINDS = ("emergency", "late_block", "inter_block", "step_boundary")
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """When the guards act; megabytes, 0 = that guard is off.
+    """When the guards act (the plan's `guards`; field names match the manual controls); megabytes, 0 = off.
 
     inter_block_vram_guard_mb: after a block, clean up when less than this is free.
     inter_block_guard_cooldown_blocks: blocks skipped after any block clean-up.
@@ -68,13 +68,6 @@ class GuardSettings:
         for name in ("inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_cooldown_blocks",
                      "late_block_guard_start"):
             check_int(name, getattr(self, name), 0, MAX_BLOCKS, "Give a block count or index.", zero_ok=True)
-
-    @classmethod
-    def from_thresholds(cls, thresholds: object, **overrides: int) -> "GuardSettings":
-        """Settings from any object carrying the manual-control field names (the planner's GuardThresholds)."""
-        values = {name: getattr(thresholds, name) for name in cls.__dataclass_fields__ if hasattr(thresholds, name)}
-        values.update(overrides)
-        return cls(**values)
 
     @property
     def block_guards_on(self) -> bool:

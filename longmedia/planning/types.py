@@ -10,6 +10,7 @@ from ..attention.host import HostAttention
 from ..attention.schedule import SolSettings
 from ..errors import check_choice, check_int
 from ..execution.chunks import ChunkSizes
+from ..execution.guards import GuardSettings
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
 
@@ -75,18 +76,6 @@ class PlanRequest:
     @property
     def manual_fields(self) -> tuple[str, ...]:
         return tuple(name for name in MANUAL_FIELDS if getattr(self, name) is not None)
-
-
-@dataclass(frozen=True)
-class GuardThresholds:
-    """When the executor's VRAM guards act (field names match the manual controls)."""
-
-    inter_block_vram_guard_mb: int             # clean up before a block when less VRAM than this is free
-    inter_block_guard_cooldown_blocks: int     # blocks between two guard clean-ups
-    inter_block_guard_emergency_mb: int        # below this, clean up regardless of the cooldown
-    late_block_guard_start: int                # from this block index on, aim for the late target
-    late_block_guard_target_mb: int            # free VRAM wanted before the final layer
-    step_boundary_cleanup_mb: int              # at a step boundary, clean up when less than this many MB are free
 
 
 @dataclass(frozen=True)
@@ -173,7 +162,7 @@ class ExecutionPlan:
     attention: AttentionPath
     chunks: ChunkSizes
     activation_reserve_bytes: int
-    guards: GuardThresholds
+    guards: GuardSettings
     prefetch: bool
     pinning: PinningDecision
     memory: MemoryBreakdown
