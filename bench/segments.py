@@ -36,8 +36,8 @@ from longmedia.planning.planner import plan as make_plan  # noqa: E402
 from longmedia.planning.types import PlanRequest  # noqa: E402
 from longmedia.segments.timeline import plan_segments  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
+from longmedia.units import GIB  # noqa: E402
 
-GIB = 2 ** 30
 TOLERANCE = 0.05
 SMOKE_DIMS = H3Dims(hidden=128, heads=4, head_dim=32, ffn=256, rope_inv_freq_len=4, time_embed_dim=64)
 

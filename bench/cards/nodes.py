@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from . import faults, probes
+from longmedia.units import GIB
 
-GIB = 1024 ** 3
+from . import faults, probes
 
 
 def card_profile(card_gib: float, simulate: str = "ballast"):

@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..limits import MAX_SOL_MIN_TOKENS
+
 CURVES = ("linear", "cosine", "sqrt", "smoothstep", "exponential", "step")
 SINK_MODES = ("exact_kv", "exact_kv_and_rows", "off")
 SEGMENT_KINDS = ("text", "cond", "cond_audio", "ref_img", "ref_audio", "audio", "video")
@@ -61,9 +63,10 @@ class SolSettings:
         if self.curve not in CURVES:
             raise SolSettingsError(f"sol_curve must be one of {', '.join(CURVES)}, got {self.curve!r}")
         m = self.min_tokens
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_SOL_MIN_TOKENS:
             raise SolSettingsError(
-                f"sol_min_tokens must be an integer >= 0 (shorter sequences run exact; 0 = always Sol), got {m!r}")
+                f"sol_min_tokens must be an integer from 0 to {MAX_SOL_MIN_TOKENS} (shorter sequences run exact; "
+                f"0 = always Sol), got {m!r}")
         d = self.dense_percent
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or not 0.0 <= d <= 1.0:
             raise SolSettingsError(

@@ -11,8 +11,9 @@ from typing import Callable
 from ..execution.guards import GuardSettings
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, RowSpan
-from ..h3.profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
+from ..h3.profiles import DeviceProfile, ModelProfile, gib, mib
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
+from ..units import GIB, MIB
 from .segment_range import suggest_segment_seconds
 from .types import MANUAL_FIELDS, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..h3.dims import H3Dims
 from ..h3.geometry import Geometry
-from ..h3.profiles import MIB, ModelProfile
+from ..h3.profiles import ModelProfile
+from ..units import MIB
 
 WORKSPACE_FIXED = 256 * MIB          # cuBLAS/cuDNN workspaces, allocator rounding, small tensors
 SAMPLER_LATENT_COPIES = 6            # x, noise, denoised, the model output and a sampler's history, fp32

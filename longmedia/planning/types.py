@@ -13,6 +13,7 @@ from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
+from ..limits import MAX_MB
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
     from ..attention.dispatcher import AttentionChoice
@@ -22,7 +23,6 @@ ATTENTION_MODES = ("auto", "existing", "sol", "scheduled_sol")
 MODE_ORDER = ("normal", "low_vram", "ultra_low_vram")   # least to most constrained
 MAX_CHUNK_TOKENS = 1 << 20
 MIN_CHUNK_TOKENS = 64
-MAX_MB = 1 << 20
 
 # (name, low, high, zero allowed, what to change) for each of the ten manual controls; None = auto.
 _TOKENS_FIX = "Use 0 for the stock path of that stage or a row count such as 4096; leave unset for auto."

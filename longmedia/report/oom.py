@@ -15,11 +15,10 @@ import torch
 
 from ..execution.chunks import ChunkSizes
 from ..planning.types import ExecutionPlan
+from ..units import GIB, MIB
 from .memory import MemorySnapshot, read_memory
 
 PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent")
-_GIB = 1024 ** 3
-_MIB = 1024 ** 2
 _MIN_CHUNK = 512
 
 
@@ -71,7 +70,7 @@ class OOMReport:
         r = self.readings
 
         def gb(v: int | None) -> str:
-            return "n/a" if v is None else f"{v / _GIB:.2f} GiB"
+            return "n/a" if v is None else f"{v / GIB:.2f} GiB"
 
         where = f"phase {self.phase}" + (f", block {self.block_index}" if self.block_index is not None else "")
         c = self.context
@@ -115,12 +114,12 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
                 "fit in RAM: shorten the job, lower the size, or close what else holds RAM")
     idle = readings.cached_bytes
     total = readings.total_bytes or 0
-    if idle is not None and idle > max(_GIB, total // 4):
+    if idle is not None and idle > max(GIB, total // 4):
         # the step-boundary clean-up runs when less than step_boundary_cleanup_mb is free outside torch's
         # cache: a higher value makes it run more often. At this failure's reading it runs from free + idle up.
-        at_least = -(-((readings.free_bytes or 0) + idle) // (256 * _MIB)) * 256
+        at_least = -(-((readings.free_bytes or 0) + idle) // (256 * MIB)) * 256
         return ("step_boundary_cleanup_mb",
-                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): raise step_boundary_cleanup_mb "
+                f"{idle / GIB:.2f} GiB sat idle in torch's cache (fragmentation): raise step_boundary_cleanup_mb "
                 f"to at least {at_least} MB (the clean-up runs when less than that is free, so a higher value "
                 "hands the idle cache back more often) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if phase_name == "before_block_0":

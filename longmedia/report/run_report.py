@@ -8,6 +8,7 @@ from typing import Any
 
 from ..execution.probes import ProbeReport
 from ..planning.types import ExecutionPlan, MemoryBreakdown
+from ..units import GIB
 from .host_features import HostFeatures
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
@@ -116,19 +117,18 @@ class RunReport:
 
     def peak_lines(self) -> tuple[str, ...]:
         """Predicted beside measured, like for like: torch's allocator, then the whole device."""
-        gib = 2 ** 30
         pred = self.predicted
         if pred is None:
-            return (f"predicted peak {self.plan.predicted_peak_bytes / gib:.2f} GiB (weights included); "
+            return (f"predicted peak {self.plan.predicted_peak_bytes / GIB:.2f} GiB (weights included); "
                     "no like-for-like measurement in this report",)
         measured = self.measured_peak_bytes
         what = ("activations and workspaces; weights live in comfy-aimdo's VBAR, outside torch"
                 if pred.weights_outside_torch else "activations, workspaces and resident weights")
-        torch_line = (f"torch allocator peak: predicted {pred.torch_bytes / gib:.2f} GiB ({what}), measured "
-                      + (f"{measured / gib:.2f} GiB" if measured else "n/a (no CUDA)"))
+        torch_line = (f"torch allocator peak: predicted {pred.torch_bytes / GIB:.2f} GiB ({what}), measured "
+                      + (f"{measured / GIB:.2f} GiB" if measured else "n/a (no CUDA)"))
         device = self.measured_device_bytes
-        device_line = (f"device memory in use: predicted {pred.device_bytes / gib:.2f} GiB (the pass, weights "
-                       "included), measured " + (f"{device / gib:.2f} GiB (cudaMemGetInfo at block and step ends: "
+        device_line = (f"device memory in use: predicted {pred.device_bytes / GIB:.2f} GiB (the pass, weights "
+                       "included), measured " + (f"{device / GIB:.2f} GiB (cudaMemGetInfo at block and step ends: "
                                                  "VBAR weights, CUDA context and other processes included)"
                                                  if device else "n/a (no CUDA)"))
         return torch_line, device_line

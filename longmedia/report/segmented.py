@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..h3.profiles import GIB
 from ..segments.timeline import SegmentPlan
+from ..units import GIB, MIB
 from .memory import MemorySnapshot
 from .run_report import RunReport
 
@@ -128,7 +128,7 @@ class SegmentedReport:
         c = self.comparable
         lines.append(f"drift over segments {c[0].index}..{c[-1].index} (equal geometry): s/step "
                      f"{_ratio_text(self.step_time_ratio)}, peak {_ratio_text(self.peak_ratio)}; baseline spread "
-                     f"{self.baseline_spread_bytes / 2 ** 20:.1f} MiB")
+                     f"{self.baseline_spread_bytes / MIB:.1f} MiB")
         lines.append("context guide on: " + ", ".join(self.context_on))
         lines.extend(self.notes)
         return tuple(lines)

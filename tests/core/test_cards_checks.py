@@ -10,13 +10,14 @@ import torch
 
 from bench.cards import checks
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 from longmedia.report.memory import MemorySnapshot
 from longmedia.report.oom import OOMContext, report_for
+from longmedia.units import GIB
 
 MIB = 2 ** 20
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
@@ -17,6 +17,7 @@ from longmedia.report.oom import (
     phase,
     pressure_point,
 )
+from longmedia.units import GIB
 
 READ = MemorySnapshot("cuda:0", total_bytes=16 * GIB, free_bytes=GIB // 10, allocated_bytes=14 * GIB,
                       reserved_bytes=14 * GIB + GIB // 4, aimdo_vram_usage_bytes=15 * GIB,

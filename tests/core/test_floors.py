@@ -1,6 +1,6 @@
 """The package's floors: ComfyUI only behind `longmedia/comfy/`, and no floor importing one above it.
 
-Floors, lowest first (docs/ARCHITECTURE.md): `errors`/`limits` (shared vocabulary) < `h3` and `kernels`
+Floors, lowest first (docs/ARCHITECTURE.md): `units` < `errors`/`limits` (shared vocabulary) < `h3` and `kernels`
 (facts and math, independent of each other) < `segments`, `attention` < `execution` < `planning` < `job` <
 `report` < `testing`, `cli` < `comfy` < `nodes`. A module may import its own floor and any floor below.
 """
@@ -20,7 +20,7 @@ import longmedia
 
 ROOT = Path(longmedia.__file__).resolve().parent
 
-RANK = {"errors": 0, "limits": 0, "h3": 1, "kernels": 1, "segments": 2, "attention": 2, "execution": 3,
+RANK = {"units": -1, "errors": 0, "limits": 0, "h3": 1, "kernels": 1, "segments": 2, "attention": 2, "execution": 3,
         "planning": 4, "job": 5, "report": 6, "testing": 7, "cli": 7, "comfy": 8}
 HOST_MODULES = ("comfy", "comfy_api", "comfy_extras", "comfy_execution", "comfy_aimdo", "comfy_kitchen",
                 "latent_preview", "folder_paths", "node_helpers", "nodes", "execution", "server")
@@ -100,7 +100,7 @@ def test_h3_imports_nothing_but_the_ground_floor():
     for module in (m for m in MODULES if _floor(m) == "h3"):
         for target, _how in _imports(_path(module), module):
             if target.startswith("longmedia."):
-                assert _floor(target) in ("h3", "errors", "limits"), f"{module} imports {target}"
+                assert _floor(target) in ("h3", "units", "errors", "limits"), f"{module} imports {target}"
 
 
 def test_comfy_is_imported_by_nothing_but_nodes():

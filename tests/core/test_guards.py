@@ -7,7 +7,8 @@ import random
 import pytest
 
 from longmedia.errors import LongMediaInputError
-from longmedia.execution.guards import MB, GuardEvent, Guards, GuardSettings, guards_for_device
+from longmedia.execution.guards import GuardEvent, Guards, GuardSettings, guards_for_device
+from longmedia.units import MIB as MB
 
 
 class Script:

@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 from longmedia.errors import LongMediaInputError
 from longmedia.execution.memory import predicted_peak_bytes
 from longmedia.h3.geometry import ReferenceSpec
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning import attention_path
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import MANUAL_CONTROLS, PlanRequest
+from longmedia.units import GIB
 
 MODELS = {q: ModelProfile.preset(f"h3-{q}") for q in ("bf16", "int8", "nvfp4")}
 RES = {"720p": (1280, 720), "1080p": (1920, 1080)}

@@ -6,7 +6,7 @@ import pytest
 
 from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job import preflight as pf
 from longmedia.job.geometry import build_geometry
 from longmedia.job.job import LongMediaJob
@@ -17,6 +17,7 @@ from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 from longmedia.report.oom import LongMediaOOM, is_oom, phase
 from longmedia.segments import seams
+from longmedia.units import GIB
 
 INT8 = ModelProfile.preset("h3-int8")
 
