@@ -121,12 +121,9 @@ def _positive(guider):
 
 
 def plan_for(guider, latent, sigmas, request: PlanRequest,
-             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None,
-             *, check_runs: bool = True):
-    """Validate everything (before any GPU work) and plan the pass; returns (plan, row_spans).
-
-    check_runs: refuse a plan that cannot run (auto with no mode fitting); off for a first look that is re-planned
-    after the residency boundary frees memory.
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
+    """Validate everything (before any GPU work) and plan the pass; returns (plan, row_spans). Whether the plan
+    can run is `job.preflight.check_plan_runs(plan)`, asked once of the plan a pass runs.
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
     """
@@ -152,10 +149,7 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
             diffusion_model=model))
     plan = make_plan(profile, device, geometry, request)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
-    plan = reconcile_block_sparse(plan, evidence)
-    if check_runs:
-        check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)
-    return plan, row_spans
+    return reconcile_block_sparse(plan, evidence), row_spans
 
 
 def _device_profile(load_device, measured: MemorySnapshot | None = None) -> DeviceProfile:
@@ -275,13 +269,13 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
                                    row_spans=row_spans)
     g.model_options = opts
 
-    call_segments = _needs_call_row_spans(plan)
+    call_row_spans = _needs_call_row_spans(plan)
 
     def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
-        if call_segments:  # this call's own table (cond and uncond differ); transformer_options is per call
-            transformer_options[ROW_SPANS_KEY] = inputs.call_segments(x, context, kwargs.get("minimax_payload"))
+        if call_row_spans:  # this call's own table (cond and uncond differ); transformer_options is per call
+            transformer_options[ROW_SPANS_KEY] = inputs.call_row_spans(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
         start, run.phase, run.step_peak, run.step_device_used = time.perf_counter(), "before_block_0", 0, 0
@@ -338,8 +332,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     from .previews import comfy_preview_callback
 
     replan = not isinstance(device_profile, DeviceProfile)
-    plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile,  # every input checked first
-                              check_runs=not replan)
+    plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
+    runs = () if replan else check_plan_runs(plan)  # a fixed profile's plan is final: refused before the boundary
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     load_device = guider.model_patcher.load_device
     boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
@@ -348,12 +342,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         measured = device_profile if device_profile is not None else (
             lambda: _device_profile(load_device, boundary.after))
         plan, row_spans = plan_for(guider, latent, sigmas, request, measured)
+        runs = check_plan_runs(plan)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
     run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
-    run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))  # chosen mode
+    run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
     streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights)

@@ -22,6 +22,7 @@ from ..errors import LongMediaInputError
 from ..execution.linear import WeightAccess
 from ..execution.probes import Observer
 from ..h3.profiles import DeviceProfile
+from ..job.preflight import check_plan_runs
 from ..planning.types import PlanRequest
 from ..report.memory import MemorySnapshot, Reader, read_memory
 from ..report.oom import phase
@@ -164,6 +165,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
         extra = (seams.context_keyframe(seg, video, audio),) if seg.index else ()
         seg_latent = {"samples": comfy.nested_tensor.NestedTensor((pass_v, pass_a))}
         p, rows = comfy_sampler.plan_for(guider, seg_latent, sigmas, request, device_profile, keyframes=extra)
+        check_plan_runs(p)  # a pass that cannot run is refused before the first pass runs
         out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
                                    p.predicted_peak_bytes, p.fits))
     return tuple(out)

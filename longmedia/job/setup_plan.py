@@ -2,7 +2,7 @@
 
 `plan_setup(SetupRequest) -> SetupPlan`: the job's geometry (reference caps applied), its segment plan,
 what to do to each reference before the stock H3 nodes see it (`ReferencePrep`), and plain-language
-notes. `longmedia/comfy_setup.py` reads the request off the node's tensors and applies the plan.
+notes. `longmedia/comfy/setup.py` reads the request off the node's tensors and applies the plan.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
 # allocation failures that surface as plain RuntimeErrors: cuBLAS / Triton / the driver, torch's CPU
 # allocator ("[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory") and comfy-aimdo's
 # cast buffers ("VRAM grow failed: N bytes", "VRAM reservation failed": comfy_aimdo/vram_buffer.py; seen on the
-# H200 by bench/cards.py when a stage left no room for the weights being streamed)
+# H200 by bench/cards/ (python -m bench.cards) when a stage left no room for the weights being streamed)
 _OOM_TEXTS = ("out of memory", "cublas_status_alloc_failed", "defaultcpuallocator: can't allocate memory",
               "alloc_cpu.cpp", "vram grow failed", "vram reservation failed")
 
