@@ -29,8 +29,8 @@ import torch
 
 from bench._common import device_name, emit, sync
 from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
-from longmedia.h3.geometry import KeyframeSpec, ReferenceSpec  # noqa: E402
 from longmedia.h3.profiles import DeviceProfile, ModelProfile  # noqa: E402
+from longmedia.h3.references import KeyframeSpec, ReferenceSpec  # noqa: E402
 from longmedia.job.geometry import build_geometry  # noqa: E402
 from longmedia.planning.attention_path import default_attention_path  # noqa: E402
 from longmedia.planning.planner import plan  # noqa: E402

@@ -28,7 +28,7 @@ from .existing import existing_backend_is_exact, existing_spec
 from .host import HostAttention
 from .protocol import AttentionFn
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext, Capability
-from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
+from .schedule import SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
 
 MODES = ("auto", "existing", "sol", "scheduled_sol")
 QUERY_ROW_LADDER = (16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64)
@@ -422,5 +422,5 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
                                                        sm_scale=sm_scale))
 
 
-__all__ = ["MODES", "CURVES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "HostAttention",
-           "resolve_attention", "build_attention_fn", "existing_backend_is_exact", "existing_spec"]
+__all__ = ["MODES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "resolve_attention",
+           "build_attention_fn"]

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..execution.chunks import ChunkSizes
 from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
@@ -414,4 +413,4 @@ def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:
     return out, denoised
 
 
-__all__ = ["SamplingResult", "run_sampler", "plan_for", "ChunkSizes"]
+__all__ = ["SamplingResult", "run_sampler", "plan_for"]

@@ -23,8 +23,7 @@ from .references import (
     resolve_references,
 )
 
-__all__ = ["Geometry", "RowSpan", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
-           "REFERENCE_BUDGETS", "pass_geometry", "LongMediaInputError"]
+__all__ = ["Geometry", "RowSpan", "pass_geometry"]
 
 
 

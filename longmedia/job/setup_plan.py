@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
 from ..h3 import lattice as L
-from ..h3.geometry import Geometry, KeyframeSpec, ReferenceSpec
-from ..h3.references import REFERENCE_BUDGETS
+from ..h3.geometry import Geometry
+from ..h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from ..limits import MAX_EDGE_PX, MAX_SECONDS, MAX_TEXT_TOKENS, MIN_SECONDS
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 from .geometry import build_geometry

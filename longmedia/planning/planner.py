@@ -35,7 +35,7 @@ from .types import MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, Pl
 LADDER = (16384, 8192, 4096, 2048, 1024, 512)
 ULTRA_LADDER = (4096, 2048, 1024, 512)
 
-__all__ = ["plan", "PlanRequest", "ExecutionPlan", "LongMediaInputError", "LADDER", "Candidate", "evaluate_mode"]
+__all__ = ["plan", "LADDER", "Candidate", "evaluate_mode"]
 
 
 @dataclass(frozen=True)

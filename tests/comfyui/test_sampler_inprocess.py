@@ -244,7 +244,7 @@ def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, prefetch_
 
 
 def _spy_sol_calls(monkeypatch):
-    """Every AttentionFn the run builds, wrapped to record (the segment table it was built with, keys it got)."""
+    """Every AttentionFn the run builds, wrapped to record (the row spans it was built with, keys it got)."""
     from longmedia.attention import dispatcher
     from longmedia.comfy import attention_override as override
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from longmedia.errors import LongMediaInputError
 from longmedia.execution.memory import predicted_peak_bytes
-from longmedia.h3.geometry import ReferenceSpec
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
+from longmedia.h3.references import ReferenceSpec
 from longmedia.job.geometry import build_geometry
 from longmedia.planning import attention_path
 from longmedia.planning.attention_path import default_attention_path
