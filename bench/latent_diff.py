@@ -1,4 +1,4 @@
-"""How far saved video latents sit from a reference latent (`bench/cards.py --latents`).
+"""How far saved video latents sit from a reference latent (`bench/cards/ (python -m bench.cards) --latents`).
 
     python3 bench/latent_diff.py REF.pt OTHER.pt [OTHER.pt ...] [--tol 2e-2]
     python3 bench/latent_diff.py --smoke    # random latents on CPU: a copy, a bf16 round trip, one NaN

@@ -29,13 +29,14 @@ import torch
 
 from bench._common import device_name, emit, sync
 from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402
-from longmedia.h3.geometry import KeyframeSpec, ReferenceSpec  # noqa: E402
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile  # noqa: E402
+from longmedia.h3.profiles import DeviceProfile, ModelProfile  # noqa: E402
+from longmedia.h3.references import KeyframeSpec, ReferenceSpec  # noqa: E402
 from longmedia.job.geometry import build_geometry  # noqa: E402
 from longmedia.planning.attention_path import default_attention_path  # noqa: E402
 from longmedia.planning.planner import plan  # noqa: E402
 from longmedia.planning.types import PlanRequest  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
+from longmedia.units import GIB
 
 SMOKE_DIMS = H3Dims(hidden=128, heads=4, head_dim=32, ffn=256, num_blocks=4, rope_inv_freq_len=4,
                     time_embed_dim=64)

@@ -29,8 +29,7 @@ from longmedia.job.geometry import build_geometry  # noqa: E402
 from longmedia.planning.planner import plan  # noqa: E402
 from longmedia.planning.types import PlanRequest  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
-
-GIB = 2 ** 30
+from longmedia.units import GIB  # noqa: E402
 
 
 def int8_access(blocks):

@@ -36,8 +36,8 @@ from longmedia.planning.planner import plan as make_plan  # noqa: E402
 from longmedia.planning.types import PlanRequest  # noqa: E402
 from longmedia.segments.timeline import plan_segments  # noqa: E402
 from longmedia.testing.reference_block import ReferenceBlock, make_block_inputs  # noqa: E402
+from longmedia.units import GIB  # noqa: E402
 
-GIB = 2 ** 30
 TOLERANCE = 0.05
 SMOKE_DIMS = H3Dims(hidden=128, heads=4, head_dim=32, ffn=256, rope_inv_freq_len=4, time_embed_dim=64)
 
@@ -73,11 +73,12 @@ def run_pass(index, blocks, dims, seq_len, chunks, steps, dtype, device):
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     del inputs
     after = boundary.after
-    figures = {"s_step": median(times), "baseline": after.allocated_bytes, "reserved": after.reserved_bytes,
-               "peak": peak}
+    # off CUDA torch has no device memory to read (None): the table's columns then read 0, as before
+    baseline, reserved = after.allocated_bytes or 0, after.reserved_bytes or 0
+    figures = {"s_step": median(times), "baseline": baseline, "reserved": reserved, "peak": peak}
     done = ", ".join(boundary.done) or "none (CPU)"
     row = (f"| {index + 1} | {figures['s_step']:.3f} | {min(times):.3f} / {max(times):.3f} | "
-           f"{after.allocated_bytes / GIB:.3f} | {after.reserved_bytes / GIB:.3f} | {peak / GIB:.2f} | {done} |")
+           f"{baseline / GIB:.3f} | {reserved / GIB:.3f} | {peak / GIB:.2f} | {done} |")
     return row, figures
 
 

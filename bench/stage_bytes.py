@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from longmedia.planning import stage_formulas as F
+from longmedia.units import GIB
 
-GIB = 2 ** 30
 REPO = Path(__file__).resolve().parents[1]
 CHILD_MARK = "LONGMEDIA_STAGE_BYTES_CHILD"  # set in the one re-run with ComfyUI on PYTHONPATH
 

@@ -15,9 +15,8 @@ from typing import Sequence
 
 from .errors import LongMediaInputError, check_float, check_int
 from .h3 import lattice as L
-from .h3.geometry import KeyframeSpec, ReferenceSpec
 from .h3.profiles import PRESETS, DeviceProfile, ModelProfile
-from .h3.references import REFERENCE_BUDGETS
+from .h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.planner import plan

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.attention.schedule import SolSettings
+from ..longmedia.attention.schedule import CURVES, SINK_MODES, TAU_RANGE, SolSettings
+from ..longmedia.limits import MAX_SOL_MIN_TOKENS
 from ..longmedia.planning import types as PLAN_TYPES
 
 AUTO = -1
+SOL = SolSettings()  # the Sol inputs' defaults
 MANUAL_HELP = {
     "mlp_chunk_tokens": "Rows per SwiGLU MLP chunk: smaller holds less of fc1's output at once.",
     "sol_qkv_chunk_tokens": "qkv_chunk_tokens (input sol_qkv_chunk_tokens; every streamed attention, not only "
@@ -59,18 +61,18 @@ def memory_inputs() -> list:
         io.Combo.Input("memory_mode", options=list(PLAN_TYPES.MEMORY_MODES), default="auto", tooltip=MEMORY_HELP),
         io.Combo.Input("attention_mode", options=list(PLAN_TYPES.ATTENTION_MODES), default="auto",
                        tooltip=ATTENTION_HELP),
-        io.Float.Input("sol_tau_start", default=1.3, min=-100.0, max=10.0, step=0.05, advanced=True, optional=True,
+        io.Float.Input("sol_tau_start", default=SOL.tau_start, min=TAU_RANGE[0], max=TAU_RANGE[1], step=0.05, advanced=True, optional=True,
                        tooltip="Sol threshold at the start (sol uses only this). Lower keeps more key blocks exact; "
                                "-100 is exact dense attention."),
-        io.Float.Input("sol_tau_end", default=0.8, min=-100.0, max=10.0, step=0.05, advanced=True, optional=True,
+        io.Float.Input("sol_tau_end", default=SOL.tau_end, min=TAU_RANGE[0], max=TAU_RANGE[1], step=0.05, advanced=True, optional=True,
                        tooltip="Sol threshold at the end of the schedule (scheduled_sol)."),
-        io.Combo.Input("sol_curve", options=["linear", "cosine", "sqrt", "smoothstep", "exponential", "step"],
-                       default="cosine", advanced=True, optional=True, tooltip="How tau moves from start to end over sigma progress."),
-        io.Int.Input("sol_min_tokens", default=16384, min=0, max=1 << 22, advanced=True, optional=True,
+        io.Combo.Input("sol_curve", options=list(CURVES),
+                       default=SOL.curve, advanced=True, optional=True, tooltip="How tau moves from start to end over sigma progress."),
+        io.Int.Input("sol_min_tokens", default=SOL.min_tokens, min=0, max=MAX_SOL_MIN_TOKENS, advanced=True, optional=True,
                      tooltip="Sequences shorter than this run exact attention (Sol gains little there)."),
-        io.Float.Input("sol_dense_percent", default=0.2, min=0.0, max=1.0, step=0.05, advanced=True, optional=True,
+        io.Float.Input("sol_dense_percent", default=SOL.dense_percent, min=0.0, max=1.0, step=0.05, advanced=True, optional=True,
                        tooltip="Leading fraction of the schedule that runs exact (scheduled_sol)."),
-        io.Combo.Input("sol_sink_conditioning", options=["exact_kv", "exact_kv_and_rows", "off"], default="exact_kv",
+        io.Combo.Input("sol_sink_conditioning", options=list(SINK_MODES), default=SOL.sink_conditioning,
                        advanced=True, optional=True, tooltip="exact_kv: text/conditioning/reference/audio keys always exact; "
                                               "exact_kv_and_rows: their query rows too; off: route them like video."),
     ]
@@ -90,10 +92,6 @@ def latent_outputs() -> list:
 def plan_request(kwargs: dict):
     """The node's widget values as a PlanRequest (-1 -> None = auto) with its Sol settings."""
     manual = {name: (None if kwargs.get(name, AUTO) == AUTO else kwargs[name]) for name in PLAN_TYPES.MANUAL_FIELDS}
-    sol = SolSettings(tau_start=kwargs.get("sol_tau_start", 1.3), tau_end=kwargs.get("sol_tau_end", 0.8),
-                                 curve=kwargs.get("sol_curve", "cosine"),
-                                 min_tokens=kwargs.get("sol_min_tokens", 16384),
-                                 dense_percent=kwargs.get("sol_dense_percent", 0.2),
-                                 sink_conditioning=kwargs.get("sol_sink_conditioning", "exact_kv"))
+    sol = SolSettings(**{name: kwargs.get(f"sol_{name}", getattr(SOL, name)) for name in SOL.__dataclass_fields__})
     return PLAN_TYPES.PlanRequest(memory_mode=kwargs.get("memory_mode", "auto"),
                                   attention_mode=kwargs.get("attention_mode", "auto"), sol=sol, **manual)

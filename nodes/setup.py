@@ -6,9 +6,11 @@ from comfy_api.latest import io
 
 from ..longmedia.comfy.setup import FRAME_INPUTS, REFERENCE_GROUPS, run_setup, setup_media
 from ..longmedia.errors import LongMediaInputError
+from ..longmedia.h3 import lattice as L
 from ..longmedia.h3.references import REFERENCE_BUDGETS
 from ..longmedia.job.setup_plan import FAMILIES, SLOTS, SOUNDTRACK_PREFIX
-from ..longmedia.segments.timeline import MAX_SEGMENT_SECONDS
+from ..longmedia.limits import MAX_EDGE_PX, MAX_SECONDS, MIN_SECONDS
+from ..longmedia.segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS
 
 Job = io.Custom("LONGMEDIA_JOB")
 BUDGET_HELP = ("Caps on references before they reach H3 (they ride through every step): low 512x512 pictures, "
@@ -74,15 +76,18 @@ class LongMediaSetup(io.ComfyNode):
             description="MiniMax H3 job setup: size, duration (snapped to 17k+5 frames at 24 fps), t2va / fl2va / "
                         "ref2va conditioning through the stock H3 nodes, reference budget and segments.",
             inputs=[
-                io.Int.Input("width", default=1344, min=32, max=16384, step=32, tooltip="Video width in pixels (multiple of 32)."),
-                io.Int.Input("height", default=768, min=32, max=16384, step=32, tooltip="Video height in pixels (multiple of 32)."),
-                io.Float.Input("seconds", default=10.0, min=0.2, max=3600.0, step=0.5,
+                io.Int.Input("width", default=1344, min=L.CANVAS_MULTIPLE, max=MAX_EDGE_PX, step=L.CANVAS_MULTIPLE,
+                             tooltip=f"Video width in pixels (multiple of {L.CANVAS_MULTIPLE})."),
+                io.Int.Input("height", default=768, min=L.CANVAS_MULTIPLE, max=MAX_EDGE_PX, step=L.CANVAS_MULTIPLE,
+                             tooltip=f"Video height in pixels (multiple of {L.CANVAS_MULTIPLE})."),
+                io.Float.Input("seconds", default=10.0, min=MIN_SECONDS, max=MAX_SECONDS, step=0.5,
                                tooltip="Duration at 24 fps, snapped up to H3's 17k+5 frame grid (10 s -> 243 frames)."),
                 *family,
                 io.Combo.Input("reference_budget", options=list(REFERENCE_BUDGETS), default="low", tooltip=BUDGET_HELP),
                 io.Float.Input("segment_seconds", default=0.0, min=0.0, max=MAX_SEGMENT_SECONDS, step=0.5,
                                tooltip="0 = one pass. Else new seconds per segment of a long job (16 GB: 5-10)."),
-                io.Int.Input("context_frames", default=22, min=5, max=3609, step=17,
+                io.Int.Input("context_frames", default=DEFAULT_CONTEXT_FRAMES, min=L.MIN_FRAMES, max=L.MAX_STOCK_FRAMES,
+                             step=L.CLIP_FRAMES,
                              tooltip="Frames each later segment re-reads from the previous one (17k+5: 5, 22, 39 ...)."),
                 io.Conditioning.Input("positive", optional=True,
                                       tooltip="Prompt conditioning (CLIPTextEncode) for t2va/fl2va. Or leave it "

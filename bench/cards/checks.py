@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import re
 
-MIB = 2 ** 20
+from longmedia.units import MIB
+
 BYTES_TOLERANCE = 128 * MIB        # plan / boundary byte figures that differ by less are "same"
 TORCH_BACK_TOLERANCE = 64 * MIB    # torch allocated after an interrupt vs. idle with the model loaded
 PROCESS_BACK_TOLERANCE = 256 * MIB  # the process's device memory (NVML) less comfy-aimdo's, same comparison

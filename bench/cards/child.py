@@ -10,14 +10,14 @@ import itertools
 import json
 import time
 
+from longmedia.units import GIB, MIB
+
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
 from .entry import advised_segment_seconds, grid
 from .measure import executor_class, measure
 from .prompts import CONTROLS, JOB, Server, base_sampler, prompt
 from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
 from .step_clock import StepClock
-
-GIB = 1024 ** 3
 
 
 def child(a) -> int:
@@ -71,7 +71,7 @@ def child(a) -> int:
                       device=start.device_name, aimdo_enabled=start.aimdo_enabled, alloc_conf=start.alloc_conf,
                       simulate=a.simulate, reserve_vram_gib=reserve_gib, cap_enforced=cap,
                       free_at_start_bytes=int(torch.cuda.mem_get_info()[0]),
-                      comfy_total_mib=round(mm.get_total_memory(mm.get_torch_device()) / 2 ** 20)).as_row()
+                      comfy_total_mib=round(mm.get_total_memory(mm.get_torch_device()) / MIB)).as_row()
     prompts_run = itertools.count(1)  # a row's position among the prompts of its card process (stock's first differs)
 
     def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True, kernels: bool = False) -> dict:

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-GIB = 1024 ** 3
+from longmedia.units import GIB, MIB
 
 
 class ComfyStartError(RuntimeError):
@@ -115,8 +115,8 @@ def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
     dev = mm.get_torch_device()
     return ComfyStart(aimdo_enabled=bool(comfy.memory_management.aimdo_enabled), alloc_conf=alloc_conf, device=str(dev),
                       device_name=mm.get_torch_device_name(dev), vram_state=str(mm.vram_state),
-                      comfy_total_mib=mm.get_total_memory(dev) / 2 ** 20,
-                      comfy_free_mib=mm.get_free_memory(dev) / 2 ** 20, args=tuple(comfy_args))
+                      comfy_total_mib=mm.get_total_memory(dev) / MIB,
+                      comfy_free_mib=mm.get_free_memory(dev) / MIB, args=tuple(comfy_args))
 
 
 def load_builtin_nodes() -> None:

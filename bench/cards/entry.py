@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from longmedia.units import GIB
+
 from . import comfy_process
 from .checks import EXTRAS
 from .prompts import CONTROLS_HELP, JOB, sampler_name
@@ -17,7 +19,6 @@ from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
 from .tables import compare, tables
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 1024 ** 3
 DESCRIPTION = "End to end in real ComfyUI (PromptExecutor) under simulated 8/12/16/24 GiB cards: stock vs LongMedia auto."
 
 

@@ -1,6 +1,6 @@
 """Bench-only ComfyUI nodes for the card bench, registered in-process (never shipped in the pack).
 
-- LongMediaBenchConditioning: H3 CONDITIONING at full text width from `tiny_conditioning.random_conditioning`
+- LongMediaBenchConditioning: H3 CONDITIONING at full text width from `longmedia.testing.conditioning.random_conditioning`
   (no H3 text encoder exists here).
 - LongMediaBenchSampler: what the LongMedia Sampler node does (`run_sampler` with a PlanRequest), but
   with the simulated card's DeviceProfile: LongMedia's planner reads `torch.cuda.mem_get_info`, which
@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from . import faults, probes
+from longmedia.units import GIB
 
-GIB = 1024 ** 3
+from . import faults, probes
 
 
 def card_profile(card_gib: float, simulate: str = "ballast"):
@@ -54,8 +54,8 @@ class LongMediaBenchConditioning:
                              "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})}}
 
     def make(self, tokens, seed):
-        from longmedia.comfy.tiny_conditioning import random_conditioning
         from longmedia.h3.dims import H3_FULL
+        from longmedia.testing.conditioning import random_conditioning
 
         return (random_conditioning(tokens, dims=H3_FULL, seed=seed),)
 

@@ -3,9 +3,9 @@ and the card x job grid with LongMedia and stock side by side (`compare`, what d
 
 from __future__ import annotations
 
-from .checks import extras_table
+from longmedia.units import GIB
 
-GIB = 1024 ** 3
+from .checks import extras_table
 
 
 def _g(n) -> str:

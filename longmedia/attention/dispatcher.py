@@ -28,7 +28,7 @@ from .existing import existing_backend_is_exact, existing_spec
 from .host import HostAttention
 from .protocol import AttentionFn
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext, Capability
-from .schedule import CURVES, SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
+from .schedule import SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
 
 MODES = ("auto", "existing", "sol", "scheduled_sol")
 QUERY_ROW_LADDER = (16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64)
@@ -402,9 +402,9 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
                        force_exact: bool = False) -> AttentionFn:
     """The AttentionFn for one sampler step (Sol's tau depends on `progress`, see AttentionChoice.tau_at).
 
-    seq_len: keys of the calls it will serve (default: the choice's). row_spans: H3's packed segment
+    seq_len: keys of the calls it will serve (default: the choice's). row_spans: H3's packed row-span
     table, needed when the choice runs Sol with sinks on. existing: ComfyUI's attention as an
-    AttentionFn (comfy_override.existing_attention_fn), for `existing`. force_exact: run exact_backend.
+    AttentionFn (longmedia.comfy.attention_override.existing_attention_fn), for `existing`. force_exact: run exact_backend.
     """
     registry = default_registry() if registry is None else registry
     tau = None if force_exact else choice.tau_at(progress, choice.seq_len if seq_len is None else seq_len)
@@ -414,7 +414,7 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
     if choice.sol is not None and choice.sol.sinks_keys:
         if row_spans is None:
             raise SolSettingsError(
-                f"sol_sink_conditioning={choice.sol.sink_conditioning!r} needs H3's packed segment table "
+                f"sol_sink_conditioning={choice.sol.sink_conditioning!r} needs H3's packed row-span table "
                 f"(row_spans=[(start, stop, kind), ...]); pass it, or set sol_sink_conditioning='off'")
         sinks = sink_ranges_from_row_spans(row_spans)
     rows = sinks if choice.sol is not None and choice.sol.sinks_rows else ()
@@ -422,5 +422,5 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
                                                        sm_scale=sm_scale))
 
 
-__all__ = ["MODES", "CURVES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "HostAttention",
-           "resolve_attention", "build_attention_fn", "existing_backend_is_exact", "existing_spec"]
+__all__ = ["MODES", "QUERY_ROW_LADDER", "AttentionChoice", "AttentionModeError", "resolve_attention",
+           "build_attention_fn"]

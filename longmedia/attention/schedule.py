@@ -11,11 +11,13 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..limits import MAX_SOL_MIN_TOKENS
+
 CURVES = ("linear", "cosine", "sqrt", "smoothstep", "exponential", "step")
 SINK_MODES = ("exact_kv", "exact_kv_and_rows", "off")
-SEGMENT_KINDS = ("text", "cond", "cond_audio", "ref_img", "ref_audio", "audio", "video")
+ROW_SPAN_KINDS = ("text", "cond", "cond_audio", "ref_img", "ref_audio", "audio", "video")
 SINK_KINDS = frozenset({"text", "cond", "cond_audio", "ref_img", "ref_audio", "audio"})
-"""Every packed H3 segment except the target video: conditioning, references and audio keys stay exact."""
+"""Every packed H3 row span except the target video: conditioning, references and audio keys stay exact."""
 
 TAU_RANGE = (-100.0, 10.0)
 EXPONENTIAL_RATE = 4.0
@@ -23,7 +25,7 @@ STEP_AT = 0.5
 
 
 class SolSettingsError(ValueError):
-    """A Sol setting, sigma table or segment table is outside its allowed range."""
+    """A Sol setting, sigma table or row-span table is outside its allowed range."""
 
 
 def _check_tau(name: str, value: object) -> float:
@@ -61,9 +63,10 @@ class SolSettings:
         if self.curve not in CURVES:
             raise SolSettingsError(f"sol_curve must be one of {', '.join(CURVES)}, got {self.curve!r}")
         m = self.min_tokens
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_SOL_MIN_TOKENS:
             raise SolSettingsError(
-                f"sol_min_tokens must be an integer >= 0 (shorter sequences run exact; 0 = always Sol), got {m!r}")
+                f"sol_min_tokens must be an integer from 0 to {MAX_SOL_MIN_TOKENS} (shorter sequences run exact; "
+                f"0 = always Sol), got {m!r}")
         d = self.dense_percent
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or not 0.0 <= d <= 1.0:
             raise SolSettingsError(
@@ -166,19 +169,19 @@ def sink_ranges_from_row_spans(row_spans: Iterable[Sequence[object]],
                               kinds: Iterable[str] = SINK_KINDS) -> tuple[tuple[int, int], ...]:
     """Packed key ranges [start, stop) that stay exact: H3 row_spans of `kinds`, adjacent ones merged.
 
-    `row_spans` is H3's packed segment table: (start, stop, kind) rows with kinds from SEGMENT_KINDS.
+    `row_spans` is H3's packed row-span table: (start, stop, kind) rows with kinds from ROW_SPAN_KINDS.
     """
     keep = frozenset(kinds)
     ranges: list[tuple[int, int]] = []
     for row in row_spans:
         if len(row) != 3:
-            raise SolSettingsError(f"segment rows must be (start, stop, kind), got {row!r}")
+            raise SolSettingsError(f"row spans must be (start, stop, kind), got {row!r}")
         start, stop, kind = row
-        if kind not in SEGMENT_KINDS:
-            raise SolSettingsError(f"segment kind must be one of {', '.join(SEGMENT_KINDS)}, got {kind!r} in {row!r}")
+        if kind not in ROW_SPAN_KINDS:
+            raise SolSettingsError(f"row-span kind must be one of {', '.join(ROW_SPAN_KINDS)}, got {kind!r} in {row!r}")
         if isinstance(start, bool) or isinstance(stop, bool) or not isinstance(start, int) \
                 or not isinstance(stop, int) or not 0 <= start <= stop:
-            raise SolSettingsError(f"segment bounds must be integers with 0 <= start <= stop, got {row!r}")
+            raise SolSettingsError(f"row-span bounds must be integers with 0 <= start <= stop, got {row!r}")
         if kind not in keep or start == stop:
             continue
         if ranges and ranges[-1][1] == start:

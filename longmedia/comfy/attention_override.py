@@ -33,7 +33,7 @@ Attention.forward does."""
 
 
 def host_layout_row_spans(options: Mapping[str, Any] | None, seq_len: int | None = None) -> tuple | None:
-    """The packed segment table ComfyUI publishes for this call (transformer_options[LAYOUT_KEY]), or None.
+    """The packed row-span table ComfyUI publishes for this call (transformer_options[LAYOUT_KEY]), or None.
 
     Absent on ComfyUI before 0.38 and outside H3; a layout for another sequence length is not used.
     """
@@ -44,7 +44,7 @@ def host_layout_row_spans(options: Mapping[str, Any] | None, seq_len: int | None
     if seq_len is not None and table[-1][1] != seq_len:
         return None
     return table
-"""transformer_options key for H3's packed segment table ((start, stop, kind), ...): store a tuple
+"""transformer_options key for H3's packed row-span table ((start, stop, kind), ...): store a tuple
 (ComfyUI's option merging extends lists)."""
 
 
@@ -52,8 +52,8 @@ DETECT = object()
 """Default of `existing_attention_fn(container=...)`: use ComfyUI's AttentionTensorContainer if it has one."""
 
 
-class SolSegmentsWarning(UserWarning):
-    """Sol with sinks was asked for but H3's segment table is unknown, so attention ran exact."""
+class SolRowSpansWarning(UserWarning):
+    """Sol with sinks was asked for but H3's row spans are unknown, so attention ran exact."""
 
 
 def _attention_module():
@@ -128,7 +128,7 @@ def progress_from_options(transformer_options: Mapping[str, Any] | None) -> floa
 
 
 def _merge_text_runs(table: tuple) -> tuple:
-    """Adjacent text rows as one segment: a table may split the text into runs (text_token_tags)."""
+    """Adjacent text rows as one row span: a table may split the text into runs (text_token_tags)."""
     out: list = []
     for a, b, kind in table:
         if out and kind == "text" and out[-1][2] == "text" and out[-1][1] == a:
@@ -139,10 +139,10 @@ def _merge_text_runs(table: tuple) -> tuple:
 
 
 def _row_spans_for(seq_len: int, row_spans: Iterable[tuple[int, int, str]] | None) -> tuple | None:
-    """The segment table for this call's packed sequence, else None (e.g. the text refiner's call).
+    """The row spans of this call's packed sequence, else None (e.g. the text refiner's call).
 
     A table made for another prompt length (cond vs uncond) is shifted: only the leading text
-    segment differs between them, everything after it moves by the difference.
+    row span differs between them, everything after it moves by the difference.
     """
     if row_spans is None:
         return None
@@ -164,7 +164,7 @@ class LongMediaAttentionOverride:
 
     Routed: mask None, skip_reshape=True, batch 1, no GQA. Passed through (to `previous`, the override
     installed before ours, or ComfyUI's installed attention): every other call, and calls whose
-    backend is `existing`. Sol needs the packed segment table unless its sinks are off: the call's own
+    backend is `existing`. Sol needs the packed row-span table unless its sinks are off: the call's own
     (transformer_options[ROW_SPANS_KEY]) first, else the override's, shifted to the call's length;
     without one the call runs the exact backend and warns once.
     """
@@ -215,9 +215,9 @@ class LongMediaAttentionOverride:
                 given = (options or {}).get(ROW_SPANS_KEY) or self.row_spans
             row_spans = _row_spans_for(seq_len, given)
             if row_spans is None:
-                warnings.warn(SolSegmentsWarning(
+                warnings.warn(SolRowSpansWarning(
                     f"Sol with sol_sink_conditioning={self.choice.sol.sink_conditioning!r} needs H3's packed "
-                    f"segment table for this {seq_len}-token call (transformer_options[{ROW_SPANS_KEY!r}] or "
+                    f"row spans for this {seq_len}-token call (transformer_options[{ROW_SPANS_KEY!r}] or "
                     f"the override's row_spans); ran {self.choice.exact_backend} exact instead"), stacklevel=2)
                 backend, tau = self.choice.exact_backend, None
         if backend == "existing":

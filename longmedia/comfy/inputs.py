@@ -86,9 +86,9 @@ def text_rows(conditioning) -> int:
                                   "Connect the guider's conditioning from a text encoder.") from error
 
 
-def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, segments, prompt_tokens: int) -> Geometry:
-    """Geometry whose segments are exactly those of the packed layout ((start, stop, kind), ...)."""
-    rows = tuple(RowSpan(kind, b - a, kind) for a, b, kind in segments)
+def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, row_spans, prompt_tokens: int) -> Geometry:
+    """Geometry whose row spans are exactly those of the packed layout ((start, stop, kind), ...)."""
+    rows = tuple(RowSpan(kind, b - a, kind) for a, b, kind in row_spans)
     frames = L.pixel_frames(video.shape[2])
     return Geometry(width=video.shape[4] * 16, height=video.shape[3] * 16, frames=frames,
                     audio_latent_frames=audio.shape[-1], row_spans=rows, prompt_tokens=prompt_tokens,
@@ -96,7 +96,7 @@ def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, segments, pro
 
 
 def stock_row_spans(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple[tuple[int, int, str], ...]:
-    """The packed segment table stock H3 builds for these latents and conditioning (ComfyUI's PackedLayout)."""
+    """The packed row-span table stock H3 builds for these latents and conditioning (ComfyUI's PackedLayout)."""
     from comfy.ldm.minimax.model import PackedLayout
 
     opts = positive[0][1] if positive and len(positive[0]) > 1 else {}
@@ -111,8 +111,8 @@ def stock_row_spans(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple
     return tuple(layout.segments)
 
 
-def call_segments(x, context, payload) -> tuple[tuple[int, int, str], ...]:
-    """The packed segment table of one model call, as stock H3's `_forward` builds it for this call.
+def call_row_spans(x, context, payload) -> tuple[tuple[int, int, str], ...]:
+    """The packed row-span table of one model call, as stock H3's `_forward` builds it for this call.
 
     x: the call's [video, audio] latents; context: its text hidden states [1, L, D]; payload: its
     `minimax_payload` (the positive and the negative prompt each carry their own, with their own

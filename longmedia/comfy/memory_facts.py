@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..execution.guards import ReleaseFailed
-from ..report.oom import MemoryReader, torch_memory_reader
+from ..report.memory import HostMemory, read_memory
+from ..report.oom import MemoryReading
 
 
 def _aimdo_raised(what: str, error: RuntimeError) -> None:
@@ -114,6 +115,12 @@ def vbar_release(patcher: Any) -> Callable[[int], int] | None:
     return release
 
 
-def comfy_memory_reader(device: Any = None) -> MemoryReader:
-    """The OOM report's reader with ComfyUI's and comfy-aimdo's facts filled in."""
-    return torch_memory_reader(device, vbar_resident_bytes, aimdo_usage=aimdo_vram_usage, pinned_ram=pinned_ram_bytes)
+def comfy_host_memory() -> HostMemory:
+    """ComfyUI's and comfy-aimdo's memory facts, as `read_memory` takes them."""
+    return HostMemory(aimdo_usage=aimdo_vram_usage, vbar_reclaimable=vbar_reclaimable_bytes,
+                      vbar_resident=vbar_resident_bytes, pinned_ram=pinned_ram_bytes)
+
+
+def comfy_reading(device: Any = None) -> MemoryReading:
+    """The OOM report's reading of `device` (None: the current CUDA device) with the host's facts filled in."""
+    return lambda: read_memory(device, comfy_host_memory())

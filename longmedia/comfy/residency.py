@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable
 
+from ..report.memory import HostMemory, MemorySnapshot, Reader, ReadingFailed, read_memory
+
 MODULE_NAMES = (
     ("model_management", "comfy.model_management"),
     ("model_prefetch", "comfy.model_prefetch"),
@@ -120,61 +122,30 @@ def load_comfy_modules() -> ComfyModules:
     return ComfyModules(**found)
 
 
-@dataclass(frozen=True)
-class MemorySnapshot:
-    """Device memory at one moment; None where the device or the install cannot say."""
-
-    device: str
-    allocated_bytes: int                      # live tensors (torch allocator)
-    reserved_bytes: int                       # held by the torch allocator, live or cached
-    free_bytes: int | None                    # free on the device outside torch's cache
-    total_bytes: int | None
-    aimdo_vram_usage_bytes: int | None = None   # comfy_aimdo.control.get_total_vram_usage()
-    aimdo_vbar_reclaimable_bytes: int | None = None   # comfy_aimdo.model_vbar.vbars_analyze(device)
-    failures: tuple[str, ...] = ()            # comfy-aimdo readings that raised (their value is then None)
-
-    @property
-    def cached_bytes(self) -> int:
-        return self.reserved_bytes - self.allocated_bytes
+def host_memory(modules: ComfyModules) -> HostMemory:
+    """comfy-aimdo's readings through `modules` (none unless ComfyUI switched it on); a RuntimeError it raises is a
+    recorded `ReadingFailed`."""
+    if not modules.aimdo_enabled:
+        return HostMemory()
+    return HostMemory(
+        aimdo_usage=_aimdo_reading(modules.aimdo_control, "comfy_aimdo.control.get_total_vram_usage"),
+        vbar_reclaimable=_aimdo_reading(modules.aimdo_vbar, "comfy_aimdo.model_vbar.vbars_analyze", by_device=True))
 
 
-Reader = Callable[[object], MemorySnapshot]
-
-
-def _device(device):
-    import torch
-
-    return torch.device(device)
-
-
-def read_memory(device, modules: ComfyModules | None = None) -> MemorySnapshot:
-    """A snapshot of `device`; on a non-CUDA device only zeros and Nones (there is no device memory to read)."""
-    import torch
-
-    dev = _device(device)
-    if dev.type != "cuda":
-        return MemorySnapshot(str(dev), 0, 0, None, None)
-    free, total = torch.cuda.mem_get_info(dev)
-    usage = reclaimable = None
-    failures: list[str] = []
-    if modules is not None and modules.aimdo_enabled:
-        usage = _aimdo_reading(modules.aimdo_control, "comfy_aimdo.control.get_total_vram_usage", failures)
-        reclaimable = _aimdo_reading(modules.aimdo_vbar, "comfy_aimdo.model_vbar.vbars_analyze", failures, dev.index)
-    return MemorySnapshot(str(dev), int(torch.cuda.memory_allocated(dev)), int(torch.cuda.memory_reserved(dev)),
-                          int(free), int(total), usage, reclaimable, tuple(failures))
-
-
-def _aimdo_reading(module: object | None, qualified: str, failures: list[str], *args) -> int | None:
-    """`module.<function>(*args)` as an int; None when absent, or when comfy-aimdo raised (recorded in `failures`)."""
+def _aimdo_reading(module: object | None, qualified: str, *, by_device: bool = False
+                   ) -> Callable[..., int | None] | None:
+    """`module.<function>()` (with the device's index when `by_device`) as a reading; None when absent."""
     fn = getattr(module, qualified.rsplit(".", 1)[1], None) if module is not None else None
     if not callable(fn):
         return None
-    try:
-        return int(fn(*args))
-    except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises instead of failing silently
-        failures.append(aimdo_failure(qualified, error))
-        logging.warning("LongMedia residency boundary: %s", failures[-1])
-        return None
+
+    def read(*device: object) -> int | None:
+        try:
+            return int(fn(*(getattr(d, "index", d) for d in device)) if by_device else fn())
+        except RuntimeError as error:  # named reason: comfy-aimdo 0.6+ raises instead of failing silently
+            raise ReadingFailed(aimdo_failure(qualified, error)) from error
+
+    return read
 
 
 @dataclass(frozen=True)
@@ -217,7 +188,8 @@ class BoundaryReport:
 
     @property
     def released_reserved_bytes(self) -> int:
-        return self.before.reserved_bytes - self.after.reserved_bytes
+        """What the boundary handed back from torch's cache (0 off CUDA)."""
+        return (self.before.reserved_bytes or 0) - (self.after.reserved_bytes or 0)
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -309,10 +281,11 @@ def residency_boundary(*, device, reader: Reader | None = None, comfy: object | 
     """
     import torch
 
-    dev = _device(device)
+    dev = torch.device(device)
     modules = ComfyModules.of(comfy) if comfy is not None else (load_comfy_modules() if dev.type == "cuda"
                                                                  else ComfyModules())
-    read = reader if reader is not None else (lambda d: read_memory(d, modules))
+    host = host_memory(modules) if dev.type == "cuda" else HostMemory()
+    read = reader if reader is not None else (lambda d: read_memory(d, host))
     before = read(dev)
     run = _Run()
     if dev.type != "cuda":

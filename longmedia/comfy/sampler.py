@@ -19,32 +19,29 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from ..execution.chunks import ChunkSizes
-from ..execution.guards import GuardSettings, guards_for_device
+from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..planning.planner import plan as make_plan
 from ..planning.types import ExecutionPlan, PlanRequest
+from ..report.memory import MemorySnapshot, Reader
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
+from ..report.segmented import SegmentedReport
 from . import inputs
 from .host_attention import host_attention
 from .host_features import host_features
-from .memory_facts import comfy_memory_reader, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
+from .memory_facts import comfy_reading, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
 from .oom_phase import traced_phase
 from .probes_env import probes_from_env
-from .residency import MemorySnapshot, Reader, residency_boundary
+from .residency import residency_boundary
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
-
-if TYPE_CHECKING:  # segmented imports this module
-    from .segmented import SegmentedReport
 
 WRAPPER_KEY = "longmedia"
 
@@ -95,7 +92,7 @@ class _Run:
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
         self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
-        self.guards = guards_for_device(GuardSettings.from_thresholds(plan.guards), device,
+        self.guards = guards_for_device(plan.guards, device,
                                         release=vbar_release(patcher))
 
     @property
@@ -123,12 +120,9 @@ def _positive(guider):
 
 
 def plan_for(guider, latent, sigmas, request: PlanRequest,
-             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None,
-             *, check_runs: bool = True):
-    """Validate everything (before any GPU work) and plan the pass; returns (plan, row_spans).
-
-    check_runs: refuse a plan that cannot run (auto with no mode fitting); off for a first look that is re-planned
-    after the residency boundary frees memory.
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
+    """Validate everything (before any GPU work) and plan the pass; returns (plan, row_spans). Whether the plan
+    can run is `job.preflight.check_plan_runs(plan)`, asked once of the plan a pass runs.
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
     """
@@ -154,10 +148,7 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
             diffusion_model=model))
     plan = make_plan(profile, device, geometry, request)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
-    plan = reconcile_block_sparse(plan, evidence)
-    if check_runs:
-        check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb)
-    return plan, row_spans
+    return reconcile_block_sparse(plan, evidence), row_spans
 
 
 def _device_profile(load_device, measured: MemorySnapshot | None = None) -> DeviceProfile:
@@ -253,7 +244,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
         chained = 0
         for i, block in enumerate(blocks):
-            phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_memory_reader(),
+            phase_for = (lambda i: lambda name: phase(name, context=run.oom_context(), reader=comfy_reading(),
                                                       block_index=i))(i)
             previous = chained_previous(installed.get(("double_block", i)))  # another node's: it runs first
             chained += previous is not None
@@ -277,13 +268,13 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
                                    row_spans=row_spans)
     g.model_options = opts
 
-    call_segments = _needs_call_row_spans(plan)
+    call_row_spans = _needs_call_row_spans(plan)
 
     def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
         if not plan.prefetch:
             transformer_options["prefetch_dynamic_vbars"] = False  # only honoured here: _apply_model resets it
-        if call_segments:  # this call's own table (cond and uncond differ); transformer_options is per call
-            transformer_options[ROW_SPANS_KEY] = inputs.call_segments(x, context, kwargs.get("minimax_payload"))
+        if call_row_spans:  # this call's own table (cond and uncond differ); transformer_options is per call
+            transformer_options[ROW_SPANS_KEY] = inputs.call_row_spans(x, context, kwargs.get("minimax_payload"))
         if run.cuda:
             torch.cuda.reset_peak_memory_stats(run.device)
         start, run.phase, run.step_peak, run.step_device_used = time.perf_counter(), "before_block_0", 0, 0
@@ -340,8 +331,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     from .previews import comfy_preview_callback
 
     replan = not isinstance(device_profile, DeviceProfile)
-    plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile,  # every input checked first
-                              check_runs=not replan)
+    plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
+    runs = () if replan else check_plan_runs(plan)  # a fixed profile's plan is final: refused before the boundary
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     load_device = guider.model_patcher.load_device
     boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
@@ -350,12 +341,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         measured = device_profile if device_profile is not None else (
             lambda: _device_profile(load_device, boundary.after))
         plan, row_spans = plan_for(guider, latent, sigmas, request, measured)
+        runs = check_plan_runs(plan)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
     run = _Run(plan, torch.device(g.model_patcher.load_device), g.model_patcher)
     run.boundaries.append((f"before: {boundary.before}", *boundary.lines, f"after: {boundary.after}"))
-    run.notes.extend(check_plan_runs(plan, request.memory_mode, request.vram_activation_reserve_mb))  # chosen mode
+    run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
     streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights)
@@ -377,7 +369,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         model = g.model_patcher.model.diffusion_model
         traced = traced_phase(error.__traceback__, model.blocks, model.final_layer)
         where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
-        raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_memory_reader(),
+        raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_reading(),
                                       block_index=block)) from error
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     finite = all_finite(out_samples)
@@ -421,4 +413,4 @@ def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:
     return out, denoised
 
 
-__all__ = ["SamplingResult", "run_sampler", "plan_for", "ChunkSizes"]
+__all__ = ["SamplingResult", "run_sampler", "plan_for"]

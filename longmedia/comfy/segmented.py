@@ -13,145 +13,34 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import logging
 import time
-from dataclasses import asdict, dataclass
 
 import torch
 
 from ..errors import LongMediaInputError
 from ..execution.linear import WeightAccess
 from ..execution.probes import Observer
-from ..h3.profiles import GIB, DeviceProfile
+from ..h3.profiles import DeviceProfile
+from ..job.preflight import check_plan_runs
 from ..planning.types import PlanRequest
+from ..report.memory import MemorySnapshot, Reader, read_memory
 from ..report.oom import phase
-from ..report.run_report import RunReport
+from ..report.segmented import SegmentedReport, SegmentForecast, SegmentRecord
 from ..segments import seams
 from ..segments.timeline import SegmentPlan
 from . import inputs
 from . import sampler as comfy_sampler
-from .memory_facts import comfy_memory_reader
-from .residency import MemorySnapshot, Reader, read_memory
-
-__all__ = ["SegmentRecord", "SegmentedReport", "run_segmented", "WRAPPER_KEY"]
+from .memory_facts import comfy_reading
 
 WRAPPER_KEY = "longmedia_segmented"
-
-
-@dataclass(frozen=True)
-class SegmentRecord:
-    """One pass: where it sits, its seed, time per sampler step, memory after loading, and its run report."""
-
-    index: int
-    seed: int
-    pass_frames: int
-    context_frames: int
-    video_latent_range: tuple[int, int]
-    audio_range: tuple[int, int]
-    steps: int
-    sample_seconds: float                 # the sampler loop of this pass (model load excluded)
-    baseline: MemorySnapshot              # device memory right after prepare_sampling (boundary + model load)
-    run: RunReport
-
-    @property
-    def seconds_per_step(self) -> float:
-        return self.sample_seconds / self.steps if self.steps else 0.0
-
-    @property
-    def peak_bytes(self) -> int:
-        return self.run.measured_peak_bytes
-
-    @property
-    def boundary(self) -> tuple[str, ...]:
-        """The residency boundary that ran before this pass (before/after snapshots and every step)."""
-        return self.run.boundaries[-1] if self.run.boundaries else ()
-
-    def to_dict(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if k not in ("run", "baseline")}
-        out.update(baseline=asdict(self.baseline), seconds_per_step=self.seconds_per_step,
-                   peak_bytes=self.peak_bytes, boundary=list(self.boundary), run=self.run.to_dict())
-        return out
-
-
-@dataclass(frozen=True)
-class SegmentedReport:
-    """The segment plan, every pass as forecast before the run, and one record per pass, with drift figures
-    over passes of equal geometry."""
-
-    plan: SegmentPlan
-    forecast: tuple[SegmentForecast, ...]
-    segments: tuple[SegmentRecord, ...]
-    context_on: tuple[str, ...]           # conditioning lists that carried the context guide
-    notes: tuple[str, ...] = ()
-
-    @property
-    def measured_peak_bytes(self) -> int:
-        return max((s.peak_bytes for s in self.segments), default=0)
-
-    @property
-    def comparable(self) -> tuple[SegmentRecord, ...]:
-        """Passes with the geometry of the second one (later passes; a trimmed last pass differs)."""
-        if len(self.segments) < 2:
-            return self.segments
-        key = (self.segments[1].pass_frames, self.segments[1].context_frames)
-        return tuple(s for s in self.segments if (s.pass_frames, s.context_frames) == key)
-
-    @property
-    def step_time_ratio(self) -> float | None:
-        """s/step of the last comparable pass over the first one (1.0 = no drift; None when not measured)."""
-        a, b = self.comparable[0], self.comparable[-1]
-        return b.seconds_per_step / a.seconds_per_step if a.seconds_per_step > 0 else None
-
-    @property
-    def peak_ratio(self) -> float | None:
-        """Peak of the last comparable pass over the first one (None on CPU, where no peak is measured)."""
-        a, b = self.comparable[0], self.comparable[-1]
-        return b.peak_bytes / a.peak_bytes if a.peak_bytes > 0 else None
-
-    @property
-    def baseline_spread_bytes(self) -> int:
-        """Largest difference of allocated memory after loading, over all passes (0 = no growth)."""
-        values = [s.baseline.allocated_bytes for s in self.segments]
-        return max(values) - min(values) if values else 0
-
-    def to_dict(self) -> dict:
-        plan = {**self.plan.to_dict(), "describe": list(self.plan.describe()),
-                "forecast": [asdict(f) | {"line": f.line()} for f in self.forecast]}
-        return {"plan": plan, "segments": [s.to_dict() for s in self.segments],
-                "context_on": list(self.context_on), "notes": list(self.notes),
-                "measured_peak_bytes": self.measured_peak_bytes, "step_time_ratio": self.step_time_ratio,
-                "peak_ratio": self.peak_ratio, "baseline_spread_bytes": self.baseline_spread_bytes}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), default=str)
-
-    def summary_lines(self) -> tuple[str, ...]:
-        lines = list(self.plan.describe())[:1]
-        for s in self.segments:
-            p = s.run.plan
-            lines.append(f"segment {s.index}: seed {s.seed}, {s.pass_frames} frames ({s.context_frames} context), "
-                         f"{s.seconds_per_step:.3f} s/step, baseline {s.baseline.allocated_bytes / GIB:.2f} GiB, "
-                         f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.memory_mode}, "
-                         f"attention {s.run.attention_backend}")
-        c = self.comparable
-        lines.append(f"drift over segments {c[0].index}..{c[-1].index} (equal geometry): s/step "
-                     f"{_ratio_text(self.step_time_ratio)}, peak {_ratio_text(self.peak_ratio)}; baseline spread "
-                     f"{self.baseline_spread_bytes / 2 ** 20:.1f} MiB")
-        lines.append("context guide on: " + ", ".join(self.context_on))
-        lines.extend(self.notes)
-        return tuple(lines)
-
-
-def _ratio_text(ratio: float | None) -> str:
-    return "n/a" if ratio is None else f"x{ratio:.3f}"
 
 
 class _Probe:
     """What the wrappers of one pass measured (per pass, never module level)."""
 
     def __init__(self, device) -> None:
-        self.baseline = MemorySnapshot(str(device), 0, 0, None, None)
+        self.baseline = MemorySnapshot(str(device), None, None, None, None)
         self.seconds = 0.0
 
 
@@ -219,7 +108,7 @@ def _segment_guider(guider, conds: dict, routed: dict, index: int, context: dict
 
 def _job_latent(fn, *args):
     """fn(*args) on the job's latents in RAM; an allocation failure becomes the OOM report (phase job_latent)."""
-    with phase("job_latent", reader=comfy_memory_reader()):
+    with phase("job_latent", reader=comfy_reading()):
         return fn(*args)
 
 
@@ -264,24 +153,6 @@ def _check_inputs(guider, sigmas, latent, plan) -> tuple[torch.Tensor, torch.Ten
     return video, audio
 
 
-@dataclass(frozen=True)
-class SegmentForecast:
-    """One pass as planned before anything runs: its packed rows, mode and predicted peak."""
-
-    index: int
-    pass_frames: int
-    context_frames: int
-    seq_len: int
-    memory_mode: str
-    predicted_peak_bytes: int
-    fits: bool
-
-    def line(self) -> str:
-        return (f"segment {self.index}: {self.pass_frames} frames ({self.context_frames} context), "
-                f"{self.seq_len} packed rows, {self.memory_mode}, predicted peak "
-                f"{self.predicted_peak_bytes / 2 ** 30:.2f} GiB{'' if self.fits else ' (does NOT fit)'}")
-
-
 def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: SegmentPlan,
                       device_profile: DeviceProfile | None = None) -> tuple[SegmentForecast, ...]:
     """Plan every pass before the run: its context guide counted, the user's own guides left out."""
@@ -294,6 +165,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
         extra = (seams.context_keyframe(seg, video, audio),) if seg.index else ()
         seg_latent = {"samples": comfy.nested_tensor.NestedTensor((pass_v, pass_a))}
         p, rows = comfy_sampler.plan_for(guider, seg_latent, sigmas, request, device_profile, keyframes=extra)
+        check_plan_runs(p)  # a pass that cannot run is refused before the first pass runs
         out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
                                    p.predicted_peak_bytes, p.fits))
     return tuple(out)
@@ -359,7 +231,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(moved) if n)
     notes += tuple(f"plan: {row.line()}: it ran because memory_mode={request.memory_mode} was chosen"
                    for row in forecast if not row.fits)
-    report = SegmentedReport(plan=plan, forecast=forecast, segments=tuple(records),
+    report = SegmentedReport(segment_plan=plan, forecast=forecast, segments=tuple(records),
                              context_on=context_keys, notes=notes)
     output = dict(extra, samples=comfy.nested_tensor.NestedTensor(result))
     den = dict(extra, samples=comfy.nested_tensor.NestedTensor(denoised))

@@ -23,7 +23,7 @@ from ..job.setup_plan import (
 )
 from ..report.oom import phase
 from .inputs import text_rows
-from .memory_facts import comfy_memory_reader
+from .memory_facts import comfy_reading
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
     tuple(f"{SOUNDTRACK_PREFIX}{i}" for i in range(1, SLOTS["video"][1] + 1))
@@ -207,7 +207,7 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()),
         ram_available_bytes=_ram_available())
     plan = plan_setup(request)
-    with phase("job_latent", reader=comfy_memory_reader()):   # counted above; RAM can still run out meanwhile
+    with phase("job_latent", reader=comfy_reading()):   # counted above; RAM can still run out meanwhile
         latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":
         # keywords: ComfyUI 0.38 made vae/audio_vae optional and moved them after ref_image_size

@@ -48,5 +48,3 @@ class ChunkSizes:
             return heads
         return self.heads_per_group
 
-
-STOCK = ChunkSizes()

@@ -13,7 +13,7 @@ Two host generations, told apart by the host class's `forward` signature (never 
   `audio_out` may hold a bank of n heads stacked by rows (row block 0 a full head, blocks 1..n-1
   offsets from it); a step uses head 0 plus the dt-weighted offsets of the heads its sigma interval
   spans on the un-shifted grid. The mixed head is formed once per call, then applied per row chunk.
-A segment's row is an int (one modulation row) or a per-token LongTensor; chunks slice the tensor.
+A mod_rows span's row is an int (one modulation row) or a per-token LongTensor; chunks slice the tensor.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def mixed_head(weight: torch.Tensor, bias: torch.Tensor, n: int, start: int, sto
 
 
 def _row_at(row, a: int, start: int, stop: int):
-    """A segment's modulation row for rows [start, stop) of a segment starting at `a`."""
+    """A span's modulation row for rows [start, stop) of a span starting at `a`."""
     return row[start - a:stop - a] if isinstance(row, torch.Tensor) else row
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import check_int
+from ..limits import MAX_MB
+from ..units import MIB
 
-MB = 1024 * 1024
-MAX_MB = 1 << 20
 MAX_BLOCKS = 1024
 
 Reader = Callable[[], int]       # () -> free bytes on the device
@@ -39,7 +39,7 @@ KINDS = ("emergency", "late_block", "inter_block", "step_boundary")
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """When the guards act; megabytes, 0 = that guard is off.
+    """When the guards act (the plan's `guards`; field names match the manual controls); megabytes, 0 = off.
 
     inter_block_vram_guard_mb: after a block, clean up when less than this is free.
     inter_block_guard_cooldown_blocks: blocks skipped after any block clean-up.
@@ -68,13 +68,6 @@ class GuardSettings:
         for name in ("inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_cooldown_blocks",
                      "late_block_guard_start"):
             check_int(name, getattr(self, name), 0, MAX_BLOCKS, "Give a block count or index.", zero_ok=True)
-
-    @classmethod
-    def from_thresholds(cls, thresholds: object, **overrides: int) -> "GuardSettings":
-        """Settings from any object carrying the manual-control field names (the planner's GuardThresholds)."""
-        values = {name: getattr(thresholds, name) for name in cls.__dataclass_fields__ if hasattr(thresholds, name)}
-        values.update(overrides)
-        return cls(**values)
 
     @property
     def block_guards_on(self) -> bool:
@@ -164,15 +157,15 @@ class Guards:
         self._cleanup()
         after = self._read()
         released, failure = 0, None
-        if self._release is not None and kind in RELEASING and after < threshold_mb * MB:
+        if self._release is not None and kind in RELEASING and after < threshold_mb * MIB:
             try:
-                released = self._release(threshold_mb * MB - after)
+                released = self._release(threshold_mb * MIB - after)
             except ReleaseFailed as error:  # named reason: the host's release raised; recorded on the event
                 failure = str(error)
             after = self._read()
         if self.settings.inter_block_vram_guard_mb > 0:
-            self._armed = after >= self._rearm_level_mb() * MB
-        event = GuardEvent(kind, block, self._step, free / MB, threshold_mb, after / MB, released / MB, failure)
+            self._armed = after >= self._rearm_level_mb() * MIB
+        event = GuardEvent(kind, block, self._step, free / MIB, threshold_mb, after / MIB, released / MIB, failure)
         self._events.append(event)
         return event
 
@@ -189,18 +182,18 @@ class Guards:
         if not s.block_guards_on:
             return None
         free = self._read()
-        if s.inter_block_vram_guard_mb > 0 and free >= self._rearm_level_mb() * MB:
+        if s.inter_block_vram_guard_mb > 0 and free >= self._rearm_level_mb() * MIB:
             self._armed = True
-        if s.inter_block_guard_emergency_mb > 0 and free < s.inter_block_guard_emergency_mb * MB \
+        if s.inter_block_guard_emergency_mb > 0 and free < s.inter_block_guard_emergency_mb * MIB \
                 and not in_emergency_cooldown:
             self._emergency_cooldown_left = s.inter_block_guard_emergency_cooldown_blocks
             self._cooldown_left = s.inter_block_guard_cooldown_blocks
             return self._fire("emergency", index, free, s.inter_block_guard_emergency_mb)
         if s.late_block_guard_target_mb > 0 and index >= s.late_block_guard_start \
-                and free < s.late_block_guard_target_mb * MB:
+                and free < s.late_block_guard_target_mb * MIB:
             self._cooldown_left = s.inter_block_guard_cooldown_blocks
             return self._fire("late_block", index, free, s.late_block_guard_target_mb)
-        if s.inter_block_vram_guard_mb > 0 and free < s.inter_block_vram_guard_mb * MB \
+        if s.inter_block_vram_guard_mb > 0 and free < s.inter_block_vram_guard_mb * MIB \
                 and self._armed and not in_cooldown:
             self._cooldown_left = s.inter_block_guard_cooldown_blocks
             return self._fire("inter_block", index, free, s.inter_block_vram_guard_mb)
@@ -214,7 +207,7 @@ class Guards:
         event = None
         if threshold > 0:
             free = self._read()
-            if free < threshold * MB:
+            if free < threshold * MIB:
                 event = self._fire("step_boundary", None, free, threshold)
         self._step = step + 1
         return event

@@ -114,13 +114,6 @@ def entries_from_state_dict(sd: Mapping[str, Any]) -> tuple[list[TensorEntry], d
     return entries, formats
 
 
-def read_safetensors_header(path: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(tensor table, metadata) of a safetensors file; reads only the JSON header, checked (safetensors_header)."""
-    h = read_header(path)
-    table = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in h.tensors}
-    return table, h.metadata
-
-
 def _quant_format(path: str, where: str, conf: Any) -> str:
     if not isinstance(conf, dict):
         raise LongMediaInputError("model", path, "a complete safetensors checkpoint",

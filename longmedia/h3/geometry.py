@@ -1,8 +1,8 @@
 """The packed H3 sequence of one sampling pass, row for row as ComfyUI's `PackedLayout` builds it.
 
-Order of segments (stock): text | keyframe cond rows (video, then its audio) | references (pictures,
+Order of row spans (stock): text | keyframe cond rows (video, then its audio) | references (pictures,
 then videos with their soundtrack rows first, then standalone audio) | target audio | target video.
-The text segment is the prompt plus the presentation Qwen3-VL builds for keyframe pictures and
+The text row span is the prompt plus the presentation Qwen3-VL builds for keyframe pictures and
 references (labels and vision tokens), so references cost rows twice: in the text and as latents.
 """
 
@@ -23,14 +23,13 @@ from .references import (
     resolve_references,
 )
 
-__all__ = ["Geometry", "RowSpan", "ReferenceSpec", "KeyframeSpec", "ReferenceBudget", "ResolvedReference",
-           "REFERENCE_BUDGETS", "pass_geometry", "LongMediaInputError"]
+__all__ = ["Geometry", "RowSpan", "pass_geometry"]
 
 
 
 @dataclass(frozen=True)
 class RowSpan:
-    """One contiguous segment of the packed sequence: stock `PackedLayout` kind, rows, and what it holds."""
+    """One contiguous row span of the packed sequence: stock `PackedLayout` kind, rows, and what it holds."""
 
     kind: str   # text / cond / cond_audio / ref_img / ref_audio / audio / video
     rows: int

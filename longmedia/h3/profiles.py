@@ -14,11 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from ..errors import check_choice, check_float
+from ..units import GIB, MIB
 from . import checkpoint_scan as scan
 from .dims import H3_FULL, H3Dims
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
 PRESETS = {"h3-int8": "int8", "h3-bf16": "bf16", "h3-nvfp4": "nvfp4"}
 
 

@@ -7,7 +7,8 @@ import math
 
 from ..errors import LongMediaInputError, check_float, check_int
 from ..h3 import lattice as L
-from ..h3.geometry import Geometry, KeyframeSpec, ReferenceSpec, pass_geometry
+from ..h3.geometry import Geometry, pass_geometry
+from ..h3.references import KeyframeSpec, ReferenceSpec
 from ..limits import MAX_EDGE_PX, MAX_FRAMES, MAX_SECONDS, MIN_SECONDS
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, SegmentPlan, plan_segments
 

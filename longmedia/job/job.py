@@ -33,6 +33,6 @@ class LongMediaJob:
         return self.segments is not None and self.segments.count > 1
 
     def to_dict(self) -> dict:
-        return {"geometry": self.geometry.to_dict(), "family": self.family, "reference_budget": self.reference_budget,
+        return {"kind": "job", "geometry": self.geometry.to_dict(), "family": self.family, "reference_budget": self.reference_budget,
                 "segments": self.segments.to_dict() if self.segments is not None else None,
                 "notes": list(self.notes)}

@@ -20,6 +20,8 @@ from ..errors import LongMediaInputError, Suggestion
 from ..h3 import lattice as L
 from ..h3.profiles import gib
 from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
+from ..planning.types import ExecutionPlan
+from ..units import MIB
 from .job import LongMediaJob
 
 LATENT_VALUE_BYTES = 4                # ComfyUI's empty latents are float32 (intermediate dtype)
@@ -108,21 +110,22 @@ def check_conditioning_widths(widths: Mapping[str, tuple[int, ...]], text_dim: i
                 "or load the model that matches this text encoder.")
 
 
-def check_plan_runs(plan, requested_memory_mode: str, manual_reserve_mb: int | None) -> tuple[str, ...]:
+def check_plan_runs(plan: ExecutionPlan) -> tuple[str, ...]:
     """Refuse a plan that cannot run; warnings (for the text output) for one that runs past its budget.
 
-    `plan`: an ExecutionPlan. auto with no mode fitting is an error (the run would run out of memory);
-    a mode the user chose wins over the prediction and runs with a warning.
+    auto with no mode fitting is an error (the run would run out of memory); a mode the user chose (the plan's
+    `requested_memory_mode`) wins over the prediction and runs with a warning.
     """
     if plan.fits:
         return ()
+    requested_memory_mode = plan.requested_memory_mode
     need, usable = plan.memory.activation_need_bytes, plan.usable_bytes
     budget = f"{gib(usable)} usable of the {gib(plan.budget_bytes)} budget of {plan.device.name}"
     if requested_memory_mode != "auto":
         return ((f"does NOT fit: memory_mode={requested_memory_mode} needs {gib(need)} of {budget}; it runs "
                  "because you chose the mode (auto would refuse it): expect an out-of-memory report"),)
-    if manual_reserve_mb is not None and need <= plan.budget_bytes:
-        raise LongMediaInputError("vram_activation_reserve_mb", manual_reserve_mb,
+    if "vram_activation_reserve_mb" in plan.manual_fields and need <= plan.budget_bytes:
+        raise LongMediaInputError("vram_activation_reserve_mb", plan.activation_reserve_bytes // MIB,
                                   f"a reserve that leaves room for the pass: it needs {gib(need)} with {budget}",
                                   "Lower vram_activation_reserve_mb, or leave it at -1 (auto).")
     s = plan.segment_suggestion

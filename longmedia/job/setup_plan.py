@@ -2,7 +2,7 @@
 
 `plan_setup(SetupRequest) -> SetupPlan`: the job's geometry (reference caps applied), its segment plan,
 what to do to each reference before the stock H3 nodes see it (`ReferencePrep`), and plain-language
-notes. `longmedia/comfy_setup.py` reads the request off the node's tensors and applies the plan.
+notes. `longmedia/comfy/setup.py` reads the request off the node's tensors and applies the plan.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ..errors import LongMediaInputError, check_choice, check_float, check_int
 from ..h3 import lattice as L
-from ..h3.geometry import Geometry, KeyframeSpec, ReferenceSpec
-from ..h3.references import REFERENCE_BUDGETS
+from ..h3.geometry import Geometry
+from ..h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from ..limits import MAX_EDGE_PX, MAX_SECONDS, MAX_TEXT_TOKENS, MIN_SECONDS
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 from .geometry import build_geometry

@@ -45,7 +45,7 @@ try:  # host-side TMA descriptors (Triton >= 3.4); without them every launch tak
 except ImportError:
     TensorDescriptor = None
 
-__all__ = ["sol_attention", "sol_key_summaries", "SolKeySummaries", "SolStats"]
+__all__ = ["sol_attention", "sol_key_summaries"]
 
 
 @triton.jit

@@ -15,7 +15,8 @@ from ..errors import LongMediaInputError, check_int
 from ..execution.chunks import ChunkSizes
 from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
-from ..h3.profiles import MIB, DeviceProfile, ModelProfile, gib, mib
+from ..h3.profiles import DeviceProfile, ModelProfile, gib, mib
+from ..units import MIB
 from . import stage_memory as pm
 from .attention_path import resolve_attention_path
 from .policy import (
@@ -34,7 +35,7 @@ from .types import MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, Pl
 LADDER = (16384, 8192, 4096, 2048, 1024, 512)
 ULTRA_LADDER = (4096, 2048, 1024, 512)
 
-__all__ = ["plan", "PlanRequest", "ExecutionPlan", "LongMediaInputError", "LADDER", "Candidate", "evaluate_mode"]
+__all__ = ["plan", "LADDER", "Candidate", "evaluate_mode"]
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     request = PlanRequest() if request is None else request
     _validate(model, device, geometry, request)
     reserve_mb = request.vram_activation_reserve_mb
-    reserve = reserve_mb * 2 ** 20 if reserve_mb is not None else auto_reserve(device)  # _validate: < usable
+    reserve = reserve_mb * MIB if reserve_mb is not None else auto_reserve(device)  # _validate: < usable
     # The mode is chosen with one block of weights in VRAM; prefetch (a second block) is added only where
     # it fits beside that mode's activations, so it never makes the plan more constrained.
     p = _Pass(model, device, geometry, request, reserve, False)

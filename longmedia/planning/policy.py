@@ -8,12 +8,14 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+from ..execution.guards import GuardSettings
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, RowSpan
-from ..h3.profiles import GIB, MIB, DeviceProfile, ModelProfile, gib, mib
+from ..h3.profiles import DeviceProfile, ModelProfile, gib, mib
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
+from ..units import GIB, MIB
 from .segment_range import suggest_segment_seconds
-from .types import GuardThresholds, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
+from .types import MANUAL_FIELDS, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 
 INT8_16GB_CARD_MAX = 18.5 * GIB
 PIN_HEADROOM_MIN = 12 * GIB          # RAM left free after pinning: at least this ...
@@ -92,7 +94,7 @@ GUARD_MB_FIELDS = ("inter_block_vram_guard_mb", "inter_block_guard_emergency_mb"
 
 
 def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile, mem: MemoryBreakdown,
-                g: Geometry) -> GuardThresholds:
+                g: Geometry) -> GuardSettings:
     """Guard thresholds from the plan's own numbers; each manual value replaces its one field.
 
     The guards read the driver's free VRAM, outside torch's cache (execution/guards.py): activations
@@ -106,15 +108,16 @@ def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile
     last = model.dims.num_blocks - 1
     vram = device.vram_total_bytes
     cleanup = 256 if vram <= 8.5 * GIB else 512 if vram <= 18.5 * GIB else 1024
-    auto = GuardThresholds(inter_block_vram_guard_mb=inter, inter_block_guard_cooldown_blocks=2,
+    auto = GuardSettings(inter_block_vram_guard_mb=inter, inter_block_guard_cooldown_blocks=2,
                            inter_block_guard_emergency_mb=max(GUARD_MARGIN_MB // 2, inter // 2),
                            late_block_guard_start=max(0, last - 1) if final_extra else last,
                            late_block_guard_target_mb=mib(final_extra) + GUARD_MARGIN_MB,
                            step_boundary_cleanup_mb=cleanup)
-    return replace(auto, **{k: getattr(request, k) for k in auto.__dataclass_fields__ if getattr(request, k) is not None})
+    return replace(auto, **{k: getattr(request, k) for k in MANUAL_FIELDS if k in auto.__dataclass_fields__
+                           and getattr(request, k) is not None})
 
 
-def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardThresholds, auto: GuardThresholds,
+def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardSettings, auto: GuardSettings,
                     auto_reserve_bytes: int) -> list[str]:
     """Plain-language flags for manual values that put the job at risk; the values themselves are kept."""
     out = []

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..h3.dims import H3Dims
 from ..h3.geometry import Geometry
-from ..h3.profiles import MIB, ModelProfile
+from ..h3.profiles import ModelProfile
+from ..units import MIB
 
 WORKSPACE_FIXED = 256 * MIB          # cuBLAS/cuDNN workspaces, allocator rounding, small tensors
 SAMPLER_LATENT_COPIES = 6            # x, noise, denoised, the model output and a sampler's history, fp32
@@ -90,7 +91,7 @@ def workspace_bytes(g: Geometry, model: ModelProfile) -> int:
     return WORKSPACE_FIXED + dequantised_stage_bytes(model)
 
 
-# What the process holds beside torch's allocated bytes, from `bench/cards.py` on the H200 (ComfyUI 0.33.0,
+# What the process holds beside torch's allocated bytes, from `bench/cards/ (python -m bench.cards)` on the H200 (ComfyUI 0.33.0,
 # comfy-aimdo 0.4.13, cudaMallocAsync; docs/PERFORMANCE.md, "Bytes outside torch's count"):
 # - comfy-aimdo's cast buffer (the weights of the layers being streamed) reached 1.72x one INT8 block and 1.14x
 #   one bf16 block, where the plan's must-have weights count one block: under dynamic VRAM, 0.75 of a block more

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..h3 import lattice as L
-from ..h3.profiles import GIB
+from ..units import GIB
 from .stage_formulas import (
     H3_VIDEO_VAE,
     QWEN3VL_32B,

@@ -10,8 +10,10 @@ from ..attention.host import HostAttention
 from ..attention.schedule import SolSettings
 from ..errors import check_choice, check_int
 from ..execution.chunks import ChunkSizes
+from ..execution.guards import GuardSettings
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
+from ..limits import MAX_MB
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
     from ..attention.dispatcher import AttentionChoice
@@ -21,7 +23,6 @@ ATTENTION_MODES = ("auto", "existing", "sol", "scheduled_sol")
 MODE_ORDER = ("normal", "low_vram", "ultra_low_vram")   # least to most constrained
 MAX_CHUNK_TOKENS = 1 << 20
 MIN_CHUNK_TOKENS = 64
-MAX_MB = 1 << 20
 
 # (name, low, high, zero allowed, what to change) for each of the ten manual controls; None = auto.
 _TOKENS_FIX = "Use 0 for the stock path of that stage or a row count such as 4096; leave unset for auto."
@@ -75,18 +76,6 @@ class PlanRequest:
     @property
     def manual_fields(self) -> tuple[str, ...]:
         return tuple(name for name in MANUAL_FIELDS if getattr(self, name) is not None)
-
-
-@dataclass(frozen=True)
-class GuardThresholds:
-    """When the executor's VRAM guards act (field names match the manual controls)."""
-
-    inter_block_vram_guard_mb: int             # clean up before a block when less VRAM than this is free
-    inter_block_guard_cooldown_blocks: int     # blocks between two guard clean-ups
-    inter_block_guard_emergency_mb: int        # below this, clean up regardless of the cooldown
-    late_block_guard_start: int                # from this block index on, aim for the late target
-    late_block_guard_target_mb: int            # free VRAM wanted before the final layer
-    step_boundary_cleanup_mb: int              # at a step boundary, clean up when less than this many MB are free
 
 
 @dataclass(frozen=True)
@@ -173,7 +162,7 @@ class ExecutionPlan:
     attention: AttentionPath
     chunks: ChunkSizes
     activation_reserve_bytes: int
-    guards: GuardThresholds
+    guards: GuardSettings
     prefetch: bool
     pinning: PinningDecision
     memory: MemoryBreakdown
@@ -204,7 +193,7 @@ class ExecutionPlan:
         return self.memory.activation_need_bytes <= self.usable_bytes
 
     def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {"kind": "plan"} | {f.name: getattr(self, f.name) for f in fields(self)}
         out = {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in out.items()}
         for name in ("chunks", "guards", "pinning", "segment_suggestion"):
             value = getattr(self, name)

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 from ..errors import check_choice
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry
-from ..h3.profiles import GIB, MIB, PRESETS, DeviceProfile, ModelProfile, gib
+from ..h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib
+from ..units import GIB, MIB
 from . import stage_formulas as F
 from . import stage_times as T
 from .attention_path import default_attention_path
@@ -86,7 +87,7 @@ class JobPlan:
         return f"DOES NOT FIT ({', '.join(bad)})"
 
     def to_dict(self) -> dict:
-        return {"stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
+        return {"kind": "whole_job", "stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
                 "text_encoder": self.text_encoder, "notes": list(self.notes), "fits": self.fits,
                 "seconds_estimate": self.seconds, "verdict": self.verdict}
 
@@ -288,7 +289,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     notes = (card.describe(),
              (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
               f"{T.DIT_BASIS[1][3]}, docs/PERFORMANCE.md); streamed weights cross at an assumed "
-              f"{T.ASSUMED_HOST_GBPS * 1e9 / 2 ** 30:.1f} GiB/s pinned, half that pageable"),
+              f"{T.ASSUMED_HOST_GBPS * 1e9 / GIB:.1f} GiB/s pinned, half that pageable"),
              (f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
               "loading checkpoints from disk is not counted"))
     return JobPlan(tuple(stages), card, text_encoder, notes)

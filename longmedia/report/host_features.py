@@ -75,7 +75,7 @@ class HostFeatures:
         return tuple(rows) + tuple(f"note: {n}" for n in self.notes)
 
     def to_dict(self) -> dict[str, object]:
-        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out = {"kind": "host_features"} | {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["notes"] = list(self.notes)
         out["aimdo_raising"] = self.aimdo_raising
         out["generation"] = self.generation

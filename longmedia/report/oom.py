@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 
 from ..execution.chunks import ChunkSizes
+from ..planning.types import ExecutionPlan
+from ..units import GIB, MIB
+from .memory import MemorySnapshot, read_memory
 
 PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent")
-_GIB = 1024 ** 3
-_MIB = 1024 ** 2
 _MIN_CHUNK = 512
 
 
@@ -25,46 +26,9 @@ class UnknownPhaseError(ValueError):
     """`phase()` was given a name outside PHASES."""
 
 
-@dataclass(frozen=True)
-class MemoryReadings:
-    """Memory facts at the moment of failure; None = not available here."""
-
-    gpu_total_bytes: int | None = None
-    gpu_free_bytes: int | None = None
-    torch_allocated_bytes: int | None = None
-    torch_reserved_bytes: int | None = None
-    aimdo_vram_bytes: int | None = None         # comfy-aimdo's VRAM usage (dynamic VRAM)
-    vbar_resident_bytes: int | None = None      # model weights resident through aimdo's VBAR
-    pinned_ram_bytes: int | None = None         # page-locked RAM ComfyUI holds
-
-    @property
-    def idle_reserved_bytes(self) -> int | None:
-        """Cached by torch's allocator but not handed out: fragmentation when large."""
-        if self.torch_reserved_bytes is None or self.torch_allocated_bytes is None:
-            return None
-        return self.torch_reserved_bytes - self.torch_allocated_bytes
-
-
-MemoryReader = Callable[[], MemoryReadings]
-
-
-def torch_memory_reader(device: Any = None, vbar_resident: Callable[[], int] | None = None, *,
-                        aimdo_usage: Callable[[], int | None] | None = None,
-                        pinned_ram: Callable[[], int | None] | None = None) -> MemoryReader:
-    """Reads CUDA through torch; the host's readers (comfy-aimdo's VRAM, VBAR residency, pinned RAM) when given.
-
-    `longmedia.comfy.memory_facts.comfy_memory_reader` passes ComfyUI's; without them those facts read n/a.
-    """
-    def read() -> MemoryReadings:
-        total = free = alloc = reserved = None
-        if torch.cuda.is_available():
-            dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
-            free, total = torch.cuda.mem_get_info(dev)
-            alloc, reserved = torch.cuda.memory_allocated(dev), torch.cuda.memory_reserved(dev)
-        return MemoryReadings(total, free, alloc, reserved, aimdo_usage() if aimdo_usage is not None else None,
-                              vbar_resident() if vbar_resident is not None else None,
-                              pinned_ram() if pinned_ram is not None else None)
-    return read
+MemoryReading = Callable[[], MemorySnapshot]
+"""() -> memory now: how a phase reads memory when it fails (`longmedia.comfy.memory_facts.comfy_reading` gives
+ComfyUI's and comfy-aimdo's facts too); None reads torch alone."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +45,8 @@ class OOMContext:
     late_block_guard_target_mb: int | None = None
 
     @classmethod
-    def from_plan(cls, plan: Any) -> "OOMContext":
-        """From an ExecutionPlan (duck-typed so this module does not import the planner)."""
+    def from_plan(cls, plan: ExecutionPlan) -> "OOMContext":
+        """What the plan says about the pass."""
         g = plan.geometry
         return cls(attention_backend=plan.attention.backend, memory_mode=plan.memory_mode, chunks=plan.chunks,
                    heads=plan.model.dims.heads, seq_len=g.seq_len,
@@ -96,7 +60,7 @@ class OOMReport:
 
     phase: str
     block_index: int | None
-    readings: MemoryReadings
+    readings: MemorySnapshot
     context: OOMContext
     pressure_point: str
     next_step: str
@@ -106,23 +70,23 @@ class OOMReport:
         r = self.readings
 
         def gb(v: int | None) -> str:
-            return "n/a" if v is None else f"{v / _GIB:.2f} GiB"
+            return "n/a" if v is None else f"{v / GIB:.2f} GiB"
 
         where = f"phase {self.phase}" + (f", block {self.block_index}" if self.block_index is not None else "")
         c = self.context
         rows = " | ".join(f"{k} {n}" for k, n in c.row_spans) or "unknown"
         memory = "CPU RAM (torch's CPU allocator)" if _is_cpu_oom(self.error) else "GPU memory"
         return (f"LongMedia ran out of {memory} in {where}.\n"
-                f"  GPU: {gb(r.gpu_free_bytes)} free of {gb(r.gpu_total_bytes)}; torch allocated "
-                f"{gb(r.torch_allocated_bytes)}, reserved {gb(r.torch_reserved_bytes)}; dynamic VRAM usage "
-                f"{gb(r.aimdo_vram_bytes)}, resident weights {gb(r.vbar_resident_bytes)}; pinned RAM "
+                f"  GPU: {gb(r.free_bytes)} free of {gb(r.total_bytes)}; torch allocated "
+                f"{gb(r.allocated_bytes)}, reserved {gb(r.reserved_bytes)}; dynamic VRAM usage "
+                f"{gb(r.aimdo_vram_usage_bytes)}, resident weights {gb(r.vbar_resident_bytes)}; pinned RAM "
                 f"{gb(r.pinned_ram_bytes)}\n"
                 f"  job: {c.seq_len} packed rows ({rows}); memory mode {c.memory_mode}; attention "
                 f"{c.attention_backend}; chunks {c.chunks}\n"
                 f"  change next: {self.pressure_point}: {self.next_step}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"kind": "oom"} | asdict(self)
 
 
 class LongMediaOOM(torch.OutOfMemoryError):
@@ -137,7 +101,7 @@ def _halve(value: int) -> int:
     return max(_MIN_CHUNK, value // 2)
 
 
-def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -> tuple[str, str]:
+def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -> tuple[str, str]:
     """(control, what to do with it): the single change most likely to get past this failure."""
     c = ctx.chunks or ChunkSizes()
     if phase_name == "prefetch_transport":
@@ -148,14 +112,14 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
         return ("seconds / width / height",
                 "the job's latent (Setup's, or the segmented Sampler's assembled output and denoised copies) did not "
                 "fit in RAM: shorten the job, lower the size, or close what else holds RAM")
-    idle = readings.idle_reserved_bytes
-    total = readings.gpu_total_bytes or 0
-    if idle is not None and idle > max(_GIB, total // 4):
+    idle = readings.cached_bytes
+    total = readings.total_bytes or 0
+    if idle is not None and idle > max(GIB, total // 4):
         # the step-boundary clean-up runs when less than step_boundary_cleanup_mb is free outside torch's
         # cache: a higher value makes it run more often. At this failure's reading it runs from free + idle up.
-        at_least = -(-((readings.gpu_free_bytes or 0) + idle) // (256 * _MIB)) * 256
+        at_least = -(-((readings.free_bytes or 0) + idle) // (256 * MIB)) * 256
         return ("step_boundary_cleanup_mb",
-                f"{idle / _GIB:.2f} GiB sat idle in torch's cache (fragmentation): raise step_boundary_cleanup_mb "
+                f"{idle / GIB:.2f} GiB sat idle in torch's cache (fragmentation): raise step_boundary_cleanup_mb "
                 f"to at least {at_least} MB (the clean-up runs when less than that is free, so a higher value "
                 "hands the idle cache back more often) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     if phase_name == "before_block_0":
@@ -194,7 +158,7 @@ def pressure_point(phase_name: str, readings: MemoryReadings, ctx: OOMContext) -
 # allocation failures that surface as plain RuntimeErrors: cuBLAS / Triton / the driver, torch's CPU
 # allocator ("[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory") and comfy-aimdo's
 # cast buffers ("VRAM grow failed: N bytes", "VRAM reservation failed": comfy_aimdo/vram_buffer.py; seen on the
-# H200 by bench/cards.py when a stage left no room for the weights being streamed)
+# H200 by bench/cards/ (python -m bench.cards) when a stage left no room for the weights being streamed)
 _OOM_TEXTS = ("out of memory", "cublas_status_alloc_failed", "defaultcpuallocator: can't allocate memory",
               "alloc_cpu.cpp", "vram grow failed", "vram reservation failed")
 
@@ -213,14 +177,14 @@ def _is_cpu_oom(error_text: str) -> bool:
 
 
 def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOMContext(),
-               reader: MemoryReader | None = None, block_index: int | None = None) -> OOMReport:
-    readings = (reader or torch_memory_reader())()
+               reader: MemoryReading | None = None, block_index: int | None = None) -> OOMReport:
+    readings = reader() if reader is not None else read_memory()
     point, step = pressure_point(phase_name, readings, context)
     return OOMReport(phase_name, block_index, readings, context, point, step, str(exc))
 
 
 @contextlib.contextmanager
-def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReader | None = None,
+def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReading | None = None,
           block_index: int | None = None) -> Iterator[None]:
     """Run a stage; an allocation failure inside (GPU or CPU) becomes a LongMediaOOM with the report."""
     if name not in PHASES:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..h3.profiles import GIB, gib, mib
+from ..h3.profiles import gib, mib
 from ..planning.types import ExecutionPlan
+from ..units import GIB
 
 
 def _gb(n_bytes: int) -> str:

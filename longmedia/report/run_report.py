@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ..execution.probes import ProbeReport
-from ..planning.types import ExecutionPlan
+from ..planning.types import ExecutionPlan, MemoryBreakdown
+from ..units import GIB
 from .host_features import HostFeatures
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
@@ -42,8 +43,8 @@ class PredictedPeaks:
     weights_outside_torch: bool
 
     @classmethod
-    def of(cls, memory: Any, dynamic_vram: bool) -> "PredictedPeaks":
-        """From the plan's MemoryBreakdown (duck-typed) and whether dynamic VRAM holds the weights."""
+    def of(cls, memory: MemoryBreakdown, dynamic_vram: bool) -> "PredictedPeaks":
+        """From the plan's memory breakdown and whether dynamic VRAM holds the weights."""
         total = int(memory.predicted_peak_bytes)
         weights = int(memory.resident_weight_bytes)
         torch_bytes = total - weights if dynamic_vram else total
@@ -80,7 +81,8 @@ class RunReport:
         return max((s.device_used_bytes for s in self.steps), default=0)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__ if name != "plan"}
+        out = {"kind": "run"} | {name: _plain(getattr(self, name)) for name in self.__dataclass_fields__
+                                 if name != "plan"}
         out["plan"] = self.plan.to_dict()
         out["host"] = None if self.host is None else self.host.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
@@ -115,19 +117,18 @@ class RunReport:
 
     def peak_lines(self) -> tuple[str, ...]:
         """Predicted beside measured, like for like: torch's allocator, then the whole device."""
-        gib = 2 ** 30
         pred = self.predicted
         if pred is None:
-            return (f"predicted peak {self.plan.predicted_peak_bytes / gib:.2f} GiB (weights included); "
+            return (f"predicted peak {self.plan.predicted_peak_bytes / GIB:.2f} GiB (weights included); "
                     "no like-for-like measurement in this report",)
         measured = self.measured_peak_bytes
         what = ("activations and workspaces; weights live in comfy-aimdo's VBAR, outside torch"
                 if pred.weights_outside_torch else "activations, workspaces and resident weights")
-        torch_line = (f"torch allocator peak: predicted {pred.torch_bytes / gib:.2f} GiB ({what}), measured "
-                      + (f"{measured / gib:.2f} GiB" if measured else "n/a (no CUDA)"))
+        torch_line = (f"torch allocator peak: predicted {pred.torch_bytes / GIB:.2f} GiB ({what}), measured "
+                      + (f"{measured / GIB:.2f} GiB" if measured else "n/a (no CUDA)"))
         device = self.measured_device_bytes
-        device_line = (f"device memory in use: predicted {pred.device_bytes / gib:.2f} GiB (the pass, weights "
-                       "included), measured " + (f"{device / gib:.2f} GiB (cudaMemGetInfo at block and step ends: "
+        device_line = (f"device memory in use: predicted {pred.device_bytes / GIB:.2f} GiB (the pass, weights "
+                       "included), measured " + (f"{device / GIB:.2f} GiB (cudaMemGetInfo at block and step ends: "
                                                  "VBAR weights, CUDA context and other processes included)"
                                                  if device else "n/a (no CUDA)"))
         return torch_line, device_line

@@ -29,7 +29,7 @@ from ..h3 import lattice as L
 from ..limits import MAX_FRAMES, MAX_SECONDS
 
 __all__ = ["Segment", "SegmentPlan", "plan_segments", "latent_boundary", "audio_boundary",
-           "DEFAULT_CONTEXT_FRAMES", "MAX_SEGMENT_SECONDS", "LongMediaInputError"]
+           "DEFAULT_CONTEXT_FRAMES", "MAX_SEGMENT_SECONDS"]
 
 DEFAULT_CONTEXT_FRAMES = 22
 MAX_SEGMENT_SECONDS = L.MAX_STOCK_FRAMES / L.FPS    # a pass is at most one stock-sized latent (3609 frames)
@@ -234,7 +234,7 @@ class SegmentPlan:
 
     def to_dict(self) -> dict:
         props = [n for n, v in vars(SegmentPlan).items() if isinstance(v, property)]
-        return {**asdict(self), "segments": [s.to_dict() for s in self.segments],
+        return {"kind": "segment_plan", **asdict(self), "segments": [s.to_dict() for s in self.segments],
                 **{n: getattr(self, n) for n in props}}
 
 

@@ -114,7 +114,7 @@ def rope_table(seq_len: int, dims: H3Dims, dtype, device=None, generator=None) -
 
 
 def random_mod_rows(seq_len: int, generator: torch.Generator, rows: int = 6) -> list[tuple[int, int, int]]:
-    """A random contiguous segment table (start, stop, adaLN row) covering [0, seq_len)."""
+    """A random contiguous mod_rows table (start, stop, adaLN row) covering [0, seq_len)."""
     n = int(torch.randint(1, 6, (1,), generator=generator)) if seq_len > 1 else 1
     n = min(n, seq_len)
     cuts = sorted(torch.randperm(seq_len - 1, generator=generator)[: n - 1].add(1).tolist()) if n > 1 else []

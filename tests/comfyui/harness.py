@@ -308,7 +308,7 @@ def tiny_sampler_job(patcher, *, width: int = 128, height: int = 96, frames: int
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import tiny_conditioning as tc
+    from longmedia.testing import conditioning as tc
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
     guider = comfy.samplers.CFGGuider(patcher)
@@ -339,7 +339,7 @@ class DeviceReadings:
         """A random reading of a 16 GiB card (free memory `free` when given)."""
         import torch
 
-        from longmedia.comfy.residency import MemorySnapshot
+        from longmedia.report.memory import MemorySnapshot
 
         gib, mib = 1 << 30, 1 << 20
         total = 16 * gib

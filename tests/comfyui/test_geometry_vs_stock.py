@@ -18,8 +18,8 @@ import torch
 
 from longmedia.h3 import lattice as L
 from longmedia.h3.dims import H3_FULL
-from longmedia.h3.geometry import KeyframeSpec, ReferenceSpec
 from longmedia.h3.profiles import ModelProfile
+from longmedia.h3.references import KeyframeSpec, ReferenceSpec
 from longmedia.job.geometry import build_geometry
 
 PROMPT = "A red fox trots through fresh snow at dawn, its breath fogging, birds calling in the pines."

@@ -103,8 +103,8 @@ def test_the_sampler_plans_with_what_the_host_runs(comfy_inprocess, tiny_checkpo
     from comfy_extras import nodes_minimax_h3 as h3n
 
     from longmedia.comfy import sampler as comfy_sampler
-    from longmedia.comfy import tiny_conditioning as tc
     from longmedia.planning.types import PlanRequest
+    from longmedia.testing import conditioning as tc
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
     patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
@@ -135,7 +135,7 @@ def _tiny_job(tiny_checkpoints, steps=2):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import tiny_conditioning as tc
+    from longmedia.testing import conditioning as tc
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
     patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))

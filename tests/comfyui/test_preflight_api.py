@@ -13,8 +13,8 @@ import harness
 import pytest
 import torch
 from test_stage_nodes import FRAMES, NORMAL, SECONDS, H, W, guider, sigmas
+from testnodes import tiny_text_encoder as tc
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.h3.profiles import DeviceProfile
 from longmedia.planning.types import PlanRequest

@@ -136,8 +136,8 @@ def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monk
     releases it: the plan must read the device after the boundary, so every seed-only rerun (each starting
     from leftovers) plans from the same released state. Before, the first run and the reruns differed."""
     from longmedia.comfy import sampler as core
-    from longmedia.h3.profiles import GIB, DeviceProfile
-
+    from longmedia.h3.profiles import DeviceProfile
+    from longmedia.units import GIB
     card = DeviceProfile.card(vram_gb=16, ram_gb=64)
     state = {"free": card.vram_free_bytes}
     real_boundary = core.residency_boundary
@@ -244,7 +244,7 @@ def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, prefetch_
 
 
 def _spy_sol_calls(monkeypatch):
-    """Every AttentionFn the run builds, wrapped to record (the segment table it was built with, keys it got)."""
+    """Every AttentionFn the run builds, wrapped to record (the row spans it was built with, keys it got)."""
     from longmedia.attention import dispatcher
     from longmedia.comfy import attention_override as override
 

@@ -14,11 +14,11 @@ import torch
 from harness import DeviceReadings
 
 from longmedia.comfy import segmented
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
 from longmedia.planning.types import PlanRequest
 from longmedia.segments.timeline import plan_segments
+from longmedia.testing import conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 WIDTH, HEIGHT = 64, 64                     # 4x4 latent cells -> 4 packed rows per latent frame
@@ -182,7 +182,7 @@ def test_seeds_differ_per_pass_and_the_report_lists_every_pass(captured):
         assert len(s.run.steps) >= STEPS and s.run.plan.memory_mode == "normal"
     assert report.context_on == ("positive", "negative")
     data = json.loads(report.to_json())
-    assert len(data["segments"]) == 3 and data["plan"]["count"] == 3
+    assert len(data["segments"]) == 3 and data["segment_plan"]["count"] == 3 and data["kind"] == "segmented_run"
     assert any(line.startswith("drift over segments 1..2") for line in report.summary_lines())
 
 
@@ -351,7 +351,7 @@ def test_three_segment_job_through_the_api(job_server):
 
 def test_every_pass_is_planned_before_the_run(captured):
     report = captured["result"].report
-    forecast = report.to_dict()["plan"]["forecast"]
+    forecast = report.to_dict()["segment_plan"]["forecast"]
     assert [f.index for f in report.forecast] == [0, 1, 2]
     assert [f["index"] for f in forecast] == [0, 1, 2]
     actual = [s.run.plan.geometry.seq_len for s in report.segments]

@@ -7,7 +7,7 @@ import torch
 from harness import ComfyHarnessError, h3_latent_shapes, t2va_prompt
 from safetensors.torch import load_file
 
-from longmedia.comfy import tiny_conditioning as tc
+from longmedia.testing import conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
 STOCK_H3_NODES = ("EmptyMiniMaxH3LatentAV", "MiniMaxH3ImageToVideo", "MiniMaxH3AddGuide",

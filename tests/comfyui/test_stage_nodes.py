@@ -5,7 +5,7 @@
 Encoding paths use in-process stand-ins, since no tiny VAE loads through the stock loaders: `TinyVideoVAE`
 (16x16 average pool, H3's 1+4+4+4+4 frames per latent within each 17-frame clip, a fixed random
 3 -> 24 channel mix) and `TinyAudioVAE` (800-sample frames at 32 kHz -> [1, 32, 2, T]); the text
-encoder is the tiny random Qwen3-VL with the real H3 tokenizer (`longmedia.comfy.tiny_conditioning`).
+encoder is the tiny random Qwen3-VL with the real H3 tokenizer (`testnodes.tiny_text_encoder`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 
 import pytest
 import torch
+from testnodes import tiny_text_encoder as tc
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
 from longmedia.testing.tiny_h3 import TINY_DIMS

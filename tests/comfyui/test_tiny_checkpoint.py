@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from testnodes import tiny_text_encoder as te
 
-from longmedia.comfy import tiny_conditioning as tc
+from longmedia.testing import conditioning as tc
 from longmedia.testing.tiny_h3 import TINY_DIMS, comfy_transformer_config
 
 VARIANTS = ("bf16", "fp32", "int8")
@@ -15,7 +16,7 @@ PROMPT = "a red fox trots through fresh snow, wind howling"
 
 @pytest.fixture(scope="module")
 def tiny_clip(comfy_inprocess):
-    return tc.tiny_text_encoder(TINY_DIMS, seed=0)
+    return te.tiny_text_encoder(TINY_DIMS, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_bf16_variant_keeps_bf16_storage_when_asked(comfy_inprocess, tiny_checkp
 def test_stock_forward_is_finite_and_not_constant(loaded, tiny_clip, variant):
     patcher = loaded[variant]
     video, audio = _random_av(1)
-    cond = tc.encode_prompt(tiny_clip, PROMPT)
+    cond = te.encode_prompt(tiny_clip, PROMPT)
     out_v, out_a = _forward(patcher, cond, video, audio)
     assert out_v.shape == video.shape and out_a.shape == audio.shape
     for out in (out_v, out_a):
@@ -124,7 +125,7 @@ def test_stock_forward_is_finite_and_not_constant(loaded, tiny_clip, variant):
         assert 0.3 < out.float().std().item() < 10.0
         assert out.float().flatten(2).std(dim=-1).min() > 0.05  # varies across positions, per channel
     # the text reaches the streams through attention, the sigma through adaLN
-    other_v, other_a = _forward(patcher, tc.encode_prompt(tiny_clip, "a quiet empty beach at dawn"), video, audio)
+    other_v, other_a = _forward(patcher, te.encode_prompt(tiny_clip, "a quiet empty beach at dawn"), video, audio)
     assert _rel(out_v, other_v) > 0.01 and _rel(out_a, other_a) > 0.01
     later_v, _ = _forward(patcher, cond, video, audio, sigma=0.1)
     assert _rel(out_v, later_v) > 1e-3
@@ -132,7 +133,7 @@ def test_stock_forward_is_finite_and_not_constant(loaded, tiny_clip, variant):
 
 def test_int8_forward_tracks_bf16(loaded, tiny_clip):
     video, audio = _random_av(2, latent_t=7, audio_t=37)
-    cond = tc.encode_prompt(tiny_clip, PROMPT)
+    cond = te.encode_prompt(tiny_clip, PROMPT)
     ref_v, ref_a = _forward(loaded["bf16"], cond, video, audio)
     q_v, q_a = _forward(loaded["int8"], cond, video, audio)
     for ref, q in ((ref_v, q_v), (ref_a, q_a)):
@@ -140,7 +141,7 @@ def test_int8_forward_tracks_bf16(loaded, tiny_clip):
 
 
 def test_tiny_text_encoder_conditioning_layout(tiny_clip):
-    cond = tc.encode_prompt(tiny_clip, PROMPT)
+    cond = te.encode_prompt(tiny_clip, PROMPT)
     assert len(cond) == 1
     states, extra = cond[0]
     assert states.ndim == 3 and states.shape[0] == 1 and states.shape[2] == TINY_DIMS.text_dim
@@ -148,15 +149,15 @@ def test_tiny_text_encoder_conditioning_layout(tiny_clip):
     tags = extra["minimax_token_tags"]
     assert tags.dtype == torch.long and tags.shape == (states.shape[1],)
     assert bool((tags == tc.TEXT_TAG).all())
-    again = tc.encode_prompt(tc.tiny_text_encoder(TINY_DIMS, seed=0), PROMPT)[0][0]
+    again = te.encode_prompt(te.tiny_text_encoder(TINY_DIMS, seed=0), PROMPT)[0][0]
     assert torch.equal(again, states)
-    other_seed = tc.encode_prompt(tc.tiny_text_encoder(TINY_DIMS, seed=1), PROMPT)[0][0]
+    other_seed = te.encode_prompt(te.tiny_text_encoder(TINY_DIMS, seed=1), PROMPT)[0][0]
     assert _rel(other_seed, states) > 0.1
 
 
 def test_tiny_text_encoder_tags_keyframe_images_as_video(tiny_clip):
     image = torch.rand(1, 64, 64, 3, generator=torch.Generator().manual_seed(5))
-    states, extra = tc.encode_prompt(tiny_clip, "a fox", images=[image])[0]
+    states, extra = te.encode_prompt(tiny_clip, "a fox", images=[image])[0]
     tags = extra["minimax_token_tags"]
     assert torch.isfinite(states).all()
     assert (tags == tc.VISION_TAG).sum() >= 3  # vision_start, >= 1 merged patch, vision_end
@@ -164,7 +165,7 @@ def test_tiny_text_encoder_tags_keyframe_images_as_video(tiny_clip):
 
 
 def test_conditioning_file_round_trip(tiny_clip, tmp_path):
-    cond = tc.encode_prompt(tiny_clip, PROMPT)
+    cond = te.encode_prompt(tiny_clip, PROMPT)
     back = tc.load_conditioning(tc.save_conditioning(cond, tmp_path / "cond.pt"))
     assert torch.equal(back[0][0], cond[0][0])
     assert torch.equal(back[0][1]["minimax_token_tags"], cond[0][1]["minimax_token_tags"])

@@ -156,10 +156,10 @@ def test_a_latent_with_nan_is_the_panel_s_first_warning(page):
     from longmedia.report.run_report import NON_FINITE, STREAMED_NAN_ADVICE
 
     warning = NON_FINITE + STREAMED_NAN_ADVICE
-    run = {"plan": {"memory_mode": "low_vram", "warnings": ["plan warning"], "geometry": {"seq_len": 290}},
+    run = {"kind": "run", "plan": {"memory_mode": "low_vram", "warnings": ["plan warning"], "geometry": {"seq_len": 290}},
            "streamed_blocks": [0, 1], "output_warning": warning}
     clean = {**run, "output_warning": ""}
-    segmented = {"plan": {"seconds": 3.0}, "segments": [{"index": 1, "run": clean}, {"index": 2, "run": run}]}
+    segmented = {"kind": "segmented_run", "segment_plan": {"seconds": 3.0}, "segments": [{"index": 1, "run": clean}, {"index": 2, "run": run}]}
     js = ("(async () => { const m = await import('/extensions/ComfyUI-LongMedia/lib/report_format.js'); "
           f"return [{json.dumps(run)}, {json.dumps(clean)}, {json.dumps(segmented)}]"
           ".map((r) => m.formatReport(r).warnings); })()")

@@ -369,13 +369,18 @@ def test_build_follows_the_schedule_and_the_sink_mode():
             torch.tensor(torch.pi * 0.5)).item()))
         assert (c1.sink_ranges, c1.exact_query_ranges) == (keys, rows)
     choice = resolve_attention("sol", **kw)
-    with pytest.raises(SolSettingsError, match="segment table"):
+    with pytest.raises(SolSettingsError, match="row-span table"):
         build_attention_fn(choice, registry=reg)
 
 
 def test_build_existing_needs_the_comfy_fn():
     choice = resolve_attention("existing", seq_len=S, **H3, device_capability=(9, 0), available=ALL)
-    with pytest.raises(BackendUnavailableError, match="existing_attention_fn"):
+    with pytest.raises(BackendUnavailableError, match="existing_attention_fn") as info:
         build_attention_fn(choice)
+    import importlib
+    import re
+
+    named = re.search(r"(longmedia(?:\.\w+)+)\.(\w+)\(", str(info.value))  # the path the message tells the user
+    assert callable(getattr(importlib.import_module(named.group(1)), named.group(2))), named.group(0)
     marker = object()
     assert build_attention_fn(choice, existing=marker) is marker

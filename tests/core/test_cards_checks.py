@@ -10,12 +10,14 @@ import torch
 
 from bench.cards import checks
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
-from longmedia.report.oom import MemoryReadings, OOMContext, report_for
+from longmedia.report.memory import MemorySnapshot
+from longmedia.report.oom import OOMContext, report_for
+from longmedia.units import GIB
 
 MIB = 2 ** 20
 
@@ -30,8 +32,6 @@ def _plan(free_shift: int = 0, ram_shift: int = 0, request: PlanRequest | None =
 
 
 def _snapshot(free: int, reclaimable: int | None, allocated: int = 300 * MIB, usage: int | None = None) -> str:
-    from longmedia.comfy.residency import MemorySnapshot
-
     return repr(MemorySnapshot("cuda:0", allocated, allocated + 20 * MIB, free, 16 * GIB, usage, reclaimable))
 
 
@@ -50,7 +50,7 @@ def test_snapshot_lines_parse_back_to_their_fields():
     got = checks.parse_snapshot(_snapshot(3 * GIB, None, usage=7))
     assert got == {"device": "cuda:0", "allocated_bytes": 300 * MIB, "reserved_bytes": 320 * MIB,
                    "free_bytes": 3 * GIB, "total_bytes": 16 * GIB, "aimdo_vram_usage_bytes": 7,
-                   "aimdo_vbar_reclaimable_bytes": None}
+                   "aimdo_vbar_reclaimable_bytes": None, "vbar_resident_bytes": None, "pinned_ram_bytes": None}
 
 
 def test_three_equal_reruns_pass_with_resident_weights_counted_as_available():
@@ -174,7 +174,7 @@ def _oom_message(phase: str, chunks: ChunkSizes, block: int | None) -> str:
     """What ComfyUI's execution_error carries for a LongMediaOOM (`_cards_measure.measure`'s text)."""
     ctx = OOMContext(attention_backend="existing", memory_mode="normal" if chunks.is_stock else "low_vram",
                      chunks=chunks, heads=56, seq_len=40000, row_spans=(("text", 128), ("video", 39000)))
-    readings = MemoryReadings(140 * GIB, 2 * GIB, 9 * GIB, 10 * GIB)
+    readings = MemorySnapshot("cuda:0", 9 * GIB, 10 * GIB, 2 * GIB, 140 * GIB)
     report = report_for(phase, torch.OutOfMemoryError("CUDA out of memory"), context=ctx, reader=lambda: readings,
                         block_index=block)
     tips = "This error means you ran out of memory on your GPU."

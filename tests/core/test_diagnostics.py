@@ -4,23 +4,23 @@ import pytest
 import torch
 
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
+from longmedia.report.memory import HostMemory, MemorySnapshot, read_memory
 from longmedia.report.oom import (
     PHASES,
     LongMediaOOM,
-    MemoryReadings,
     OOMContext,
     UnknownPhaseError,
     phase,
     pressure_point,
-    torch_memory_reader,
 )
+from longmedia.units import GIB
 
-READ = MemoryReadings(gpu_total_bytes=16 * GIB, gpu_free_bytes=GIB // 10, torch_allocated_bytes=14 * GIB,
-                      torch_reserved_bytes=14 * GIB + GIB // 4, aimdo_vram_bytes=15 * GIB,
+READ = MemorySnapshot("cuda:0", total_bytes=16 * GIB, free_bytes=GIB // 10, allocated_bytes=14 * GIB,
+                      reserved_bytes=14 * GIB + GIB // 4, aimdo_vram_usage_bytes=15 * GIB,
                       vbar_resident_bytes=5 * GIB, pinned_ram_bytes=25 * GIB)
 STREAMED = OOMContext(attention_backend="sdpa_flash", memory_mode="low_vram",
                       chunks=ChunkSizes(4096, 0, 8192), heads=56, seq_len=73642,
@@ -69,12 +69,12 @@ def test_prefetch_transport_is_a_residency_problem_not_attention():
     assert "prefetch" in point and "residency" in point
     assert "attention settings are not the cause" in step
     # even when the cache is fragmented, transport stays the pressure point
-    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    fragmented = MemorySnapshot("cuda:0", 8 * GIB, 14 * GIB, GIB, 16 * GIB)
     assert "prefetch" in pressure_point("prefetch_transport", fragmented, STREAMED)[0]
 
 
 def test_fragmentation_points_at_the_allocator():
-    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    fragmented = MemorySnapshot("cuda:0", 8 * GIB, 14 * GIB, GIB, 16 * GIB)
     point, step = pressure_point("mlp", fragmented, STREAMED)
     assert point == "step_boundary_cleanup_mb" and "expandable_segments" in step
 
@@ -84,7 +84,7 @@ def test_fragmentation_advice_raises_the_step_boundary_threshold():
     guard fire less), to a value at which it would have run at the failure (1 GiB free + 6 GiB idle)."""
     from longmedia.execution.guards import Guards, GuardSettings
 
-    fragmented = MemoryReadings(16 * GIB, GIB, 8 * GIB, 14 * GIB)
+    fragmented = MemorySnapshot("cuda:0", 8 * GIB, 14 * GIB, GIB, 16 * GIB)
     step = pressure_point("mlp", fragmented, STREAMED)[1]
     assert "raise step_boundary_cleanup_mb to at least 7168 MB" in step and "lower" not in step
     fired = Guards(GuardSettings(step_boundary_cleanup_mb=7168), lambda: 7 * GIB - 1, lambda: None).on_step_end(0)
@@ -134,18 +134,22 @@ def test_default_reader_on_this_machine():
 
     rng = random.Random()
     aimdo, vbar, pinned = (rng.randrange(1, 64 * GIB) for _ in range(3))
-    r = torch_memory_reader(vbar_resident=lambda: vbar, aimdo_usage=lambda: aimdo, pinned_ram=lambda: pinned)()
-    assert isinstance(r, MemoryReadings)
-    assert (r.aimdo_vram_bytes, r.vbar_resident_bytes, r.pinned_ram_bytes) == (aimdo, vbar, pinned)
+    reclaim = rng.randrange(1, 64 * GIB)
+    host = HostMemory(aimdo_usage=lambda: aimdo, vbar_reclaimable=lambda device: reclaim,
+                      vbar_resident=lambda: vbar, pinned_ram=lambda: pinned)
+    r = read_memory(host=host)
+    assert isinstance(r, MemorySnapshot)
+    assert (r.aimdo_vram_usage_bytes, r.aimdo_vbar_reclaimable_bytes, r.vbar_resident_bytes,
+            r.pinned_ram_bytes) == (aimdo, reclaim, vbar, pinned)
     if torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info()
-        assert r.gpu_total_bytes == total and 0 <= r.gpu_free_bytes <= total
-        assert 0 <= r.torch_allocated_bytes <= r.torch_reserved_bytes and r.idle_reserved_bytes >= 0
+        assert r.total_bytes == total and 0 <= r.free_bytes <= total
+        assert 0 <= r.allocated_bytes <= r.reserved_bytes and r.cached_bytes >= 0
     else:
-        assert (r.gpu_total_bytes, r.gpu_free_bytes, r.torch_allocated_bytes, r.torch_reserved_bytes) == (None,) * 4
-        assert r.idle_reserved_bytes is None
-    bare = torch_memory_reader()()
-    assert (bare.aimdo_vram_bytes, bare.vbar_resident_bytes, bare.pinned_ram_bytes) == (None, None, None)
+        assert (r.total_bytes, r.free_bytes, r.allocated_bytes, r.reserved_bytes) == (None,) * 4
+        assert r.cached_bytes is None
+    bare = read_memory()
+    assert (bare.aimdo_vram_usage_bytes, bare.vbar_resident_bytes, bare.pinned_ram_bytes) == (None, None, None)
 
 
 def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
@@ -171,7 +175,7 @@ def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
     monkeypatch.setitem(sys.modules, "comfy.model_management", mm)
     monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=True))
     assert memory_facts.vbar_resident_bytes() == 4 * GIB
-    readings = memory_facts.comfy_memory_reader()()
+    readings = memory_facts.comfy_reading()()
     assert readings.vbar_resident_bytes == 4 * GIB and readings.pinned_ram_bytes == 5
     monkeypatch.setitem(sys.modules, "comfy.memory_management", types.SimpleNamespace(aimdo_enabled=False))
     assert memory_facts.vbar_resident_bytes() is None

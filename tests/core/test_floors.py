@@ -1,6 +1,6 @@
 """The package's floors: ComfyUI only behind `longmedia/comfy/`, and no floor importing one above it.
 
-Floors, lowest first (docs/ARCHITECTURE.md): `errors`/`limits` (shared vocabulary) < `h3` and `kernels`
+Floors, lowest first (docs/ARCHITECTURE.md): `units` < `errors`/`limits` (shared vocabulary) < `h3` and `kernels`
 (facts and math, independent of each other) < `segments`, `attention` < `execution` < `planning` < `job` <
 `report` < `testing`, `cli` < `comfy` < `nodes`. A module may import its own floor and any floor below.
 """
@@ -20,7 +20,7 @@ import longmedia
 
 ROOT = Path(longmedia.__file__).resolve().parent
 
-RANK = {"errors": 0, "limits": 0, "h3": 1, "kernels": 1, "segments": 2, "attention": 2, "execution": 3,
+RANK = {"units": -1, "errors": 0, "limits": 0, "h3": 1, "kernels": 1, "segments": 2, "attention": 2, "execution": 3,
         "planning": 4, "job": 5, "report": 6, "testing": 7, "cli": 7, "comfy": 8}
 HOST_MODULES = ("comfy", "comfy_api", "comfy_extras", "comfy_execution", "comfy_aimdo", "comfy_kitchen",
                 "latent_preview", "folder_paths", "node_helpers", "nodes", "execution", "server")
@@ -100,7 +100,7 @@ def test_h3_imports_nothing_but_the_ground_floor():
     for module in (m for m in MODULES if _floor(m) == "h3"):
         for target, _how in _imports(_path(module), module):
             if target.startswith("longmedia."):
-                assert _floor(target) in ("h3", "errors", "limits"), f"{module} imports {target}"
+                assert _floor(target) in ("h3", "units", "errors", "limits"), f"{module} imports {target}"
 
 
 def test_comfy_is_imported_by_nothing_but_nodes():
@@ -212,3 +212,68 @@ def test_the_product_and_the_nodes_never_import_the_bench():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             assert not any(n.split(".")[0] == "bench" for n in names), f"{path} imports the bench"
+
+
+def _module_of(target: str) -> str | None:
+    """The longmedia module an import names (`longmedia.a.b.name` -> `longmedia.a.b` when `name` is not one)."""
+    known = set(MODULES)
+    while target.startswith("longmedia.") and target not in known:
+        target = target.rsplit(".", 1)[0]
+    return target if target in known else None
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the longmedia modules it imports anywhere (top level, inside functions, under TYPE_CHECKING)."""
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        found = {_module_of(t) for t, how in _imports(_path(module), module) if how != "string"}
+        graph[module] = {m for m in found if m is not None and m != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """No import cycle among longmedia modules, counting imports inside functions and under TYPE_CHECKING."""
+    graph = _import_graph()
+    assert graph["longmedia.comfy.sampler"], "the import graph lost the sampler's imports"
+    assert _cycles(graph) == []

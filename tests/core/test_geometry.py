@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
-from longmedia.h3.geometry import REFERENCE_BUDGETS, Geometry, KeyframeSpec, LongMediaInputError, ReferenceSpec
+from longmedia.h3.geometry import Geometry
+from longmedia.h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from longmedia.job.geometry import build_geometry
 
 

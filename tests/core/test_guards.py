@@ -7,7 +7,8 @@ import random
 import pytest
 
 from longmedia.errors import LongMediaInputError
-from longmedia.execution.guards import MB, GuardEvent, Guards, GuardSettings, guards_for_device
+from longmedia.execution.guards import GuardEvent, Guards, GuardSettings, guards_for_device
+from longmedia.units import MIB as MB
 
 
 class Script:
@@ -173,18 +174,21 @@ def test_random_readings_respect_every_rule():
     assert script.cleanups == sum(e is not None for e in fired) > 10
 
 
-def test_settings_from_thresholds_and_validation():
-    class Thresholds:  # the planner's GuardThresholds carries these names
-        inter_block_vram_guard_mb = 1500
-        inter_block_guard_cooldown_blocks = 2
-        inter_block_guard_emergency_mb = 600
-        late_block_guard_start = 44
-        late_block_guard_target_mb = 2500
-        step_boundary_cleanup_mb = 900
+def test_the_plan_carries_the_guards_the_executor_runs_and_settings_are_validated():
+    from longmedia.h3.profiles import DeviceProfile, ModelProfile
+    from longmedia.job.geometry import build_geometry
+    from longmedia.planning.attention_path import default_attention_path
+    from longmedia.planning.planner import plan
+    from longmedia.planning.types import PlanRequest
 
-    s = GuardSettings.from_thresholds(Thresholds(), inter_block_guard_emergency_cooldown_blocks=1)
+    request = PlanRequest(memory_mode="low_vram", inter_block_vram_guard_mb=1500, late_block_guard_start=44,
+                          step_boundary_cleanup_mb=900)
+    p = plan(ModelProfile.preset("h3-int8"), DeviceProfile.card(16), build_geometry(1344, 768, seconds=10), request,
+             attention_resolver=default_attention_path)
+    s = p.guards
+    assert isinstance(s, GuardSettings)
     assert (s.inter_block_vram_guard_mb, s.late_block_guard_start, s.step_boundary_cleanup_mb) == (1500, 44, 900)
-    assert s.inter_block_guard_emergency_cooldown_blocks == 1 and s.any_on
+    assert s.inter_block_guard_emergency_cooldown_blocks == 0 and s.any_on
     with pytest.raises(LongMediaInputError, match="inter_block_vram_guard_mb=-1"):
         GuardSettings(inter_block_vram_guard_mb=-1)
     with pytest.raises(LongMediaInputError, match="late_block_guard_start"):

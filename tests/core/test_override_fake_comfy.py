@@ -12,7 +12,7 @@ from longmedia.comfy.attention_override import (
     OVERRIDE_KEY,
     ROW_SPANS_KEY,
     LongMediaAttentionOverride,
-    SolSegmentsWarning,
+    SolRowSpansWarning,
     existing_attention_fn,
     install_attention_override,
     progress_from_options,
@@ -113,14 +113,14 @@ def test_override_reads_sigma_progress_and_segments():
     assert log[-1][1].sink_ranges == ((0, 60),)
     assert progress_from_options(opts) == 1.0 and progress_from_options({}) is None
     del opts[ROW_SPANS_KEY]
-    with pytest.warns(SolSegmentsWarning, match="segment table"):
+    with pytest.warns(SolRowSpansWarning, match="row spans"):
         override(refuse, q, k, v, 4, mask=None, skip_reshape=True, transformer_options=opts)
     assert log[-1][0] == "exact_fake"
     other = LongMediaAttentionOverride(choice, row_spans=table, registry=reg)
     other(refuse, q[:, :, :150], k[:, :, :150], v[:, :, :150], 4, mask=None, skip_reshape=True,
           transformer_options=opts)  # a 10-token-shorter prompt (uncond): the table shifts with the text
     assert log[-1][0] == "sol_fake" and log[-1][1].sink_ranges == ((0, 50),)
-    with pytest.warns(SolSegmentsWarning):  # not the packed sequence at all (the text refiner)
+    with pytest.warns(SolRowSpansWarning):  # not the packed sequence at all (the text refiner)
         other(refuse, q[:, :, :20], k[:, :, :20], v[:, :, :20], 4, mask=None, skip_reshape=True,
               transformer_options=opts)
     assert log[-1][0] == "exact_fake"

@@ -9,13 +9,14 @@ from hypothesis import strategies as st
 
 from longmedia.errors import LongMediaInputError
 from longmedia.execution.memory import predicted_peak_bytes
-from longmedia.h3.geometry import ReferenceSpec
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
+from longmedia.h3.references import ReferenceSpec
 from longmedia.job.geometry import build_geometry
 from longmedia.planning import attention_path
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import MANUAL_CONTROLS, PlanRequest
+from longmedia.units import GIB
 
 MODELS = {q: ModelProfile.preset(f"h3-{q}") for q in ("bf16", "int8", "nvfp4")}
 RES = {"720p": (1280, 720), "1080p": (1920, 1080)}
@@ -45,7 +46,7 @@ EXPECTED = {
     # (res, seconds): {vram: mode for every quant, or {quant: mode}}
     ("720p", 5): {8: "normal", 12: "normal", 16: "normal", 24: "normal", 48: "normal", 80: "normal"},
     # Every need counts the bytes outside torch's allocated count (planning/stage_memory.outside_torch_bytes:
-    # comfy-aimdo's cast buffer past one block, the allocator's slack), measured on the H200 by bench/cards.py.
+    # comfy-aimdo's cast buffer past one block, the allocator's slack), measured on the H200 by bench/cards/ (python -m bench.cards).
     # They tip the marginal cases: 720p 10 s INT8 on 12 GB, 1080p 5 s NVFP4 on 12 GB, 1080p 10 s INT8 on 24 GB
     # stream; 1080p 10 s bf16 on 8 GB no longer fits.
     ("720p", 10): {8: "low_vram", 12: {"bf16": "normal", "int8": "low_vram", "nvfp4": "normal"}, 16: "normal",
@@ -354,7 +355,7 @@ def test_pinning_that_cannot_be_applied_under_dynamic_vram_says_so():
 
 
 def test_outside_torch_bytes_follow_the_measured_overheads():
-    """comfy-aimdo's cast buffer past one block and the allocator's slack (bench/cards.py on the H200)."""
+    """comfy-aimdo's cast buffer past one block and the allocator's slack (bench/cards/ (python -m bench.cards) on the H200)."""
     from longmedia.planning.stage_memory import outside_torch_bytes
 
     int8, bf16 = MODELS["int8"], MODELS["bf16"]
@@ -365,7 +366,7 @@ def test_outside_torch_bytes_follow_the_measured_overheads():
 
 
 def test_the_measured_24gb_int8_20s_failure_is_not_planned_normal():
-    """bench/cards.py, 2-block full-width INT8, 24 GiB card (ballast), 1344x768 20 s: normal mode took torch to
+    """bench/cards/ (python -m bench.cards), 2-block full-width INT8, 24 GiB card (ballast), 1344x768 20 s: normal mode took torch to
     20.15 GiB and comfy-aimdo's cast buffer then failed to grow ("VRAM grow failed") at 23.97 GiB of process
     memory, where the plan without the outside-torch bytes had said normal fits."""
     from longmedia.h3.dims import H3_FULL

@@ -6,7 +6,7 @@ import pytest
 
 from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job import preflight as pf
 from longmedia.job.geometry import build_geometry
 from longmedia.job.job import LongMediaJob
@@ -17,6 +17,7 @@ from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 from longmedia.report.oom import LongMediaOOM, is_oom, phase
 from longmedia.segments import seams
+from longmedia.units import GIB
 
 INT8 = ModelProfile.preset("h3-int8")
 
@@ -117,7 +118,7 @@ def test_auto_with_nothing_fitting_is_refused_naming_the_latent():
     p = _plan(8, 1280, 720, seconds=30)
     assert not p.fits
     with pytest.raises(LongMediaInputError, match=r"^latent=") as info:
-        pf.check_plan_runs(p, "auto", None)
+        pf.check_plan_runs(p)
     assert "segment_seconds" in str(info.value) and "ultra_low_vram" in str(info.value)
     advice = info.value.suggestion  # typed: a program never parses the message for it
     assert advice.input == "segment_seconds" and 0 < advice.value < 30
@@ -133,16 +134,16 @@ def test_a_refusal_without_a_single_input_to_change_carries_no_suggestion():
 def test_a_chosen_mode_that_does_not_fit_runs_with_a_warning():
     p = _plan(12, 1920, 1080, seconds=10, request=PlanRequest(memory_mode="normal"))
     assert not p.fits
-    (warning,) = pf.check_plan_runs(p, "normal", None)
+    (warning,) = pf.check_plan_runs(p)
     assert "does NOT fit" in warning and "memory_mode=normal" in warning
-    assert pf.check_plan_runs(_plan(24), "auto", None) == ()
+    assert pf.check_plan_runs(_plan(24)) == ()
 
 
 def test_a_reserve_that_crowds_out_the_pass_is_named():
     p = _plan(24, request=PlanRequest(vram_activation_reserve_mb=23 * 1024))   # 0.5 GiB left of 23.5
     assert not p.fits
     with pytest.raises(LongMediaInputError, match=r"^vram_activation_reserve_mb=23552"):
-        pf.check_plan_runs(p, "auto", 23 * 1024)
+        pf.check_plan_runs(p)
 
 
 def test_a_reserve_past_the_card_is_an_input_error_naming_the_card():
@@ -190,7 +191,7 @@ def test_a_job_latent_allocation_failure_names_the_job_size():
 
 
 def test_a_comfy_aimdo_cast_buffer_failure_becomes_the_oom_report():
-    """comfy-aimdo raises a plain RuntimeError when its cast buffer cannot grow (seen on the H200, bench/cards.py)."""
+    """comfy-aimdo raises a plain RuntimeError when its cast buffer cannot grow (seen on the H200, bench/cards/ (python -m bench.cards))."""
     error = RuntimeError("VRAM grow failed: 905774080 bytes")
     assert is_oom(error) and is_oom(RuntimeError("VRAM reservation failed"))
     with pytest.raises(LongMediaOOM) as info, phase("mlp"):

@@ -8,8 +8,9 @@ import torch
 
 from longmedia.errors import LongMediaInputError
 from longmedia.h3.dims import H3_FULL
-from longmedia.h3.profiles import GIB, PRESETS, DeviceProfile, ModelProfile, h3_preset_entries, pinned_ram_budget
+from longmedia.h3.profiles import PRESETS, DeviceProfile, ModelProfile, h3_preset_entries, pinned_ram_budget
 from longmedia.testing.tiny_h3 import TINY_DIMS, tensor_specs, tiny_h3_state_dict, write_tiny_h3
+from longmedia.units import GIB
 
 
 def _full_h3_params(d=H3_FULL) -> int:

@@ -11,11 +11,11 @@ from longmedia.comfy.residency import (
     STEPS,
     BoundaryReport,
     ComfyModules,
-    MemorySnapshot,
     ResidencyBoundaryError,
-    read_memory,
+    host_memory,
     residency_boundary,
 )
+from longmedia.report.memory import MemorySnapshot, ReadingFailed, read_memory
 
 CUDA = "cuda:0"
 
@@ -158,7 +158,7 @@ def test_cpu_does_nothing_but_reports():
     assert dev.calls == []
     assert report.done == () and report.skipped == STEPS
     assert all("no accelerator memory" in a.detail for a in report.actions)
-    assert report.before == report.after == MemorySnapshot("cpu", 0, 0, None, None)
+    assert report.before == report.after == MemorySnapshot("cpu", None, None, None, None)
 
 
 def test_a_failing_present_function_names_the_step():
@@ -184,10 +184,10 @@ def test_reports_are_frozen_and_modules_normalise():
     assert ComfyModules.of(modules) is modules
 
 
-def test_read_memory_on_cpu_is_all_zero_and_unknown():
-    snap = read_memory("cpu", ComfyModules())
-    assert snap == MemorySnapshot("cpu", 0, 0, None, None)
-    assert snap.cached_bytes == 0
+def test_read_memory_on_cpu_is_all_unknown():
+    snap = read_memory("cpu", host_memory(ComfyModules()))
+    assert snap == MemorySnapshot("cpu", None, None, None, None)
+    assert snap.cached_bytes is None
 
 
 def test_other_models_are_released_through_comfy_free_memory_keeping_the_sampled_one():
@@ -288,18 +288,23 @@ def test_failed_empty_inside_aimdo_still_empties_torchs_cache_and_keeps_the_fail
 
 
 def test_raising_aimdo_readings_are_unknown_and_reported():
-    from longmedia.comfy.residency import _aimdo_reading
+    import torch
 
-    failures: list[str] = []
-    assert _aimdo_reading(RAISING_CONTROL, "comfy_aimdo.control.get_total_vram_usage", failures) is None
-    assert _aimdo_reading(RAISING_VBAR, "comfy_aimdo.model_vbar.vbars_analyze", failures, 3) is None
-    assert len(failures) == 2 and "not initialized" in failures[0] and "device 3" in failures[1]
+    modules = ComfyModules(memory_management=SimpleNamespace(aimdo_enabled=True), aimdo_control=RAISING_CONTROL,
+                           aimdo_vbar=RAISING_VBAR)
+    snap = read_memory("cpu", host_memory(modules))
+    assert snap.aimdo_vram_usage_bytes is None and snap.aimdo_vbar_reclaimable_bytes is None
+    failures = snap.failures
+    assert len(failures) == 2 and "not initialized" in failures[0] and "device" in failures[1]
+    reclaim = host_memory(modules).vbar_reclaimable
+    with pytest.raises(ReadingFailed, match="device 3"):
+        reclaim(torch.device("cuda", 3))
     dev = FakeDevice(14)
 
     def reader(device):
         snap = dev.snapshot(device)
         return MemorySnapshot(snap.device, snap.allocated_bytes, snap.reserved_bytes, snap.free_bytes,
-                              snap.total_bytes, None, None, (failures[0],))
+                              snap.total_bytes, failures=(failures[0],))
 
     report = residency_boundary(device=CUDA, reader=reader, **KEEP, comfy=full_comfy(dev))
     assert report.failed == ("read_memory_before", "read_memory_after")

@@ -6,12 +6,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
 from longmedia.limits import MAX_FRAMES as MAX_TOTAL_FRAMES
 from longmedia.limits import MAX_SEED
 from longmedia.planning.segment_range import suggest_segment_seconds
 from longmedia.segments.seams import segment_seeds
-from longmedia.segments.timeline import LongMediaInputError, audio_boundary, latent_boundary, plan_segments
+from longmedia.segments.timeline import audio_boundary, latent_boundary, plan_segments
 
 TOKEN_FRAMES = (1, 4, 4, 4, 4)   # pixel frames per video latent, repeating every 17 frames
 

@@ -1,5 +1,5 @@
 """A packed table whose text span is split into runs (ComfyUI 0.38+ `text_token_tags`): geometry,
-planner and the Sol segment table treat the runs as one text span."""
+planner and the Sol row-span table treat the runs as one text span."""
 
 import torch
 

@@ -13,8 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from longmedia.comfy import tiny_conditioning as tc
 from longmedia.h3.dims import H3Dims
+from longmedia.testing import conditioning as tc
 from longmedia.testing import tiny_h3 as th
 
 D = th.TINY_DIMS

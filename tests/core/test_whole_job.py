@@ -7,7 +7,7 @@ import pytest
 
 from longmedia.cli import main
 from longmedia.errors import LongMediaInputError
-from longmedia.h3.profiles import GIB, DeviceProfile, ModelProfile
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning import stage_formulas as F
 from longmedia.planning import stage_times as T
@@ -15,6 +15,7 @@ from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 from longmedia.planning.whole_job import decode_note, hires_size, plan_job
+from longmedia.units import GIB
 
 
 def job(model="h3-int8", vram=16, ram=64, width=1344, height=768, seconds=10.0, request=None, dynamic=True,

@@ -44,9 +44,9 @@ def main() -> int:
 
     import nodes
     from longmedia.attention.schedule import SolSettings
-    from longmedia.comfy import tiny_conditioning as tc
     from longmedia.comfy.sampler import run_sampler
     from longmedia.planning.types import PlanRequest
+    from longmedia.testing import conditioning as tc
     from longmedia.testing.full_h3 import full_dims, write_full_h3
 
     dims = full_dims(2)

@@ -63,7 +63,8 @@ function notesOf(run) {
   return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
 }
 
-// A segmented Sampler run: entry.plan is the segment plan, each entry.segments[i].run a run report. The rows
+// A segmented Sampler run (kind "segmented_run"): entry.segment_plan is the segment plan, each entry.segments[i].run
+// a run report (kind "run"). The rows
 // describe the largest pass (the most packed rows: the one that sets the memory), labelled; a table lists all.
 function formatSegmented(entry) {
   const segs = entry.segments;
@@ -74,7 +75,7 @@ function formatSegmented(entry) {
   const rows = planRows(run.plan ?? {}, run, entry.measured_peak_bytes, device);
   const label = `largest pass, #${largest.index} of ${segs.length}`;
   for (const row of rows) if (row[0] === "sequence") row[1] += ` (${label})`;
-  const p = entry.plan ?? {};
+  const p = entry.segment_plan ?? {};
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
   rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
   const table = {
@@ -114,13 +115,15 @@ export function splitSummary(lines) {
   return { lines: text, table };
 }
 
-/** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). */
+/** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). Its `kind`
+ * says what it is: "segmented_run" (a segmented Sampler run), "run" (one pass: its `plan` is the ExecutionPlan),
+ * anything else a summary of text lines. */
 export function formatReport(entry) {
-  if (Array.isArray(entry?.segments) && entry.segments.length && entry.segments[0]?.run) {
+  if (entry?.kind === "segmented_run" && Array.isArray(entry.segments) && entry.segments.length) {
     return formatSegmented(entry);
   }
   const plan = entry?.plan;
-  if (!plan || typeof plan !== "object") {
+  if (entry?.kind !== "run" || !plan || typeof plan !== "object") {
     const { lines, table } = splitSummary((entry?.summary ?? []).map(String));
     return { rows: [], warnings: [], notes: [], reasons: [], lines, table };
   }

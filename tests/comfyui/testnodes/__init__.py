@@ -19,8 +19,9 @@ from pathlib import Path
 
 
 def _tiny():
-    """`longmedia.comfy.tiny_conditioning` (the test server has this checkout on PYTHONPATH: harness.server_env)."""
-    import longmedia.comfy.tiny_conditioning as tiny
+    """`tiny_text_encoder` beside this file (it imports `longmedia`: the test server has this checkout on
+    PYTHONPATH, harness.server_env)."""
+    from . import tiny_text_encoder as tiny
 
     return tiny
 
@@ -55,7 +56,9 @@ class LongMediaTestLoadConditioning:
         import folder_paths
 
         full = Path(path) if os.path.isabs(path) else Path(folder_paths.get_input_directory()) / path
-        return (_tiny().load_conditioning(full),)
+        from longmedia.testing.conditioning import load_conditioning
+
+        return (load_conditioning(full),)
 
 
 class LongMediaTestAudio:
