@@ -21,7 +21,7 @@ from .job.geometry import build_geometry
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.planner import plan
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
-from .planning.whole_job import TEXT_ENCODERS, JobPlan, hires_size, plan_job
+from .planning.whole_job import DECODE_PATHS, TEXT_ENCODERS, JobPlan, hires_size, plan_job
 from .report.plan_text import render_plan
 
 EXIT_FITS = 0
@@ -174,6 +174,9 @@ def _add_whole_job_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--hires-scale", type=float, default=None, help="add a Hi-Res pass at this scale (1.0-2.0)")
     w.add_argument("--hires-steps", type=int, default=10, help="steps the Hi-Res pass runs (default 10)")
     w.add_argument("--refiner-steps", type=int, default=0, help="add a Refiner pass of this many steps (default 0)")
+    w.add_argument("--decode", choices=DECODE_PATHS, default="longmedia",
+                   help="longmedia: LongMedia Decode & Save, RAM of one chunk at any length (the shipped workflows); "
+                        "stock: VAEDecode + CreateVideo + SaveVideo, the whole video in RAM (default longmedia)")
 
 
 def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> JobPlan:
@@ -188,7 +191,7 @@ def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> J
         hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}))
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
-                    refiner_steps=args.refiner_steps, text_encoder=args.text_encoder,
+                    refiner_steps=args.refiner_steps, text_encoder=args.text_encoder, decode=args.decode,
                     text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver)
 
 

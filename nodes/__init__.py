@@ -2,6 +2,7 @@
 
 from comfy_api.latest import ComfyExtension, io
 
+from .decode_save import LongMediaDecodeSave
 from .hires import LongMediaHiRes
 from .refiner import LongMediaRefiner
 from .sampler import LongMediaSampler
@@ -10,7 +11,7 @@ from .setup import LongMediaSetup
 
 class LongMediaExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [LongMediaSetup, LongMediaSampler, LongMediaHiRes, LongMediaRefiner]
+        return [LongMediaSetup, LongMediaSampler, LongMediaHiRes, LongMediaRefiner, LongMediaDecodeSave]
 
 
 async def comfy_entrypoint() -> LongMediaExtension:

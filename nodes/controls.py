@@ -47,7 +47,7 @@ ATTENTION_HELP = ("Which attention runs (one line per option):\n"
                   "- sol: approximate block-sparse attention at a fixed tau.\n"
                   "- scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
 OUTPUT_HELP = {
-    "output": "The sampled AV latent (video and audio), for VAEDecode / VAEDecodeAudio or the next LongMedia stage.",
+    "output": "The sampled AV latent (video and audio), for LongMedia Decode & Save (or VAEDecode / VAEDecodeAudio) or the next LongMedia stage.",
     "denoised_output": "The model's denoised estimate at the last step (as SamplerCustomAdvanced's denoised_output).",
 }
 

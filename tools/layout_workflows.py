@@ -29,7 +29,7 @@ STAGES = (
     ("Job", ("LongMediaSetup",)),
     ("Sampling settings", ("CFGGuider", "KSamplerSelect", "BasicScheduler", "RandomNoise")),
     ("LongMedia stages", ("LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner")),
-    ("Decode and save", ("VAEDecode", "VAEDecodeAudio", "CreateVideo", "SaveVideo")),
+    ("Decode and save", ("VAEDecode", "VAEDecodeAudio", "CreateVideo", "SaveVideo", "LongMediaDecodeSave")),
 )
 STAGE_ROW = {"LongMedia stages"}
 COLORS = ("#3f789e", "#8a8", "#a1309b", "#88a", "#b58b2a", "#444")

@@ -122,6 +122,11 @@ class VideoVAEDims:
         return max(self.token_overlap * self.patch_t - self.frame_pre_padding, 0)
 
     @property
+    def written_chunk_frames(self) -> int:
+        """Frames one temporal chunk hands on finished (17 at full size: the 20 it decodes past the pre-padding)."""
+        return self.chunk_tokens * self.patch_t - self.frame_pre_padding
+
+    @property
     def decoder_params(self) -> int:
         d, out = self.dim, 3 * self.patch_t * self.patch * self.patch
         block = 16 * d * d + 17 * d            # qkv 3, out 1, ffn 8 + 4 (gated, mult 4); biases, 2 norms, 2 scales
@@ -225,3 +230,13 @@ def decoded_video_bytes(frames: int, width: int, height: int) -> int:
 def decoded_audio_bytes(frames: int) -> int:
     """ComfyUI's AUDIO waveform: float32 [1, 2, samples]."""
     return 2 * audio_samples(frames) * FP32
+
+
+ENCODER_FRAMES = 80     # h264 (x264 medium) frames in flight: lookahead 40 + B-frames + frame threads (an estimate)
+
+
+def bounded_decode_host_bytes(width: int, height: int, d: VideoVAEDims = H3_VIDEO_VAE) -> int:
+    """Host RAM of LongMedia Decode & Save's video, at any length: one finished chunk of float32 frames, one
+    frame's 8-bit conversion, and the h264 encoder's yuv420 frames in flight (an estimate)."""
+    pixels = width * height
+    return d.written_chunk_frames * pixels * 3 * FP32 + pixels * 3 + ENCODER_FRAMES * pixels * 3 // 2

@@ -32,6 +32,10 @@ from .stage_memory import WORKSPACE_FIXED
 from .types import ExecutionPlan, PlanRequest
 
 TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
+# How the job is decoded and saved: LongMedia Decode & Save (one chunk of frames in RAM), or stock VAEDecode +
+# VAEDecodeAudio + CreateVideo + SaveVideo (the whole video in RAM as float32 frames).
+DECODE_PATHS = ("longmedia", "stock")
+DECODE_NODE = "LongMedia Decode & Save"
 RAM_SLACK_FRACTION = 0.05      # RAM kept free beyond a stage's own bytes (allocator, Python, ComfyUI's caches)
 
 
@@ -201,7 +205,11 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
                      detail, remedy)
 
 
-def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardClass) -> tuple[StagePlan, ...]:
+def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardClass,
+                  decode: str = "longmedia") -> tuple[StagePlan, ...]:
+    """Video and audio decode. `decode`: "longmedia" (Decode & Save: audio first, then the video one chunk at a
+    time into the file) or "stock" (VAEDecode's whole video in RAM, then the audio beside it)."""
+    check_choice("decode", decode, DECODE_PATHS, f"longmedia = {DECODE_NODE}; stock = VAEDecode + SaveVideo.")
     frames = g.total_frames or g.frames
     w, h = g.width, g.height
     ram_avail = _ram(device)
@@ -214,37 +222,55 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
         vram = max(stock, formula) + dec_weights + WORKSPACE_FIXED
     video = F.decoded_video_bytes(frames, w, h)
     audio = F.decoded_audio_bytes(frames)
-    ram_v = video + dec_weights
+    bounded = F.bounded_decode_host_bytes(w, h)
+    held = bounded + audio if decode == "longmedia" else video
+    ram_v = held + dec_weights
     remedy_v = None
-    if ram_v > ram_avail:
-        remedy_v = (f"the decoded video is {size(video)} of float32 frames: a shorter job or a lower resolution; "
-                    "ComfyUI's --fp16-intermediates (experimental) halves it")
+    if ram_v > ram_avail and decode == "stock":
+        remedy_v = (f"the decoded video is {size(video)} of float32 frames: decode and save with {DECODE_NODE} "
+                    f"(RAM holds one {v.written_chunk_frames}-frame chunk, about {size(bounded)}, at any length; "
+                    "--decode longmedia), or a shorter job or a lower resolution")
+    elif ram_v > ram_avail:
+        remedy_v = (f"more RAM: the video decoder's {size(dec_weights)} of weights and one chunk "
+                    f"({size(bounded)}) must fit")
     elif vram > usable:
         remedy_v = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
+    if decode == "longmedia":
+        output = (f"{DECODE_NODE} writes each {v.written_chunk_frames}-frame chunk to the mp4 as it is decoded: RAM "
+                  f"holds {size(bounded)} (one chunk of float32 frames and the encoder's frames, an estimate) and "
+                  f"the {size(audio)} waveform, at any length (stock VAEDecode would hold {size(video)})")
+    else:
+        output = f"output {size(video)} of float32 frames in RAM (stock VAEDecode)"
     video_stage = StagePlan(
         "video decode", vram, usable, ram_v, ram_avail, T.video_decode_seconds(frames, w, h, card),
         f"{frames} frames at {w}x{h}; stock reserves {size(stock)} (its memory_used_decode), the decode's own peak "
-        f"is {size(formula)} (256 px tiles, 28-frame chunks); decoder weights {size(dec_weights)} fp16; output "
-        f"{size(video)} of float32 frames in RAM", remedy_v)
+        f"is {size(formula)} (256 px tiles, 28-frame chunks); decoder weights {size(dec_weights)} fp16; {output}",
+        remedy_v)
     a_stock = F.stock_audio_decode_estimate(F.audio_samples(frames))
     a_weights = F.AUDIO_VAE_DECODER_PARAMS * F.FP32
-    ram_a = video + audio + a_weights
+    beside = video if decode == "stock" else 0
+    ram_a = beside + audio + a_weights
     remedy_a = None
     if ram_a > ram_avail:
-        remedy_a = f"the video ({size(video)}) and audio stay in RAM together: a shorter job or a lower resolution"
+        remedy_a = (f"the video ({size(video)}) and audio stay in RAM together: decode and save with {DECODE_NODE} "
+                    "(--decode longmedia), or a shorter job or a lower resolution" if decode == "stock" else
+                    f"more RAM: the audio decoder's {size(a_weights)} of weights must fit")
     elif a_stock + a_weights > usable:
         remedy_a = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
     audio_stage = StagePlan(
         "audio decode", a_stock + a_weights, usable, ram_a, ram_avail, 1.0,
         f"{F.audio_samples(frames)} samples x 2 channels at 32 kHz; stock reserves {size(a_stock)}; waveform "
-        f"{size(audio)}, beside the decoded video", remedy_a)
+        f"{size(audio)}" + (", beside the decoded video" if decode == "stock" else
+                            f", decoded first ({DECODE_NODE} decodes the audio whole, as VAEDecodeAudio)"),
+        remedy_a)
     return video_stage, audio_stage
 
 
 def decode_note(g: Geometry, device: DeviceProfile) -> str:
-    """One line for Setup, which knows the job's size but not the DiT checkpoint: the decode stages here."""
+    """One line for Setup, which knows the job's size but not the DiT checkpoint nor the decode node that follows:
+    stock decode's stages here (the remedy names Decode & Save when the whole video would not fit RAM)."""
     usable = device.usable_vram_bytes - auto_reserve(device)
-    stages = decode_stages(g, device, usable, T.card_class(device.vram_total_bytes))
+    stages = decode_stages(g, device, usable, T.card_class(device.vram_total_bytes), decode="stock")
     ram = max(s.ram_need_bytes for s in stages)
     vram = max(s.vram_need_bytes for s in stages)
     gpu = device.vram_total_bytes > 0
@@ -260,13 +286,14 @@ def decode_note(g: Geometry, device: DeviceProfile) -> str:
 def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,
              hires_geometry: Geometry | None = None, hires_plan: ExecutionPlan | None = None,
              hires_steps: int = 10, refiner_steps: int = 0,
-             text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False,
+             text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False, decode: str = "longmedia",
              attention_resolver=default_attention_path) -> JobPlan:
     """Plan every stage; `main` is the main pass's plan (its geometry, model and device are the job's).
 
     hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res), planned here with `planner.plan`
     and `request`; or hires_plan, that pass already planned. refiner_steps > 0 adds a Refiner pass at
-    the final size.
+    the final size. decode: "longmedia" (LongMedia Decode & Save, the shipped workflows' end) or "stock"
+    (VAEDecode + VAEDecodeAudio + CreateVideo + SaveVideo).
     """
     request = PlanRequest() if request is None else request
     model, device, g = main.model, main.device, main.geometry
@@ -284,7 +311,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     if refiner_steps > 0:
         stages.append(dit_stage("DiT Refiner pass", final, refiner_steps, card,
                                 final.geometry.segment_count, attention_resolver))
-    stages.extend(decode_stages(final.geometry, device, usable, card))
+    stages.extend(decode_stages(final.geometry, device, usable, card, decode))
     a, b = T.block_fit()
     notes = (card.describe(),
              (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "

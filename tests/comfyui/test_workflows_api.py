@@ -25,6 +25,7 @@ PACK_MODULE = f"custom_nodes.{harness.PACK_LINK_NAME}"
 TINY_UNET = "tiny_h3_fp32.safetensors"
 TINY_VAE = "LongMediaStageTestTinyVAE"
 DECODERS = ("VAEDecode", "VAEDecodeAudio", "VAEDecodeTiled", "CreateVideo", "SaveVideo")
+DECODE_SAVE = "LongMediaDecodeSave"
 TINY_SIDE = 64
 TINY_STEPS = {"BasicScheduler": 3, "LongMediaRefiner": 2}
 
@@ -35,9 +36,11 @@ def tiny_rewrite(prompt: dict, out_name: str, images: dict[str, str] | None = No
     * UNETLoader -> `tiny_h3_fp32.safetensors` (written by the harness into models/diffusion_models).
     * CLIPLoader -> LongMediaTestTinyCLIP (tiny random Qwen3-VL, real H3 tokenizer).
     * A VAELoader feeding LongMediaSetup -> LongMediaStageTestTinyVAE (an in-process stand-in: no tiny VAE
-      loads through the stock loaders); VAELoaders that only feed decoders are removed.
+      loads through the stock loaders); one feeding LongMedia Decode & Save -> LongMediaTestTinyH3VAE (ComfyUI's
+      H3 VAE class at tiny size, `longmedia.testing.tiny_vae`), which runs; VAELoaders that only feed stock
+      decoders are removed.
     * VAEDecode / VAEDecodeAudio / CreateVideo / SaveVideo -> removed; LongMediaTestSaveLatent ("save")
-      writes the latent the decoders read to output/`out_name`.
+      writes the latent the decoders (or Decode & Save) read to output/`out_name`.
     * LongMediaSetup -> 64x64; 10 s -> 0.9 s (22 frames); a segmented job -> 2.0 s in 1.0 s segments
       (56 frames: a 39-frame pass, then 17 new frames behind 22 context frames).
     * BasicScheduler 3 steps, LongMediaRefiner 2 steps.
@@ -49,9 +52,15 @@ def tiny_rewrite(prompt: dict, out_name: str, images: dict[str, str] | None = No
                    if name in ("vae", "audio_vae") and isinstance(v, list)}
     decoded = {n["inputs"]["samples"][0]: n["inputs"]["samples"][1] for n in prompt.values()
                if n["class_type"] in ("VAEDecode", "VAEDecodeAudio")}
+    decoded |= {n["inputs"]["latent"][0]: n["inputs"]["latent"][1] for n in prompt.values()
+                if n["class_type"] == DECODE_SAVE}
+    decode_vaes = {n["inputs"][name][0]: name.split("_")[0] for n in prompt.values() if n["class_type"] == DECODE_SAVE
+                   for name in ("video_vae", "audio_vae") if isinstance(n["inputs"].get(name), list)}
     for nid, node in list(prompt.items()):
         ctype, inputs = node["class_type"], node["inputs"]
-        if ctype in DECODERS or (ctype == "VAELoader" and nid not in encode_vaes):
+        if ctype == "VAELoader" and nid in decode_vaes:
+            prompt[nid] = {"class_type": "LongMediaTestTinyH3VAE", "inputs": {"kind": decode_vaes[nid], "seed": 0}}
+        elif ctype in DECODERS or (ctype == "VAELoader" and nid not in encode_vaes):
             del prompt[nid]
         elif ctype == "VAELoader":
             prompt[nid] = {"class_type": TINY_VAE, "inputs": {"seed": 0}}
@@ -187,6 +196,17 @@ def test_t2va_30s_segmented_runs(comfy_server):
     assert out["video"].shape == (1, 24, 17, 4, 4) and out["audio"].shape == (1, 32, 2, 93)   # the whole 56 frames
     report = entry["outputs"][node_id(prompt, "LongMediaSampler")]["longmedia_report"][0]
     assert len(report["segments"]) == 2, "the Sampler should run one pass per segment of the job"
+    # LongMedia Decode & Save ran on ComfyUI's H3 VAE classes (tiny): one mp4 of the whole job, shown as SaveVideo shows it
+    shown = entry["outputs"][node_id(prompt, DECODE_SAVE)]
+    (item,) = shown["images"]
+    assert item["type"] == "output" and item["filename"].endswith("_00001_.mp4") and shown["animated"] == [True]
+    decode = shown["longmedia_decode"][0]
+    assert decode["decode_path"] == "chunked" and decode["frames"] == 56 and decode["largest_chunk_frames"] == 17
+    import av
+
+    with av.open(str(comfy_server.output_path(f"{item['subfolder']}/{item['filename']}"))) as c:
+        assert [s.type for s in c.streams] == ["video", "audio"]
+        assert c.streams.video[0].frames == 56 and (c.streams.video[0].width, c.streams.video[0].height) == (64, 64)
 
 
 def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
@@ -212,7 +232,7 @@ def test_every_node_has_help_the_info_tab_finds(comfy_server):
     import urllib.request
 
     ours = [k for k, v in comfy_server.object_info().items() if v.get("python_module") == PACK_MODULE]
-    assert sorted(ours) == ["LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler", "LongMediaSetup"]
+    assert sorted(ours) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler", "LongMediaSetup"]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     for node in ours:
         title = comfy_server.object_info()[node]["display_name"]
@@ -225,7 +245,7 @@ def test_every_node_has_help_the_info_tab_finds(comfy_server):
 
 # --- our stage nodes through /prompt ----------------------------------------------------------------------------
 
-STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner")
+STAGES = ("LongMediaSetup", "LongMediaHiRes", "LongMediaRefiner", "LongMediaDecodeSave")
 
 
 def test_stage_nodes_register_with_tooltips(comfy_server):

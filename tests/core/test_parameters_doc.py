@@ -10,7 +10,7 @@ import pytest
 from longmedia.planning.types import ATTENTION_MODES, MANUAL_FIELDS, MEMORY_MODES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "PARAMETERS.md"
-NODES = ("LongMediaSetup", "LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner")
+NODES = ("LongMediaSetup", "LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner", "LongMediaDecodeSave")
 
 
 @pytest.fixture(scope="module")

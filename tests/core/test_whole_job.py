@@ -7,6 +7,7 @@ import pytest
 
 from longmedia.cli import main
 from longmedia.errors import LongMediaInputError
+from longmedia.h3 import lattice as L
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning import stage_formulas as F
@@ -37,7 +38,11 @@ def test_reference_job_fits_and_every_stage_is_planned():
     assert [s.name for s in j.stages] == ["text encoding", "DiT main pass", "video decode", "audio decode"]
     for s in j.stages:
         assert s.fits and s.remedy is None and s.seconds > 0 and s.ram_need_bytes > 0
-    assert stage(j, "video decode").ram_need_bytes >= F.decoded_video_bytes(243, 1344, 768)
+    # the default is the shipped workflows' LongMedia Decode & Save: one chunk in RAM, not the whole video
+    stock = job(decode="stock")
+    saved = stage(stock, "video decode").ram_need_bytes - stage(j, "video decode").ram_need_bytes
+    assert saved == F.decoded_video_bytes(243, 1344, 768) - F.bounded_decode_host_bytes(1344, 768) - \
+        F.decoded_audio_bytes(243)
 
 
 def test_16_gb_ram_with_int8_does_not_fit_and_names_the_remedy(capsys):
@@ -92,9 +97,10 @@ def test_dit_remedy_is_a_shorter_pass_when_the_pass_does_not_fit():
 
 
 def test_decode_remedies():
-    long = job(ram=32, width=1920, height=1088, seconds=60, model="h3-nvfp4")
+    long = job(ram=32, width=1920, height=1088, seconds=60, model="h3-nvfp4", decode="stock")
     v = stage(long, "video decode")
-    assert not v.fits_ram and "--fp16-intermediates" in v.remedy and "shorter job" in v.remedy
+    assert not v.fits_ram and "LongMedia Decode & Save" in v.remedy and "--decode longmedia" in v.remedy
+    assert "shorter job" in v.remedy
     small = job(vram=4, dynamic=False, model="h3-nvfp4", width=512, height=512, seconds=2)
     v = stage(small, "video decode")
     assert not v.fits_vram and "--cpu-vae" in v.remedy
@@ -170,7 +176,34 @@ def test_setup_decode_note_judges_this_machine():
     assert ok.startswith("decode on this machine fits") and "python -m longmedia plan" in ok
     g = build_geometry(1920, 1088, seconds=120, segment_seconds=10)
     bad = decode_note(g, DeviceProfile.card(16, 32))
-    assert "DOES NOT FIT" in bad and "--fp16-intermediates" in bad
+    assert "DOES NOT FIT" in bad and "LongMedia Decode & Save" in bad
     cpu = DeviceProfile.card(16, 64)
     cpu = type(cpu)(**{**cpu.__dict__, "vram_total_bytes": 0, "vram_free_bytes": 0})
     assert "VRAM not checked (no GPU)" in decode_note(build_geometry(1344, 768, seconds=10), cpu)
+
+
+@pytest.mark.parametrize("seconds", [60, 120, 150])
+def test_bounded_decode_ram_does_not_grow_with_length_and_is_the_remedy(seconds):
+    """Decode & Save holds one 17-frame chunk: its video-decode RAM is the same at 60, 120 and 150 s, where
+    stock's whole video (16.7 / 33 / 42 GiB at 1344x768) does not fit 32 GB and names the node as the remedy."""
+    ours = stage(job(ram=32, seconds=seconds), "video decode")
+    stock = stage(job(ram=32, seconds=seconds, decode="stock"), "video decode")
+    short = stage(job(ram=32, seconds=10), "video decode")
+    chunk = F.bounded_decode_host_bytes(1344, 768)
+    assert chunk < 400 * 2 ** 20 and F.H3_VIDEO_VAE.written_chunk_frames == 17
+    frames = L.frames_for_seconds(seconds)
+    assert ours.fits_ram and ours.ram_need_bytes - short.ram_need_bytes <= F.decoded_audio_bytes(frames)
+    assert "17-frame chunk" in ours.detail and "stock VAEDecode would hold" in ours.detail
+    assert stock.ram_need_bytes >= F.decoded_video_bytes(frames, 1344, 768)
+    if seconds >= 120:
+        assert not stock.fits_ram and "LongMedia Decode & Save" in stock.remedy
+
+
+def test_cli_decode_flag_switches_the_decode_stages(capsys):
+    assert main(["plan", "--seconds", "120", "--segment-seconds", "10", "--ram-gb", "32", "--decode", "stock"]) == 3
+    out = capsys.readouterr().out
+    assert "video decode: the decoded video is 33.40 GiB" in out and "--decode longmedia" in out
+    assert main(["plan", "--seconds", "120", "--segment-seconds", "10", "--ram-gb", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "LongMedia Decode & Save writes each 17-frame chunk" in out and "DOES NOT FIT" not in out
+    assert main(["plan", "--decode", "tiled"]) == 2 and "--decode" in capsys.readouterr().err

@@ -300,7 +300,17 @@ def test_examples_use_stock_loaders_and_our_nodes(example):
     (sampler,) = nodes_of(prompt, "LongMediaSampler")
     setup_id = next(k for k, n in prompt.items() if n["class_type"] == "LongMediaSetup")
     assert sampler["latent"] == [setup_id, 2] and sampler["job"] == [setup_id, 3]
-    assert nodes_of(prompt, "SaveVideo")
+    assert nodes_of(prompt, "SaveVideo") or nodes_of(prompt, "LongMediaDecodeSave")
+
+
+def test_the_segmented_example_saves_through_bounded_decode():
+    """A long job ends in LongMedia Decode & Save (RAM of one chunk), fed by the Sampler and both H3 VAEs."""
+    prompt = load("t2va_30s_segmented.api.json")
+    (save,) = nodes_of(prompt, "LongMediaDecodeSave")
+    loaders = {k: n["inputs"]["vae_name"] for k, n in prompt.items() if n["class_type"] == "VAELoader"}
+    assert "video_vae" in loaders[save["video_vae"][0]] and "audio_vae" in loaders[save["audio_vae"][0]]
+    assert prompt[save["latent"][0]]["class_type"] == "LongMediaSampler" and save["fps"] == 24.0
+    assert not nodes_of(prompt, "VAEDecode") and not nodes_of(prompt, "SaveVideo")
 
 
 def test_example_jobs_are_valid_setups():

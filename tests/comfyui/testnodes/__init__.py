@@ -6,6 +6,8 @@
 - LongMediaTestAudio: an AUDIO of random noise, `seconds` long (0 gives a 0-sample waveform).
 - LongMediaTestFlatSetup: Setup's sockets in the flat schema of a ComfyUI without V3 dynamic inputs (a `family`
   combo and every frame / reference socket listed), for the web extension's fallback; it runs nothing.
+- LongMediaTestTinyH3VAE: ComfyUI's H3 video or audio VAE class at tiny size in ComfyUI's own VAE wrapper
+  (`longmedia.testing.tiny_vae`), for LongMedia Decode & Save in a prompt.
 - LongMediaTestSaveLatent: writes a LATENT's raw tensors (every stream of a nested AV latent) to a
   safetensors file in the output directory, so a test can read them back.
 """
@@ -134,12 +136,46 @@ class LongMediaTestFlatSetup:
         raise RuntimeError("LongMediaTestFlatSetup only shows the flat socket layout; it does not run")
 
 
+def _tiny_vae():
+    """This checkout's `longmedia/testing/tiny_vae.py` (torch only), loaded from its file: an installed `longmedia`
+    from another checkout must not stand in for it."""
+    import importlib.util
+
+    path = Path(os.path.realpath(__file__)).parents[3] / "longmedia" / "testing" / "tiny_vae.py"
+    spec = importlib.util.spec_from_file_location("longmedia_testnodes_tiny_vae", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class LongMediaTestTinyH3VAE:
+    CATEGORY = "longmedia/testing"
+    RETURN_TYPES = ("VAE",)
+    FUNCTION = "build"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"kind": (["video", "audio"],),
+                             "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})}}
+
+    def build(self, kind, seed):
+        import comfy.sd
+        from comfy.ldm.minimax import audio_vae, vae
+
+        tiny_vae = _tiny_vae()
+
+        if kind == "video":
+            return (tiny_vae.tiny_video_vae(comfy.sd, vae, seed=seed),)
+        return (tiny_vae.tiny_audio_vae(comfy.sd, audio_vae, seed=seed),)
+
+
 NODE_CLASS_MAPPINGS = {
     "LongMediaTestFlatSetup": LongMediaTestFlatSetup,
     "LongMediaTestTinyCLIP": LongMediaTestTinyCLIP,
     "LongMediaTestLoadConditioning": LongMediaTestLoadConditioning,
     "LongMediaTestSaveLatent": LongMediaTestSaveLatent,
     "LongMediaTestAudio": LongMediaTestAudio,
+    "LongMediaTestTinyH3VAE": LongMediaTestTinyH3VAE,
 }
 NODE_DISPLAY_NAME_MAPPINGS = {
     "LongMediaTestFlatSetup": "LongMedia Test: Setup sockets, flat schema",
@@ -147,4 +183,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "LongMediaTestLoadConditioning": "LongMedia Test: Load Conditioning",
     "LongMediaTestSaveLatent": "LongMedia Test: Save Raw Latent",
     "LongMediaTestAudio": "LongMedia Test: Noise Audio",
+    "LongMediaTestTinyH3VAE": "LongMedia Test: Tiny H3 VAE",
 }

@@ -1,0 +1,74 @@
+"""Tiny H3 video and audio VAEs: ComfyUI's own classes at tiny size, wrapped by ComfyUI's own `comfy.sd.VAE`.
+
+ComfyUI's loader (`comfy.sd.VAE(sd=...)`) recognises the H3 VAEs from their keys and builds them at full
+size (the video decoder alone has 2.4 B parameters: too big for a CPU test). Here that same loader builds
+the wrapper from a state dict of meta tensors, so its H3 branch sets every attribute stock decode reads
+(latent shapes, `memory_used_decode`, dtypes, the patcher); then the model is swapped for a tiny instance
+of the same class (`MiniMaxH3VideoVAE` with a one-layer `ViT3DDecoder`; `MiniMaxH3AudioVAE` with narrow
+widths) with seeded random weights, and the patcher is rebuilt around it. The decode code that runs is
+ComfyUI's, unchanged.
+
+This floor never imports ComfyUI: the caller passes ComfyUI's modules in (`comfy.sd` and
+`comfy.ldm.minimax.vae` / `comfy.ldm.minimax.audio_vae`).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+
+# MiniMaxH3VideoVAE keeps H3's 16x spatial / 4x temporal ratios and 17-frame chunks; only widths shrink.
+TINY_VIDEO_VAE = {"ch": 32, "ch_mult": (1, 1, 1, 1, 1, 1)}          # GroupNorm needs 32 channels
+TINY_VIDEO_DECODER = {"num_layers": 1, "heads": 2, "dim_head": 8}
+TINY_AUDIO_VAE = {"encoder_dim": 4, "latent_dim": 16, "decoder_dim": 128}   # 128 halves 7 times to 1 channel
+WEIGHT_SCALE = 0.2
+OUTPUT_SCALE = 0.6      # the video decoder's last projection: pixels spread over [0, 1], few clamped
+
+
+def _fill(module: torch.nn.Module, seed: int, skip: tuple[str, ...] = ()) -> None:
+    """Every parameter (and every buffer named in none of `skip`) from one seeded generator, scaled small."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            scale = OUTPUT_SCALE if name.startswith("decoder.proj_out") else WEIGHT_SCALE
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+        for name, b in module.named_buffers():
+            if b.is_floating_point() and not any(name.startswith(s) for s in skip):
+                b.copy_(torch.randn(b.shape, generator=gen) * WEIGHT_SCALE)
+
+
+def _wrap(comfy_sd: ModuleType, full_size: type, tiny: torch.nn.Module):
+    """ComfyUI's VAE wrapper as its loader builds it for `full_size`'s checkpoint, holding `tiny` instead."""
+    with torch.device("meta"):
+        sd = dict(full_size().state_dict())
+        vae = comfy_sd.VAE(sd=sd)
+    if type(vae.first_stage_model) is not full_size:
+        raise RuntimeError(f"comfy.sd.VAE did not recognise {full_size.__name__}'s keys: got "
+                           f"{type(vae.first_stage_model).__name__}")
+    vae.first_stage_model = tiny.eval().to(vae.vae_dtype)
+    vae.patcher = type(vae.patcher)(vae.first_stage_model, load_device=vae.device,
+                                    offload_device=vae.patcher.offload_device)
+    vae.size = None
+    vae.model_size()
+    return vae
+
+
+def tiny_video_vae(comfy_sd: ModuleType, minimax_vae: ModuleType, seed: int = 0):
+    """A `comfy.sd.VAE` over a tiny `MiniMaxH3VideoVAE`: latents [1, 24, T, h, w] -> frames (17k+5, 16h, 16w)."""
+    cls = minimax_vae.MiniMaxH3VideoVAE
+    model = cls(**TINY_VIDEO_VAE)
+    model.decoder = minimax_vae.ViT3DDecoder(patch_size=model.vae_ratio, patch_size_t=model.vae_ratio_t,
+                                             in_channels=24, out_channels=3, **TINY_VIDEO_DECODER)
+    _fill(model, seed, skip=("latents_", "pixel_"))      # H3's latent statistics and ImageNet pixels stay
+    return _wrap(comfy_sd, cls, model)
+
+
+def tiny_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: int = 0):
+    """A `comfy.sd.VAE` over a tiny `MiniMaxH3AudioVAE`: latents [1, 32, 2, T] -> stereo at 32 kHz (800 per T)."""
+    cls = minimax_audio_vae.MiniMaxH3AudioVAE
+    model = cls(**TINY_AUDIO_VAE)
+    _fill(model, seed)
+    with torch.no_grad():
+        model.latents_std.abs_().add_(0.5)
+    return _wrap(comfy_sd, cls, model)

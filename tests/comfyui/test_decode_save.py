@@ -1,0 +1,238 @@
+"""LongMedia Decode & Save against ComfyUI's own H3 VAEs, in-process on the CPU.
+
+The VAEs are ComfyUI's classes at tiny size inside ComfyUI's own `comfy.sd.VAE` wrapper
+(`longmedia.testing.tiny_vae`): stock `VAEDecode`, `VAEDecodeAudio`, `CreateVideo` and `SaveVideo`'s writer
+run on the same objects, so every comparison here is against stock code on the same latent.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+
+from longmedia.errors import LongMediaInputError
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+LAT_T, LAT_H, LAT_W = 17, 4, 20           # 56 frames (3 temporal chunks + the last overlap), 64x320 px (2 tiles)
+AUDIO_T = 93                              # 56 frames at 24 fps = 2.33 s = 93 latent frames at 40 Hz
+
+
+@pytest.fixture(scope="module")
+def vaes(comfy_inprocess):
+    import comfy.sd
+    from comfy.ldm.minimax import audio_vae, vae
+
+    from longmedia.testing.tiny_vae import tiny_audio_vae, tiny_video_vae
+
+    return tiny_video_vae(comfy.sd, vae, seed=1), tiny_audio_vae(comfy.sd, audio_vae, seed=2)
+
+
+def av_latent(seed: int, t: int = LAT_T, h: int = LAT_H, w: int = LAT_W, audio_t: int = AUDIO_T) -> dict:
+    import comfy.nested_tensor
+
+    g = torch.Generator().manual_seed(seed)
+    video = torch.randn(1, 24, t, h, w, generator=g)
+    audio = torch.randn(1, 32, 2, audio_t, generator=g)
+    return {"samples": comfy.nested_tensor.NestedTensor((video, audio)), "type": "audio_video"}
+
+
+def stock_images(video_vae, latent) -> torch.Tensor:
+    import nodes
+
+    return nodes.VAEDecode().decode(video_vae, latent)[0]
+
+
+def streamed_frames(video_vae, latent) -> tuple[torch.Tensor, list]:
+    from longmedia.comfy.decode_save import CHUNKED, decode_video_chunks
+
+    parts, chunks = [], []
+    video = latent["samples"].unbind()[0]
+    path, sink = decode_video_chunks(video_vae, video, lambda f: parts.append(f.clone()), chunks.append)
+    assert path == CHUNKED and sink.written == sum(p.shape[0] for p in parts)
+    return torch.cat(parts), chunks
+
+
+def test_streamed_frames_equal_stock_vae_decode_bit_for_bit(vaes):
+    video_vae, _ = vaes
+    latent = av_latent(seed=11)
+    stock = stock_images(video_vae, latent)
+    ours, chunks = streamed_frames(video_vae, latent)
+    assert stock.shape == ours.shape == (56, 64, 320, 3) and stock.dtype == ours.dtype
+    assert stock.std() > 0.02, "the tiny VAE should make varied pixels, else equality proves little"
+    assert torch.equal(ours, stock)
+    assert [(c.start, c.stop) for c in chunks] == [(0, 17), (17, 34), (34, 51), (51, 56)]
+    # seams: the step between the last frame of a chunk and the next, against steps inside chunks (stock's blend)
+    steps = (ours[1:] - ours[:-1]).abs().mean(dim=(1, 2, 3))
+    seam = steps[[16, 33, 50]]
+    inside = steps[[i for i in range(len(steps)) if i not in (16, 33, 50)]]
+    print(f"seam step {seam.tolist()} vs inside mean {inside.mean():.4f} (min {inside.min():.4f}, max "
+          f"{inside.max():.4f}); frames equal stock's, so the seams are stock's own blend")
+    assert seam.max() <= inside.max(), "a chunk seam should be no harsher than a step inside a chunk"
+
+
+def _read(path: Path) -> dict:
+    import av
+
+    out = {"video": [], "audio": [], "frames": [], "samples": []}
+    with av.open(str(path)) as c:
+        for packet in c.demux():
+            if packet.size:
+                out[packet.stream.type].append(bytes(packet))
+    with av.open(str(path)) as c:
+        out["frames"] = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+        out["fps"] = c.streams.video[0].average_rate
+        out["codec"] = (c.streams.video[0].codec_context.name, c.streams.video[0].codec_context.pix_fmt,
+                        c.streams.audio[0].codec_context.name if c.streams.audio else None)
+    with av.open(str(path)) as c:
+        if c.streams.audio:
+            out["samples"] = torch.cat([torch.from_numpy(f.to_ndarray()) for f in c.decode(audio=0)], dim=1)
+    return out
+
+
+@pytest.mark.parametrize("bit_depth", [8, 10])
+def test_saved_file_matches_stock_create_video_and_save_video(vaes, tmp_path, bit_depth):
+    from comfy_api.latest import InputImpl, Types
+    from comfy_extras.nodes_audio import vae_decode_audio
+
+    from longmedia.comfy.decode_save import decode_and_save
+
+    video_vae, audio_vae = vaes
+    latent = av_latent(seed=12)
+    stock_path = tmp_path / "stock.mp4"
+    components = Types.VideoComponents(images=stock_images(video_vae, latent),
+                                       audio=vae_decode_audio(audio_vae, latent), frame_rate=Fraction(24.0))
+    InputImpl.VideoFromComponents(components, bit_depth=bit_depth).save_to(str(stock_path))
+    result = decode_and_save(latent, video_vae, audio_vae, fps=24.0, filename_prefix="video/ours",
+                             bit_depth=bit_depth, output_dir=str(tmp_path))
+    assert Path(result.path) == tmp_path / "video" / "ours_00001_.mp4" and Path(result.path).is_file()
+    assert result.report.decode_path == "chunked" and result.report.frames == 56
+    assert sorted(p.name for p in (tmp_path / "video").iterdir()) == ["ours_00001_.mp4"]   # no .partial left
+    stock, ours = _read(stock_path), _read(Path(result.path))
+    assert ours["codec"] == stock["codec"] == ("h264", "yuv420p10le" if bit_depth == 10 else "yuv420p", "aac")
+    assert ours["fps"] == stock["fps"] == 24
+    assert len(ours["frames"]) == len(stock["frames"]) == 56
+    assert ours["video"] == stock["video"], "the h264 stream should be stock's, packet for packet"
+    assert ours["audio"] == stock["audio"], "the AAC stream should be stock's, packet for packet"
+    assert torch.equal(ours["samples"], stock["samples"]) and ours["samples"].abs().max() > 0
+    assert result.video.get_dimensions() == (320, 64)       # ComfyUI's VideoFromFile of the written file
+    assert result.report.audio_bytes == 2 * AUDIO_T * 800 * 4 and result.report.audio_samples == AUDIO_T * 800
+
+
+def test_bad_inputs_are_refused_before_any_decode(vaes, tmp_path):
+    from longmedia.comfy.decode_save import decode_and_save
+
+    video_vae, audio_vae = vaes
+    latent = av_latent(seed=13)
+    cases = [
+        ({"latent": {"samples": torch.rand(1, 24, 7, 4, 4)}}, "latent", "H3 AV latent"),
+        ({"video_vae": audio_vae}, "video_vae", "MiniMax H3 video VAE"),
+        ({"audio_vae": video_vae}, "audio_vae", "MiniMax H3 audio VAE"),
+        ({"fps": 0.5}, "fps", "from 1 to 120"),
+        ({"fps": 240.0}, "fps", "from 1 to 120"),
+        ({"bit_depth": 12}, "bit_depth", "8 or 10"),
+        ({"crf": 60.0}, "crf", "from 0 to 51"),
+    ]
+    for change, name, allowed in cases:
+        kwargs = {"latent": latent, "video_vae": video_vae, "audio_vae": audio_vae, "fps": 24.0, "bit_depth": 8,
+                  "crf": -1.0} | change
+        with pytest.raises(LongMediaInputError, match=allowed) as info:
+            decode_and_save(kwargs.pop("latent"), kwargs.pop("video_vae"), kwargs.pop("audio_vae"),
+                            filename_prefix="video/bad", output_dir=str(tmp_path), **kwargs)
+        assert info.value.input_name == name and name in str(info.value)
+    assert not list(tmp_path.rglob("*")), "nothing may be written for refused inputs"
+
+
+def test_cancel_mid_decode_leaves_no_file(vaes, tmp_path):
+    import comfy.model_management as mm
+
+    from longmedia.comfy.decode_save import decode_and_save
+
+    video_vae, audio_vae = vaes
+    seen = []
+
+    def cancel_after_first(chunk):
+        seen.append(chunk)
+        mm.interrupt_current_processing(True)      # what the Cancel button does
+
+    with pytest.raises(mm.InterruptProcessingException):
+        decode_and_save(av_latent(seed=14), video_vae, audio_vae, filename_prefix="video/cancelled",
+                        output_dir=str(tmp_path), on_chunk=cancel_after_first)
+    assert len(seen) == 1 and seen[0].stop == 17, "the next chunk's check should have stopped it"
+    assert not mm.processing_interrupted()
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [], "a cancelled run leaves no file"
+
+
+def test_failed_write_leaves_no_file(vaes, tmp_path):
+    from longmedia.comfy.decode_save import decode_and_save
+
+    video_vae, audio_vae = vaes
+
+    def fail_on_second(chunk):
+        if chunk.start > 0:
+            raise RuntimeError("disk full (test)")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        decode_and_save(av_latent(seed=15), video_vae, audio_vae, filename_prefix="video/failed",
+                        output_dir=str(tmp_path), on_chunk=fail_on_second)
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_vae_without_chunked_io_takes_the_named_stock_fallback(comfy_inprocess, vaes, tmp_path):
+    import comfy.sd
+    from comfy.ldm.minimax import vae
+
+    from longmedia.comfy.decode_save import CHUNKED, STOCK_DECODE, decode_and_save
+    from longmedia.testing.tiny_vae import tiny_video_vae
+
+    plain = tiny_video_vae(comfy.sd, vae, seed=1)               # the fixture's video VAE, weight for weight
+    plain.first_stage_model.comfy_has_chunked_io = False      # this instance only: a VAE without chunked io
+    latent = av_latent(seed=16, t=7, w=6)
+    fallback = decode_and_save(latent, plain, None, filename_prefix="video/plain", output_dir=str(tmp_path))
+    chunked = decode_and_save(latent, vaes[0], None, filename_prefix="video/chunked", output_dir=str(tmp_path))
+    assert fallback.report.decode_path == STOCK_DECODE and "whole video" in fallback.report.notes[0]
+    assert chunked.report.decode_path == CHUNKED and fallback.report.frames == chunked.report.frames == 22
+    assert "no audio track" in fallback.report.notes[1]
+    a, b = _read(Path(fallback.path)), _read(Path(chunked.path))
+    assert a["video"] == b["video"] and a["codec"][2] is None, "both paths should write the same h264 stream"
+
+
+# --- host RAM: a child process per run, peak RSS (VmHWM reset before the decode) ------------------------------------
+# glibc's malloc keeps freed heap and raises its mmap threshold as large blocks are freed, so a peak-RSS mark
+# would also count memory it merely retained; a fixed threshold (glibc's own tunable) makes every tensor above
+# 128 KiB its own mapping, returned on free, so the mark follows what is alive.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def _child_growth(comfyui_root: Path, tmp_path: Path, mode: str, latent_t: int) -> int:
+    out = subprocess.run([sys.executable, str(HERE / "decode_rss_child.py"), str(comfyui_root), str(tmp_path), mode,
+                          str(latent_t)], capture_output=True, text=True, timeout=600, cwd=str(REPO),
+                         env={**os.environ, **MALLOC_ENV, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("GROWTH ")][-1]
+    return int(line.split()[1])
+
+
+def test_ram_growth_is_bounded_by_one_chunk_not_the_video(comfyui_root, tmp_path):
+    """A job 4x longer grows the process's peak RSS by < 1.2x with Decode & Save; stock holds the whole video.
+
+    On the CPU the decoder's per-chunk working memory (the GPU's, on a real run) is in RSS as well: it is the
+    same at every length, so the bound shows as a ratio near 1.
+    """
+    short_t, long_t = 17, 67              # 56 and 226 frames at 512x512: 176 MiB and 710 MiB of float32 frames
+    ours_short = _child_growth(comfyui_root, tmp_path, "ours", short_t)
+    ours_long = _child_growth(comfyui_root, tmp_path, "ours", long_t)
+    stock_long = _child_growth(comfyui_root, tmp_path, "stock", long_t)
+    mib = 2 ** 20
+    print(f"peak RSS growth: Decode & Save {ours_short / mib:.0f} MiB (56 frames) -> {ours_long / mib:.0f} MiB "
+          f"(226 frames) = x{ours_long / ours_short:.2f}; stock VAEDecode+CreateVideo+save_to at 226 frames "
+          f"{stock_long / mib:.0f} MiB")
+    assert ours_long < 1.2 * ours_short
+    whole_video = 226 * 512 * 512 * 3 * 4
+    assert stock_long - ours_long > 0.8 * whole_video, "stock should hold the whole video beyond what ours holds"
