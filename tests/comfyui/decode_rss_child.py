@@ -28,7 +28,7 @@ def _status(field: str) -> int:
 
 def main() -> None:
     root, out_dir, mode, latent_t = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    sys.path.insert(0, root)
+    del root  # on PYTHONPATH already (bench.cards.comfy_process.child_env, the one place that puts it there)
     import torch
     from comfy.cli_args import args
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.cards.comfy_process import child_env
 from longmedia.errors import LongMediaInputError
 
 HERE = Path(__file__).resolve().parent
@@ -211,9 +212,9 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def _child_growth(comfyui_root: Path, tmp_path: Path, mode: str, latent_t: int) -> int:
-    out = subprocess.run([sys.executable, str(HERE / "decode_rss_child.py"), str(comfyui_root), str(tmp_path), mode,
-                          str(latent_t)], capture_output=True, text=True, timeout=600, cwd=str(REPO),
-                         env={**os.environ, **MALLOC_ENV, "PYTHONPATH": str(REPO)})
+    env = child_env(REPO, {**os.environ, **MALLOC_ENV, "LONGMEDIA_COMFYUI_ROOT": str(comfyui_root)})
+    out = subprocess.run([sys.executable, "-P", str(HERE / "decode_rss_child.py"), str(comfyui_root), str(tmp_path),
+                          mode, str(latent_t)], capture_output=True, text=True, timeout=600, cwd=str(REPO), env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("GROWTH ")][-1]
     return int(line.split()[1])
