@@ -27,7 +27,9 @@ from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
+from ..h3.geometry import Geometry
 from ..planning.planner import plan as make_plan
+from ..planning.stage_memory import stock_pass_bytes
 from ..planning.types import ExecutionPlan, PlanRequest
 from ..report.memory import MemorySnapshot, Reader
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
@@ -119,10 +121,20 @@ def _positive(guider):
     return [[first.get("cross_attn"), first]]
 
 
-def plan_for(guider, latent, sigmas, request: PlanRequest,
-             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
-    """Validate everything (before any GPU work) and plan the pass; returns (plan, row_spans). Whether the plan
-    can run is `job.preflight.check_plan_runs(plan)`, asked once of the plan a pass runs.
+@dataclass(frozen=True)
+class CheckedPass:
+    """One pass's inputs, checked before anything runs: the loaded model's profile, the pass's geometry and its
+    packed row spans, the request (with the host's attention read in) and what BlockSparseAttention left on it."""
+
+    profile: ModelProfile
+    geometry: Geometry
+    row_spans: tuple
+    request: PlanRequest
+    block_sparse: object
+
+
+def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | None = None) -> CheckedPass:
+    """Check every input of one pass (before any GPU work) and read its geometry; nothing is planned yet.
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
     """
@@ -138,17 +150,30 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
     geometry = inputs.geometry_from_layout(video, audio, row_spans, inputs.text_rows(positive))
     check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
                     value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
-    if isinstance(device_profile, DeviceProfile):
-        device = device_profile
-    else:
-        device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
     if request.host_attention is None:  # what the user runs ComfyUI with: auto keeps it where it can run
         request = dataclasses.replace(request, host_attention=host_attention(
             getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
             diffusion_model=model))
-    plan = make_plan(profile, device, geometry, request)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
-    return reconcile_block_sparse(plan, evidence), row_spans
+    return CheckedPass(profile, geometry, tuple(row_spans), request, evidence)
+
+
+def plan_pass(checked: CheckedPass, device: DeviceProfile) -> ExecutionPlan:
+    """The plan of a checked pass on `device` (the planner's one call for the pass)."""
+    return reconcile_block_sparse(make_plan(checked.profile, device, checked.geometry, checked.request),
+                                  checked.block_sparse)
+
+
+def plan_for(guider, latent, sigmas, request: PlanRequest,
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
+    """Check and plan one pass without running it (a segmented job's forecast); returns (plan, row_spans).
+    Whether the plan can run is `job.preflight.check_plan_runs(plan)`."""
+    checked = check_pass(guider, latent, sigmas, request, keyframes)
+    if isinstance(device_profile, DeviceProfile):
+        device = device_profile
+    else:
+        device = device_profile() if device_profile is not None else _device_profile(guider.model_patcher.load_device)
+    return plan_pass(checked, device), list(checked.row_spans)
 
 
 def _device_profile(load_device, measured: MemorySnapshot | None = None) -> DeviceProfile:
@@ -330,17 +355,21 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     from .previews import comfy_preview_callback
 
-    replan = not isinstance(device_profile, DeviceProfile)
-    plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
-    runs = () if replan else check_plan_runs(plan)  # a fixed profile's plan is final: refused before the boundary
-    # release what an earlier run (or seed) left behind, then plan from the memory measured after it
+    checked = check_pass(guider, latent, sigmas, request)  # every input checked first
+    row_spans = list(checked.row_spans)
     load_device = guider.model_patcher.load_device
+    if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned once, refused before the boundary
+        plan = plan_pass(checked, device_profile)
+        runs = check_plan_runs(plan)
+        required = plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes
+    else:  # planned once, after the boundary, from the memory it leaves
+        plan, required = None, stock_pass_bytes(checked.profile, checked.geometry)
+    # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
-                                  memory_required=plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes)
-    if replan:
-        measured = device_profile if device_profile is not None else (
-            lambda: _device_profile(load_device, boundary.after))
-        plan, row_spans = plan_for(guider, latent, sigmas, request, measured)
+                                  memory_required=required)
+    if plan is None:
+        device = device_profile() if device_profile is not None else _device_profile(load_device, boundary.after)
+        plan = plan_pass(checked, device)
         runs = check_plan_runs(plan)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
@@ -413,4 +442,4 @@ def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:
     return out, denoised
 
 
-__all__ = ["SamplingResult", "run_sampler", "plan_for"]
+__all__ = ["CheckedPass", "SamplingResult", "check_pass", "plan_for", "plan_pass", "run_sampler"]

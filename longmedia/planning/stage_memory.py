@@ -10,6 +10,8 @@ the planner budgets them as they are.
 
 from __future__ import annotations
 
+from ..execution.chunks import ChunkSizes
+from ..execution.memory import predicted_peak_bytes
 from ..h3.dims import H3Dims
 from ..h3.geometry import Geometry
 from ..h3.profiles import ModelProfile
@@ -111,3 +113,16 @@ def outside_torch_bytes(torch_bytes: int, model: ModelProfile, dynamic_vram: boo
     cast = int(blocks * model.block_weight_bytes) if dynamic_vram else 0
     slack = ALLOCATOR_SLACK_STOCK if stock_path else ALLOCATOR_SLACK_STREAMED
     return cast + int(slack * max(0, torch_bytes))
+
+
+def stock_pass_bytes(model: ModelProfile, g: Geometry) -> int:
+    """Device bytes a pass would need run stock with every weight resident: all weights, the largest of the
+    embedding, a stock block (with what is held around it) and the final layer, the workspace, and what the
+    process holds beyond torch's count. The Sampler's residency boundary asks ComfyUI to free this much before
+    the plan reads the device (so the plan runs once, after it); no plan predicts more."""
+    d, b = model.dims, model.compute_dtype_bytes
+    block = predicted_peak_bytes(g.seq_len, d, ChunkSizes(), b, int8_linears=model.is_int8)
+    workspace = workspace_bytes(g, model)
+    torch_bytes = max(block + held_outside_bytes(g, d, b) + workspace, pre_block_bytes(g, d, b) + WORKSPACE_FIXED,
+                      final_bytes(g, d, b) + workspace)
+    return model.weight_bytes + torch_bytes + outside_torch_bytes(torch_bytes, model, True, True)

@@ -421,3 +421,31 @@ def test_all_finite_reads_each_part_of_a_nested_latent(env):
     assert all_finite(NestedTensor([video, audio])) and all_finite(video)
     audio[0, 2, 1] = float("inf")
     assert not all_finite(NestedTensor([video, audio])) and not all_finite(audio)
+
+
+@pytest.mark.parametrize("profile", ["measured", "probe", "fixed"])
+def test_the_planner_runs_once_per_pass_after_the_boundary(env, monkeypatch, profile):
+    """One pass, one plan: planned after the residency boundary from the memory it leaves (a fixed card's plan
+    is final, so it is planned once before the boundary and refused there if it cannot run)."""
+    from longmedia.comfy import sampler as core
+    from longmedia.h3.profiles import DeviceProfile
+    card = DeviceProfile.card(vram_gb=16, ram_gb=64)
+    order = []
+    real_plan, real_boundary = core.make_plan, core.residency_boundary
+
+    def counted_plan(*args, **kwargs):
+        order.append("plan")
+        return real_plan(*args, **kwargs)
+
+    def boundary(**kwargs):
+        order.append("boundary")
+        assert kwargs["memory_required"] > 0
+        return real_boundary(**kwargs)
+
+    monkeypatch.setattr(core, "make_plan", counted_plan)
+    monkeypatch.setattr(core, "residency_boundary", boundary)
+    device_profile = {"measured": None, "probe": lambda: card, "fixed": card}[profile]
+    request = PlanRequest(memory_mode="auto", attention_mode="existing")
+    result = ours(env, request, *job(env), device_profile=device_profile)[2]
+    assert order == (["plan", "boundary"] if profile == "fixed" else ["boundary", "plan"])
+    assert result.report.plan.memory_mode in ("normal", "low_vram", "ultra_low_vram")
