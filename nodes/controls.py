@@ -47,7 +47,7 @@ ATTENTION_HELP = ("Which attention runs (one line per option):\n"
                   "- sol: approximate block-sparse attention at a fixed tau.\n"
                   "- scheduled_sol: tau follows the sampler's progress (see the sol_* inputs).")
 OUTPUT_HELP = {
-    "output": "The sampled AV latent (video and audio), for LongMedia Decode & Save (or VAEDecode / VAEDecodeAudio) or the next LongMedia stage.",
+    "output": "The sampled AV latent (video and audio), for LongMedia Decode & Save (or VAEDecode / VAEDecodeAudio) or the next LongMedia stage (Hi-Res, Refiner).",
     "denoised_output": "The model's denoised estimate at the last step (as SamplerCustomAdvanced's denoised_output).",
 }
 
@@ -80,7 +80,7 @@ def memory_inputs() -> list:
         inputs.append(io.Int.Input(name, display_name=LABELS.get(name), default=AUTO, min=AUTO, max=high,
                                    advanced=True, optional=True,
                                    tooltip=f"auto (-1): the planner decides. {MANUAL_HELP.get(name, name)} "
-                                           + ("0 = stock path for that stage. " if zero_ok else "") + fix))
+                                           + ("0 = stock path for that phase of the block. " if zero_ok else "") + fix))
     return inputs
 
 

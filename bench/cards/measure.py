@@ -59,7 +59,7 @@ def measure(executor, server, steps_at, memory, torch, mm, t0, clock=None) -> di
         mem = plan.get("memory", {})
         out.update(memory_mode=plan.get("memory_mode"), attention_backend=rep.get("attention_backend"),
                    chunks=plan.get("chunks"), seq_len=(plan.get("geometry") or {}).get("seq_len"),
-                   predicted_block_bytes=(mem.get("blocks_stage_bytes", 0) - mem.get("min_weight_bytes", 0)),
+                   predicted_block_bytes=(mem.get("blocks_phase_bytes", 0) - mem.get("min_weight_bytes", 0)),
                    measured_block_bytes=max(rep.get("block_peak_bytes") or [0]) or None,
                    # torch's count only (the plan's outside-torch bytes are compared with the process below)
                    predicted_step_bytes=(mem.get("torch_need_bytes", mem.get("activation_need_bytes", 0))

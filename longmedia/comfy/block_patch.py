@@ -32,7 +32,7 @@ class HandedAttentionError(LongMediaInputError):
     does) and LongMedia streams that block: the attention cannot run per query chunk, so it is refused by name.
 
     BlockSparseAttention's attention (both upstream lines, 01dafad3 and cf3103c5) is the block's whole attention
-    stage, `attention(h, rope_freqs=..., transformer_options=...) -> out_proj(sparse_attn(qkv_proj(h)))` over the
+    phase, `attention(h, rope_freqs=..., transformer_options=...) -> out_proj(sparse_attn(qkv_proj(h)))` over the
     whole sequence: its producer projects q/k/v itself and takes no query-row range. Running it would drop our
     per-query-chunk plan; ignoring it would silently drop the user's sparse attention."""
 
@@ -46,7 +46,7 @@ class HandedAttentionError(LongMediaInputError):
         super().__init__(
             "model", f"DiT block {index} handed {who}",
             f"an attention LongMedia can run per query chunk when it streams blocks ({mode})",
-            f"{NODE}'s attention is the whole attention stage (qkv projection to out_proj over the whole sequence, "
+            f"{NODE}'s attention is the whole attention phase (qkv projection to out_proj over the whole sequence, "
             "no query-row range), so streamed blocks cannot run it per query chunk. Set memory_mode=normal to keep "
             f"{NODE} on stock blocks, or remove the {NODE} node (attention_mode=scheduled_sol is LongMedia's sparse "
             "attention for streamed blocks).")
@@ -68,12 +68,12 @@ def comfy_weights(observer: Observer = NO_OBSERVER):
     """A WeightAccess over ComfyUI's cast context (feature-detected across ComfyUI versions); `observer` is told
     where each held weight came from (`weight_origin.py`).
 
-    A streamed stage holds two weights across many kernels (qkv + out-proj, fc1 + fc2). Under dynamic VRAM a
+    A streamed phase holds two weights across many kernels (qkv + out-proj, fc1 + fc2). Under dynamic VRAM a
     weight comfy-aimdo cannot fault in is handed out at the start of the cast buffer of an offload stream, and
     ComfyUI's `uncast_bias_weight` leaves that stream unordered (only a faulted or a non-dynamic weight makes
     its stream wait for compute). Stock reads each weight in the one kernel that follows its cast, and the next
     cast (`get_offload_stream`) orders the previous stream after it. Here the first weight of the pair is read
-    after that point, so a later cast on its stream could overwrite it while the stage's kernels still read it.
+    after that point, so a later cast on its stream could overwrite it while the phase's kernels still read it.
     So each weight's offload stream is made to wait for the compute stream when the weight is handed back,
     which is what `uncast_bias_weight` does for the other kinds of weight. With a single offload stream
     (`--async-offload 1`) the pair would share one buffer: each weight is copied and its cast released at once.

@@ -29,7 +29,7 @@ from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..h3.geometry import Geometry
 from ..planning.planner import plan as make_plan
-from ..planning.stage_memory import stock_pass_bytes
+from ..planning.around_blocks import stock_pass_bytes
 from ..planning.types import ExecutionPlan, PlanRequest
 from ..report.memory import MemorySnapshot, Reader
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
@@ -238,7 +238,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
     from comfy.model_patcher import set_model_options_patch_replace
 
     from ..execution.final_layer import chunked_final_forward
-    from ..planning.stage_memory import FINAL_CHUNK_ROWS
+    from ..planning.around_blocks import FINAL_CHUNK_ROWS
     from .attention_override import ROW_SPANS_KEY
     from .block_patch import (
         chained_previous,

@@ -4,7 +4,7 @@ That node clones the model and installs (a) an attention override it puts back o
 an ON_PREPARE_STATE callback keyed "block_sparse_attention", and (b) for H3 a replacement of every
 `patches_replace["dit"][("double_block", i)]`, which hands the block its own sparse attention in
 `call_args["attention"]` when the call is eligible (CUDA, bf16, head_dim 128, kitchen's Sol): the whole
-attention stage, `attention(h, rope_freqs=..., transformer_options=...)`, qkv projection to out_proj over
+attention phase, `attention(h, rope_freqs=..., transformer_options=...)`, qkv projection to out_proj over
 the whole sequence, with no query-row range. The chaining line (cf3103c5) calls a replacement installed
 before it as `previous(call_args, extra)`; the older line (01dafad3) overwrites it. LongMedia never
 silently undoes, double-patches or drops it:
@@ -66,7 +66,7 @@ def reconcile(plan: ExecutionPlan, evidence: tuple[str, ...]) -> ExecutionPlan:
             "model", f"patched by {NODE} ({seen})",
             f"a model without ComfyUI's {NODE} node when LongMedia streams blocks "
             f"(memory_mode={plan.memory_mode})",
-            f"{NODE} hands each block its sparse attention as the whole attention stage (qkv projection to "
+            f"{NODE} hands each block its sparse attention as the whole attention phase (qkv projection to "
             "out_proj over the whole sequence, no query-row range), which streamed blocks cannot run per query "
             f"chunk. Set memory_mode=normal to keep {NODE} on stock blocks, or remove the {NODE} node (LongMedia's "
             "attention_mode=scheduled_sol is its sparse attention for streamed blocks).")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ChunkSizes:
-    """Rows (tokens) per chunk for each stage of one H3 block; 0 means the stock path for that stage.
+    """Rows (tokens) per chunk for each phase of one H3 block; 0 means the stock path for that phase.
 
     qkv_chunk_tokens:      rows per K/V projection chunk and per query chunk (`sol_qkv_chunk_tokens`).
                            0 = stock attention (one fused QKV projection, one attention call).

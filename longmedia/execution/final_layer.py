@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from .linear import WeightAccess, plain_weights
-from .probes import FINAL_STAGE, NO_OBSERVER, Observer
+from .probes import FINAL_PHASE, NO_OBSERVER, Observer
 
 DEFAULT_ROWS = 8192
 PDD_ARGS = ("sigma", "sample_sigmas", "shifts")
@@ -89,7 +89,7 @@ def chunked_final_forward(layer, rows: int = DEFAULT_ROWS, interrupt: Callable[[
 
     `weights` hands out a banked head's (weight, bias) to mix (ComfyUI's cast context in the adapter);
     a plain head is called as the module itself, exactly as stock does. `observer` sees each call's input and
-    outputs as the stage "final layer" (`probes.py`; by default nothing does).
+    outputs as the phase "final layer" (`probes.py`; by default nothing does).
     """
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
@@ -120,7 +120,7 @@ def chunked_final_forward(layer, rows: int = DEFAULT_ROWS, interrupt: Callable[[
 
     @torch.no_grad()
     def run(x, t_emb, video_seg, audio_seg, sigma=None, sample_sigmas=None, shifts=None):
-        observer.stage_in(FINAL_STAGE, x)
+        observer.phase_in(FINAL_PHASE, x)
         shift, scale = layer.adaln_proj(t_emb)
         n = bank_size(layer.video_out)
         if n > 1 and not pdd:
@@ -132,7 +132,7 @@ def chunked_final_forward(layer, rows: int = DEFAULT_ROWS, interrupt: Callable[[
                        mixing_for(layer.video_out, n, span, shifts[0] if n > 1 else 1.0, like))
         audio = stream(x, shift, scale, audio_seg, layer.audio_out,
                        mixing_for(layer.audio_out, n, span, shifts[1] if n > 1 else 1.0, like))
-        observer.stage_out(FINAL_STAGE, x, video, audio)
+        observer.phase_out(FINAL_PHASE, x, video, audio)
         return video, audio
 
     if pdd:

@@ -1,10 +1,10 @@
-"""Linear layers as the executor sees them: a weight acquired once per stage, sliced by output rows
+"""Linear layers as the executor sees them: a weight acquired once per phase, sliced by output rows
 or input columns, applied to row chunks — for plain and for ComfyUI-quantized weights.
 
 The weight comes from a `WeightAccess` (plain module tensors, or ComfyUI's CastBiasWeightContext in
 `comfy_weights.py`). INT8 tensorwise weights stay INT8: one scale for the whole tensor, so slicing the
 int8 data is exact, and comfy-kitchen quantises activations per row, so row chunks change nothing.
-Other quantized layouts take a named fallback: dequantised once per stage.
+Other quantized layouts take a named fallback: dequantised once per phase.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ INT8_LAYOUT = "TensorWiseINT8Layout"
 class WeightAccess(Protocol):
     """Hands out (weight, bias) of a Linear for the duration of a `with` block.
 
-    The executor holds at most two at once (a stage's pair: qkv + out-proj, fc1 + fc2).
+    The executor holds at most two at once (a phase's pair: qkv + out-proj, fc1 + fc2).
     """
 
     def __call__(self, module: nn.Module, like: torch.Tensor) -> contextlib.AbstractContextManager: ...
@@ -72,7 +72,7 @@ class LinearWeight:
         if layout == INT8_LAYOUT and not getattr(getattr(weight, "_params", None), "transposed", False):
             qdata, scale, extra = _int8_plain(weight)
             return cls(qdata, bias, scale, tuple(sorted(extra.items())))
-        # named fallback: layouts whose data cannot be sliced row-wise are dequantised once per stage
+        # named fallback: layouts whose data cannot be sliced row-wise are dequantised once per phase
         return cls(weight.dequantize(), bias)
 
     def rows(self, start: int, stop: int) -> "LinearWeight":

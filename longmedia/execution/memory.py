@@ -20,7 +20,7 @@ from .chunks import ChunkSizes
 
 @dataclass(frozen=True)
 class BlockMemory:
-    """Peak live activation bytes of one block, per stage and overall."""
+    """Peak live activation bytes of one block, per phase and overall."""
 
     attention_bytes: int
     mlp_bytes: int
@@ -106,7 +106,7 @@ def block_memory(seq_len: int, dims: H3Dims, chunks: ChunkSizes, dtype_bytes: in
         mlp = _streamed_mlp_elems(seq_len, dims, chunks) * dtype_bytes
     else:
         mlp = _stock_mlp_elems(seq_len, dims) * dtype_bytes
-    if int8_linears:  # the widest quantised input of each stage: out_proj's (inner) and fc2's (ffn)
+    if int8_linears:  # the widest quantised input of each phase: out_proj's (inner) and fc2's (ffn)
         attn += _int8_input_bytes(rows, dims.inner)
         mlp += _int8_input_bytes(_rows(chunks.mlp_chunk_tokens, seq_len), dims.ffn)
     return BlockMemory(attention_bytes=attn + adaln, mlp_bytes=mlp + adaln)

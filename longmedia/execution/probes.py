@@ -1,12 +1,12 @@
-"""Diagnostics of a streamed run: observers the executor calls at each stage and for each weight it holds.
+"""Diagnostics of a streamed run: observers the executor calls at each phase and for each weight it holds.
 
-The executor calls an `Observer` at the edges of every stage (`run_block`: "stock_attention" or
+The executor calls an `Observer` at the edges of every phase (`run_block`: "stock_attention" or
 "streamed_attention", then "stock_mlp" or "streamed_mlp"; `chunked_final_forward`: "final layer") and the
 ComfyUI adapter tells it where each held weight came from (`comfy/weight_origin.py`: resident, vbar, cast_buffer).
 None of this runs by default (`NO_OBSERVER`). Two probes are the product's own, switched on by name
 (`probes_named`, read from LONGMEDIA_PROBES by `comfy/probes_env.py`):
 
-- "nan" (`FiniteProbe`): the first stage whose packed sequence stops being finite (a device sync per stage edge);
+- "nan" (`FiniteProbe`): the first phase whose packed sequence stops being finite (a device sync per phase edge);
 - "weights" (`WeightOriginProbe`): how many held weights came from where, and whether two held cast-buffer
   weights ever shared one offload stream.
 
@@ -22,7 +22,7 @@ import torch
 
 from ..errors import LongMediaInputError
 
-FINAL_STAGE = "final layer"
+FINAL_PHASE = "final layer"
 ORIGINS = ("resident", "vbar", "cast_buffer")
 Say = Callable[[str], None]
 
@@ -30,9 +30,9 @@ Say = Callable[[str], None]
 class Observer(Protocol):
     """What the executor tells a diagnostic; every method returns nothing and must not change the tensors."""
 
-    def stage_in(self, stage: str, x: torch.Tensor) -> None: ...
+    def phase_in(self, phase: str, x: torch.Tensor) -> None: ...
 
-    def stage_out(self, stage: str, x: torch.Tensor, *outputs: torch.Tensor) -> None: ...
+    def phase_out(self, phase: str, x: torch.Tensor, *outputs: torch.Tensor) -> None: ...
 
     def weight_held(self, origin: str, stream: int | None, module) -> None: ...
 
@@ -44,10 +44,10 @@ class Observer(Protocol):
 class Quiet:
     """The default observer: sees nothing, says nothing (subclass it to watch one thing)."""
 
-    def stage_in(self, stage: str, x: torch.Tensor) -> None:
+    def phase_in(self, phase: str, x: torch.Tensor) -> None:
         pass
 
-    def stage_out(self, stage: str, x: torch.Tensor, *outputs: torch.Tensor) -> None:
+    def phase_out(self, phase: str, x: torch.Tensor, *outputs: torch.Tensor) -> None:
         pass
 
     def weight_held(self, origin: str, stream: int | None, module) -> None:
@@ -69,13 +69,13 @@ class Observers:
 
     members: tuple[Observer, ...]
 
-    def stage_in(self, stage: str, x: torch.Tensor) -> None:
+    def phase_in(self, phase: str, x: torch.Tensor) -> None:
         for m in self.members:
-            m.stage_in(stage, x)
+            m.phase_in(phase, x)
 
-    def stage_out(self, stage: str, x: torch.Tensor, *outputs: torch.Tensor) -> None:
+    def phase_out(self, phase: str, x: torch.Tensor, *outputs: torch.Tensor) -> None:
         for m in self.members:
-            m.stage_out(stage, x, *outputs)
+            m.phase_out(phase, x, *outputs)
 
     def weight_held(self, origin: str, stream: int | None, module) -> None:
         for m in self.members:
@@ -105,10 +105,10 @@ def _quiet(line: str) -> None:
 
 
 class FiniteProbe(Quiet):
-    """The first executor stage (and, apart, the first final-layer call) whose input or output holds NaN or inf.
+    """The first executor phase (and, apart, the first final-layer call) whose input or output holds NaN or inf.
 
-    Each stage edge is checked (a device sync each) until the first finding; `say` hears a finding when it is
-    made (e.g. the log), `lines()` repeats it with the count of stage calls checked."""
+    Each phase edge is checked (a device sync each) until the first finding; `say` hears a finding when it is
+    made (e.g. the log), `lines()` repeats it with the count of phase calls checked."""
 
     def __init__(self, say: Say = _quiet):
         self.say = say
@@ -117,15 +117,15 @@ class FiniteProbe(Quiet):
         self.final_finding: str | None = None
         self._before = True
 
-    def stage_in(self, stage: str, x: torch.Tensor) -> None:
-        if stage == FINAL_STAGE:
+    def phase_in(self, phase: str, x: torch.Tensor) -> None:
+        if phase == FINAL_PHASE:
             self.final_calls += 1
         elif self.finding is None:
             self.calls += 1
             self._before = _finite(x)
 
-    def stage_out(self, stage: str, x: torch.Tensor, *outputs: torch.Tensor) -> None:
-        if stage == FINAL_STAGE:
+    def phase_out(self, phase: str, x: torch.Tensor, *outputs: torch.Tensor) -> None:
+        if phase == FINAL_PHASE:
             if self.final_finding is None and not all(_finite(t) for t in (x, *outputs)):
                 parts = ", ".join(f"{name} {_finite(t)}" for name, t in zip(("video", "audio"), outputs))
                 self.final_finding = (f"NAN PROBE: final layer call {self.final_calls}: input finite {_finite(x)}, "
@@ -137,13 +137,13 @@ class FiniteProbe(Quiet):
         after = _finite(x)
         if not (self._before and after):
             amax = float(x.float().abs().nan_to_num(0, 0, 0).max())
-            self.finding = (f"NAN PROBE: stage {stage} call {self.calls}: input finite {self._before}, output finite "
+            self.finding = (f"NAN PROBE: phase {phase} call {self.calls}: input finite {self._before}, output finite "
                             f"{after}, finite max |x| {amax:.4g}, rows {x.shape[0]}")
             self.say(self.finding)
 
     def lines(self) -> tuple[str, ...]:
         found = tuple(f for f in (self.finding, self.final_finding) if f is not None)
-        return found + (f"NAN PROBE: {self.calls} stage calls checked, non-finite seen: {self.finding is not None}",)
+        return found + (f"NAN PROBE: {self.calls} phase calls checked, non-finite seen: {self.finding is not None}",)
 
 
 class WeightOriginProbe(Quiet):

@@ -54,7 +54,7 @@ def _spans(n: int, chunk: int):
 
 
 class _Run:
-    """One block call: its inputs, settings and the stage functions."""
+    """One block call: its inputs, settings and the phase functions."""
 
     def __init__(self, block, x, t_emb, mod_rows, rope, chunks, attention, weights, interrupt, cast_small, phase):
         self.block, self.x, self.t_emb, self.mod_rows, self.rope = block, x, t_emb, mod_rows, rope
@@ -77,7 +77,7 @@ class _Run:
         attn = self.block.attn
         return self.cast_small(attn.q_norm.weight, self.x), self.cast_small(attn.k_norm.weight, self.x)
 
-    # --- stock stages (chunk size 0) -------------------------------------------------------------
+    # --- stock phases (chunk size 0) -------------------------------------------------------------
     def stock_attention(self):
         shift, scale, gate = self.mods[0], self.mods[1], self.mods[2]
         s = self.x.shape[0]
@@ -109,7 +109,7 @@ class _Run:
         del u
         gate_(self.x, gate, y, self.mod_rows)
 
-    # --- streamed stages ---------------------------------------------------------------------------
+    # --- streamed phases ---------------------------------------------------------------------------
     def streamed_attention(self):
         g = self.chunks.group_heads(self.heads)
         attn = self.block.attn
@@ -228,29 +228,29 @@ def run_block(block, x: torch.Tensor, t_emb: torch.Tensor, mod_rows: ModRows, ro
 
     `block` has H3's submodules (norm1, norm2, attn.{qkv_proj,q_norm,k_norm,out_proj}, mlp.{fc1,fc2},
     adaln_proj): ComfyUI's `DiTBlock` or `longmedia.testing.reference_block.ReferenceBlock`.
-    `weights` hands out the large Linear weights once per stage; `cast_small(w, like)` moves the q/k
+    `weights` hands out the large Linear weights once per phase; `cast_small(w, like)` moves the q/k
     norm weights next to the activations; `interrupt()` raises to cancel and runs before every chunk;
-    `phase(name)` wraps each stage ("qkv", "attention", "mlp"), e.g. to turn an OOM into a fact report;
-    `observer` sees `x` at each stage's edges (`probes.py`; by default nothing does).
+    `phase(name)` wraps each phase ("qkv", "attention", "mlp"), e.g. to turn an OOM into a fact report;
+    `observer` sees `x` at each phase's edges (`probes.py`; by default nothing does).
     """
     phase = phase or (lambda name: contextlib.nullcontext())
     run = _Run(block, x, t_emb, mod_rows, rope_table, chunks, attention or sdpa_attention,
                weights or plain_weights, interrupt, cast_small or _to_device, phase)
     try:
         run.tick()
-        stage = "streamed_attention" if chunks.streams_attention else "stock_attention"
-        observer.stage_in(stage, x)
+        name = "streamed_attention" if chunks.streams_attention else "stock_attention"
+        observer.phase_in(name, x)
         if chunks.streams_attention:
             run.streamed_attention()
         else:
             with phase("attention"):
                 run.stock_attention()
-        observer.stage_out(stage, x)
-        stage = "streamed_mlp" if chunks.streams_mlp else "stock_mlp"
-        observer.stage_in(stage, x)
+        observer.phase_out(name, x)
+        name = "streamed_mlp" if chunks.streams_mlp else "stock_mlp"
+        observer.phase_in(name, x)
         with phase("mlp"):
             run.streamed_mlp() if chunks.streams_mlp else run.stock_mlp()
-        observer.stage_out(stage, x)
+        observer.phase_out(name, x)
     finally:
         run.mods = None  # drop references held by the run before an exception propagates
     return x

@@ -17,7 +17,7 @@ from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile, gib, mib
 from ..units import MIB
-from . import stage_memory as pm
+from . import around_blocks as pm
 from .attention_path import resolve_attention_path
 from .policy import (
     GUARD_MB_FIELDS,
@@ -77,11 +77,11 @@ class _Pass:
         self.dynamic_vram = device.dynamic_vram
 
     def outside(self, torch_bytes: int, stock_path: bool = False) -> int:
-        """What a stage of `torch_bytes` (must-have weights included) costs beside torch's allocated count."""
+        """What a phase of `torch_bytes` (must-have weights included) costs beside torch's allocated count."""
         return pm.outside_torch_bytes(torch_bytes - self.min_weights, self.model, self.dynamic_vram, stock_path)
 
     def need(self, torch_bytes: int) -> int:
-        """Device bytes a streamed stage of `torch_bytes` needs, outside torch's count too."""
+        """Device bytes a streamed phase of `torch_bytes` needs, outside torch's count too."""
         return torch_bytes + self.outside(torch_bytes)
 
     def manual(self, chunks: ChunkSizes) -> ChunkSizes:
@@ -257,7 +257,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
         cand = p.candidate(cand.mode, chunks, attention.extra_bytes)
         reasons.append(f"{attention.backend} allocates {gib(attention.extra_bytes)} per attention call beyond "
                        "q/k/v (scores or Sol's key summaries, block lists, routing mask): counted in the block's "
-                       "attention stage")
+                       "attention phase")
         if fitted and not cand.fits:
             workspace_warning = (f"{attention.backend}'s {gib(attention.extra_bytes)} of per-call workspace takes "
                                  "the plan over the budget: lower sol_qkv_chunk_tokens or free VRAM")
@@ -275,9 +275,9 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                    "(cast buffers past one block, allocator slack)")
     reasons.append(f"resident weights {gib(mem.resident_weight_bytes)} of {gib(model.weight_bytes)}: predicted peak "
                    f"{gib(mem.predicted_peak_bytes)}")
-    if mem.final_bytes > mem.blocks_stage_bytes:
-        reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block stage "
-                       f"({gib(mem.blocks_stage_bytes)}): the late-block guard makes room before it")
+    if mem.final_bytes > mem.blocks_phase_bytes:
+        reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block phase "
+                       f"({gib(mem.blocks_phase_bytes)}): the late-block guard makes room before it")
     reasons.append(pref_reason)
     if is_16gb_int8(model, device):
         reasons.append("16 GB-class card with native INT8 weights: blocks are faulted in on demand, and nothing "

@@ -100,11 +100,11 @@ def auto_guards(request: PlanRequest, model: ModelProfile, device: DeviceProfile
     The guards read the driver's free VRAM, outside torch's cache (execution/guards.py): activations
     reuse that cache from block to block, so the thresholds cover what is allocated beside it: the next
     block's weights when weights stream, and a small margin; the late-block target adds what the stock
-    final layer needs beyond a block stage.
+    final layer needs beyond a block phase.
     """
     streams = mem.streamed_weight_bytes > 0
     inter = (mib(model.block_weight_bytes) if streams else 0) + GUARD_MARGIN_MB
-    final_extra = max(0, mem.final_bytes - mem.blocks_stage_bytes)
+    final_extra = max(0, mem.final_bytes - mem.blocks_phase_bytes)
     last = model.dims.num_blocks - 1
     vram = device.vram_total_bytes
     cleanup = 256 if vram <= 8.5 * GIB else 512 if vram <= 18.5 * GIB else 1024

@@ -25,7 +25,7 @@ MAX_CHUNK_TOKENS = 1 << 20
 MIN_CHUNK_TOKENS = 64
 
 # (name, low, high, zero allowed, what to change) for each of the ten manual controls; None = auto.
-_TOKENS_FIX = "Use 0 for the stock path of that stage or a row count such as 4096; leave unset for auto."
+_TOKENS_FIX = "Use 0 for the stock path of that phase or a row count such as 4096; leave unset for auto."
 _MB_FIX = "Give megabytes; leave unset for auto."
 MANUAL_CONTROLS: tuple[tuple[str, int, int, bool, str], ...] = (
     ("mlp_chunk_tokens", MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS, True, _TOKENS_FIX),
@@ -120,8 +120,8 @@ class MemoryBreakdown:
 
     block_activation_bytes: int       # the block executor's peak (hidden state included), memory.py
     held_outside_bytes: int           # stock tensors live across the blocks: embeddings, rope table, latents
-    workspace_bytes: int              # cuBLAS workspaces, allocator slack, per-stage dequantised weights
-    pre_block_bytes: int              # stock embedding stage before block 0
+    workspace_bytes: int              # cuBLAS workspaces, allocator slack, per-phase dequantised weights
+    pre_block_bytes: int              # stock embedding phase before block 0
     final_bytes: int                  # stock final layer
     min_weight_bytes: int             # weights that must sit in VRAM while a block runs
     resident_weight_bytes: int        # weights the plan lets stay in VRAM (min + what else fits)
@@ -129,13 +129,13 @@ class MemoryBreakdown:
     outside_torch_bytes: int = 0      # beside torch's allocated bytes: cast buffers past one block, pool slack
 
     @property
-    def blocks_stage_bytes(self) -> int:
+    def blocks_phase_bytes(self) -> int:
         return self.block_activation_bytes + self.held_outside_bytes + self.workspace_bytes + self.min_weight_bytes
 
     @property
     def torch_need_bytes(self) -> int:
-        """The largest stage's bytes in torch's allocator (with the must-have weights)."""
-        return max(self.blocks_stage_bytes, self.pre_block_bytes, self.final_bytes)
+        """The largest phase's bytes in torch's allocator (with the must-have weights)."""
+        return max(self.blocks_phase_bytes, self.pre_block_bytes, self.final_bytes)
 
     @property
     def activation_need_bytes(self) -> int:
@@ -201,7 +201,7 @@ class ExecutionPlan:
         att = self.attention
         out["attention"] = {f.name: getattr(att, f.name) for f in fields(att) if f.name != "choice"}
         out["memory"] = asdict(self.memory) | {
-            "blocks_stage_bytes": self.memory.blocks_stage_bytes,
+            "blocks_phase_bytes": self.memory.blocks_phase_bytes,
             "torch_need_bytes": self.memory.torch_need_bytes,
             "activation_need_bytes": self.memory.activation_need_bytes,
             "predicted_peak_bytes": self.memory.predicted_peak_bytes,

@@ -28,7 +28,7 @@ from . import stage_times as T
 from .attention_path import default_attention_path
 from .planner import plan
 from .policy import auto_reserve
-from .stage_memory import WORKSPACE_FIXED
+from .around_blocks import WORKSPACE_FIXED
 from .types import ExecutionPlan, PlanRequest
 
 TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)

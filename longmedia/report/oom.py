@@ -1,6 +1,6 @@
-"""The OOM fact report: what memory looked like when a stage ran out, and the one thing to change next.
+"""The OOM fact report: what memory looked like when a phase ran out, and the one thing to change next.
 
-`phase(name, ...)` wraps an executor stage; a torch out-of-memory error inside it becomes a
+`phase(name, ...)` wraps an executor phase; a torch out-of-memory error inside it becomes a
 `LongMediaOOM` (still a `torch.OutOfMemoryError`, so ComfyUI's own OOM handling applies) carrying an
 `OOMReport`. Memory is read through an injectable reader, so tests need no GPU.
 """
@@ -33,7 +33,7 @@ ComfyUI's and comfy-aimdo's facts too); None reads torch alone."""
 
 @dataclass(frozen=True)
 class OOMContext:
-    """What the executor knows about the job when a stage runs."""
+    """What the executor knows about the job when a phase runs."""
 
     attention_backend: str = "unknown"
     memory_mode: str = "unknown"
@@ -126,7 +126,7 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
         refs = sum(n for k, n in ctx.row_spans if k in ("ref_img", "ref_audio"))
         if ctx.seq_len and refs * 4 > ctx.seq_len:
             return ("reference_budget", f"references are {refs} of {ctx.seq_len} rows: lower reference_budget")
-        return ("segment length", "the stock embedding stage before block 0 holds several copies of the sequence: "
+        return ("segment length", "the stock embedding phase before block 0 holds several copies of the sequence: "
                                   "use shorter segments")
     if phase_name == "final_output":
         if c.is_stock:  # no block is streamed: no block guard runs, and the final layer is the stock one
@@ -158,7 +158,7 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
 # allocation failures that surface as plain RuntimeErrors: cuBLAS / Triton / the driver, torch's CPU
 # allocator ("[enforce fail at alloc_cpu.cpp:...] DefaultCPUAllocator: can't allocate memory") and comfy-aimdo's
 # cast buffers ("VRAM grow failed: N bytes", "VRAM reservation failed": comfy_aimdo/vram_buffer.py; seen on the
-# H200 by bench/cards/ (python -m bench.cards) when a stage left no room for the weights being streamed)
+# H200 by bench/cards/ (python -m bench.cards) when a phase left no room for the weights being streamed)
 _OOM_TEXTS = ("out of memory", "cublas_status_alloc_failed", "defaultcpuallocator: can't allocate memory",
               "alloc_cpu.cpp", "vram grow failed", "vram reservation failed")
 
@@ -186,7 +186,7 @@ def report_for(phase_name: str, exc: BaseException, *, context: OOMContext = OOM
 @contextlib.contextmanager
 def phase(name: str, *, context: OOMContext = OOMContext(), reader: MemoryReading | None = None,
           block_index: int | None = None) -> Iterator[None]:
-    """Run a stage; an allocation failure inside (GPU or CPU) becomes a LongMediaOOM with the report."""
+    """Run a phase; an allocation failure inside (GPU or CPU) becomes a LongMediaOOM with the report."""
     if name not in PHASES:
         raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {name!r}")
     try:

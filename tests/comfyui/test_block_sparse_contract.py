@@ -2,7 +2,7 @@
 
 BlockSparseAttention (BSA, ComfyUI 0.38+) replaces every `("double_block", i)` and, when a call is eligible
 (CUDA, bf16, head_dim 128, kitchen's Sol: never on this CPU), hands the block its own attention in
-`call_args["attention"]`: `attention(h, rope_freqs=None, transformer_options={})`, the whole attention stage.
+`call_args["attention"]`: `attention(h, rope_freqs=None, transformer_options={})`, the whole attention phase.
 Here that contract is tested with a stand-in of BSA's shape (`bsa_like_patch`: it chains `previous` as the
 chaining line cf3103c5 does, and hands an attention with BSA's signature), and with the real node in both install
 orders (on the CPU it only chains `previous`). The real sparse path on a GPU: tests/gpu/test_block_sparse_gpu.py.

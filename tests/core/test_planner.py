@@ -45,7 +45,7 @@ def _mode(p):
 EXPECTED = {
     # (res, seconds): {vram: mode for every quant, or {quant: mode}}
     ("720p", 5): {8: "normal", 12: "normal", 16: "normal", 24: "normal", 48: "normal", 80: "normal"},
-    # Every need counts the bytes outside torch's allocated count (planning/stage_memory.outside_torch_bytes:
+    # Every need counts the bytes outside torch's allocated count (planning/around_blocks.outside_torch_bytes:
     # comfy-aimdo's cast buffer past one block, the allocator's slack), measured on the H200 by bench/cards/ (python -m bench.cards).
     # They tip the marginal cases: 720p 10 s INT8 on 12 GB, 1080p 5 s NVFP4 on 12 GB, 1080p 10 s INT8 on 24 GB
     # stream; 1080p 10 s bf16 on 8 GB no longer fits.
@@ -212,7 +212,7 @@ def test_attention_dispatcher_is_consulted_by_default():
     assert p.attention.exact
 
 
-def test_sol_workspace_is_counted_in_the_attention_stage():
+def test_sol_workspace_is_counted_in_the_attention_phase():
     """Sol's per-call summaries, block lists, routing mask and proxies are in the plan's block activation;
     fused exact attention adds nothing."""
     pytest.importorskip("torch")
@@ -230,7 +230,7 @@ def test_sol_workspace_is_counted_in_the_attention_stage():
     assert exact.memory.block_activation_bytes == max(stages.attention_bytes, stages.mlp_bytes)
     assert sol.memory.block_activation_bytes == max(stages.attention_bytes + extra, stages.mlp_bytes)
     assert sol.memory.block_activation_bytes > exact.memory.block_activation_bytes
-    assert any("counted in the block's attention stage" in r for r in sol.reasons)
+    assert any("counted in the block's attention phase" in r for r in sol.reasons)
 
 
 def test_attention_workspace_that_breaks_the_budget_is_reported():
@@ -356,7 +356,7 @@ def test_pinning_that_cannot_be_applied_under_dynamic_vram_says_so():
 
 def test_outside_torch_bytes_follow_the_measured_overheads():
     """comfy-aimdo's cast buffer past one block and the allocator's slack (bench/cards/ (python -m bench.cards) on the H200)."""
-    from longmedia.planning.stage_memory import outside_torch_bytes
+    from longmedia.planning.around_blocks import outside_torch_bytes
 
     int8, bf16 = MODELS["int8"], MODELS["bf16"]
     act = 10 * GIB

@@ -1,5 +1,5 @@
-"""The executor's diagnostics seam (execution/probes.py): none by default, observers see every stage, the NaN
-probe names the first non-finite stage, the weight probe counts origins, LONGMEDIA_PROBES picks them."""
+"""The executor's diagnostics seam (execution/probes.py): none by default, observers see every phase, the NaN
+probe names the first non-finite phase, the weight probe counts origins, LONGMEDIA_PROBES picks them."""
 
 import secrets
 
@@ -32,21 +32,21 @@ class Recorder(Quiet):
     def __init__(self):
         self.events = []
 
-    def stage_in(self, stage, x):
-        self.events.append(("in", stage, x.shape[0]))
+    def phase_in(self, phase, x):
+        self.events.append(("in", phase, x.shape[0]))
 
-    def stage_out(self, stage, x, *outputs):
-        self.events.append(("out", stage, len(outputs)))
+    def phase_out(self, phase, x, *outputs):
+        self.events.append(("out", phase, len(outputs)))
 
 
 class Poison(Quiet):
-    """A test-only observer that writes NaN into the packed sequence after one stage (a broken kernel's effect)."""
+    """A test-only observer that writes NaN into the packed sequence after one phase (a broken kernel's effect)."""
 
-    def __init__(self, stage):
-        self.stage = stage
+    def __init__(self, phase):
+        self.phase = phase
 
-    def stage_out(self, stage, x, *outputs):
-        if stage == self.stage:
+    def phase_out(self, phase, x, *outputs):
+        if phase == self.phase:
             x[0, 0] = float("nan")
 
 
@@ -69,13 +69,13 @@ def test_the_nan_probe_names_the_first_non_finite_stage_and_then_goes_quiet():
     probe = FiniteProbe(say=said.append)
     chunks = ChunkSizes(31, 0, 17)
     run_block(block, x.clone(), t_emb, rows, rope, chunks=chunks, observer=probe)
-    assert said == [] and probe.lines() == ("NAN PROBE: 2 stage calls checked, non-finite seen: False",)
-    for _ in range(2):  # the poison comes before the probe: the probe sees the stage's output with NaN in it
+    assert said == [] and probe.lines() == ("NAN PROBE: 2 phase calls checked, non-finite seen: False",)
+    for _ in range(2):  # the poison comes before the probe: the probe sees the phase's output with NaN in it
         run_block(block, x.clone(), t_emb, rows, rope, chunks=chunks,
                   observer=Observers((Poison("streamed_mlp"), probe)))
     assert len(said) == 1 and said[0].startswith(
-        "NAN PROBE: stage streamed_mlp call 4: input finite True, output finite False, finite max |x| ")
-    assert probe.lines() == (said[0], "NAN PROBE: 4 stage calls checked, non-finite seen: True")
+        "NAN PROBE: phase streamed_mlp call 4: input finite True, output finite False, finite max |x| ")
+    assert probe.lines() == (said[0], "NAN PROBE: 4 phase calls checked, non-finite seen: True")
 
 
 def test_the_nan_probe_checks_the_final_layer_apart():
@@ -89,7 +89,7 @@ def test_the_nan_probe_checks_the_final_layer_apart():
     x[50, 3] = float("inf")  # a video row: video goes non-finite, audio stays finite
     forward(x, t_emb, (40, 120, 0), (0, 40, 2))
     assert probe.final_finding == "NAN PROBE: final layer call 2: input finite False, video False, audio True"
-    assert probe.calls == 0 and probe.lines()[0] == probe.final_finding  # block stages are counted apart
+    assert probe.calls == 0 and probe.lines()[0] == probe.final_finding  # block phases are counted apart
 
 
 def test_the_weight_probe_counts_origins_and_two_cast_buffer_weights_on_one_stream():

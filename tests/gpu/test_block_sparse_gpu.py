@@ -2,7 +2,7 @@
 LongMedia's streamed block, in both install orders. On the CPU BSA never hands its attention, so this is the
 only place the handed attention itself is seen (the contract on the CPU: tests/comfyui/test_block_sparse_contract.py).
 
-BSA's attention is the whole attention stage with no query-row range: LongMedia's streamed block must refuse it
+BSA's attention is the whole attention phase with no query-row range: LongMedia's streamed block must refuse it
 by name (never drop it silently) whichever replacement was installed first; where BSA hands nothing (a dense
 call: outside its sigma window) our streamed block runs inside BSA's patch and equals the stock block.
 """

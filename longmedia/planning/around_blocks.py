@@ -4,7 +4,7 @@ The block executor's own bytes are `execution.memory`. Around it, ComfyUI's `_fo
 embedded rows it copied into the hidden state (`video_embed`, `audio_embed`) and the patchified fp32
 latent rows alive until it returns, plus the rope rotation table; the sampler keeps a few fp32
 copies of the target latent. Before block 0 the embedding makes fp32 then bf16 copies; the final
-layer normalises, modulates and upcasts the target rows. LongMedia does not change those stages, so
+layer normalises, modulates and upcasts the target rows. LongMedia does not change those phases, so
 the planner budgets them as they are.
 """
 
@@ -50,7 +50,7 @@ def held_outside_bytes(g: Geometry, d: H3Dims, dtype_bytes: int) -> int:
 
 
 def pre_block_bytes(g: Geometry, d: H3Dims, dtype_bytes: int) -> int:
-    """Peak of the stock embedding stage: fp32 projection outputs, their bf16 copies, the new hidden state."""
+    """Peak of the stock embedding phase: fp32 projection outputs, their bf16 copies, the new hidden state."""
     vis, aud = visual_rows(g), aural_rows(g)
     h = d.hidden
     video = vis * h * (FP32 + dtype_bytes)
@@ -81,7 +81,7 @@ def chunked_final_bytes(g: Geometry, d: H3Dims, dtype_bytes: int, rows: int = FI
 
 
 def dequantised_stage_bytes(model: ModelProfile) -> int:
-    """Largest block weight made in the compute dtype for one stage (formats the executor cannot slice)."""
+    """Largest block weight made in the compute dtype for one phase (formats the executor cannot slice)."""
     if model.quantization not in DEQUANTISED_FORMATS:
         return 0
     d = model.dims
@@ -108,7 +108,7 @@ ALLOCATOR_SLACK_STREAMED = 0.065
 
 
 def outside_torch_bytes(torch_bytes: int, model: ModelProfile, dynamic_vram: bool, stock_path: bool) -> int:
-    """Device bytes a stage of `torch_bytes` (torch-allocated, weights excluded) costs beside them."""
+    """Device bytes a phase of `torch_bytes` (torch-allocated, weights excluded) costs beside them."""
     blocks = CAST_BUFFER_EXTRA_BLOCKS_FLOAT if model.quantization in FLOAT_FORMATS else CAST_BUFFER_EXTRA_BLOCKS_QUANTISED
     cast = int(blocks * model.block_weight_bytes) if dynamic_vram else 0
     slack = ALLOCATOR_SLACK_STOCK if stock_path else ALLOCATOR_SLACK_STREAMED
