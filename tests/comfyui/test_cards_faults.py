@@ -137,7 +137,7 @@ def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env
     finally:
         streamed_block._Run.streamed_mlp = real
     loud = capsys.readouterr().err
-    assert "NAN PROBE: stage streamed_mlp call 2: input finite True, output finite False" in loud
+    assert "NAN PROBE: phase streamed_mlp call 2: input finite True, output finite False" in loud
     assert "NAN PROBE: final layer call 1: input finite False" in loud
 
 

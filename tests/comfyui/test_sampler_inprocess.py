@@ -385,7 +385,7 @@ def test_a_latent_with_nan_is_reported_first_with_what_to_try(env, monkeypatch, 
     assert any("holds NaN or inf" in r.getMessage() for r in caplog.records)
 
 
-def test_longmedia_probes_names_the_first_non_finite_stage_in_the_report(env, monkeypatch, caplog):
+def test_longmedia_probes_names_the_first_non_finite_phase_in_the_report(env, monkeypatch, caplog):
     """A user's NaN report: LONGMEDIA_PROBES=nan,weights switches the product's probes on for the run; the report
     (and the log, as it happens) names the first stage whose packed sequence held NaN and where the weights came from."""
     from longmedia.execution import streamed_block
@@ -405,7 +405,7 @@ def test_longmedia_probes_names_the_first_non_finite_stage_in_the_report(env, mo
 
     monkeypatch.setattr(streamed_block._Run, "streamed_mlp", poisoned)
     (ov, _), _, bad = ours(env, request, *job(env))
-    first = "NAN PROBE: stage streamed_mlp call 2: input finite True, output finite False"
+    first = "NAN PROBE: phase streamed_mlp call 2: input finite True, output finite False"
     assert not torch.isfinite(ov).all() and bad.report.probes.lines[0].startswith(first)
     assert any(line.startswith(first) for line in bad.report.summary_lines())
     assert json.loads(bad.report.to_json())["probes"]["lines"][0].startswith(first)
