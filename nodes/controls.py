@@ -36,7 +36,7 @@ LABELS = {"sol_qkv_chunk_tokens": "qkv_chunk_tokens", "sol_out_proj_chunk_tokens
 
 MEMORY_HELP = ("How the blocks run (one line per option):\n"
                "- auto (recommended): the least constrained mode whose predicted peak fits your card.\n"
-               "- normal: stock block math.\n"
+               "- normal: stock block math, not quite stock's runtime: a step guard runs after each model call and block prefetch may be off (the plan's reasons say which).\n"
                "- low_vram: exact streamed attention and chunked MLP (about a third of the activations).\n"
                "- ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
 ATTENTION_HELP = ("Which attention runs (one line per option):\n"
