@@ -58,7 +58,7 @@ def parse(argv=None):
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting rows after this many seconds")
     p.add_argument("--table", type=Path, help="only print the table of this cards.jsonl")
     p.add_argument("--compare", type=Path, nargs="+", help="only print the card x job table of these cards.jsonl "
-                   "files, LongMedia and stock side by side (docs/PERFORMANCE.md's layout)")
+                   "files, LongMedia and stock side by side (docs/lab/2026-12-03-comfyui-cards.md's layout)")
     p.add_argument("--comfy-arg", action="append", default=[], help="extra ComfyUI CLI argument for the card "
                    "processes, e.g. --comfy-arg=--disable-cuda-malloc (repeat for several)")
     p.add_argument("--latents", type=Path, help="save each main row's video latent here as "

@@ -37,7 +37,7 @@ def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: 
         return False, "block prefetch off: it needs dynamic VRAM"
     if all_resident:  # nothing streams: ComfyUI's own path, as stock runs it
         return True, ("block prefetch left as ComfyUI runs it: every weight stays resident, so it fetches nothing "
-                      "(turned off, torch's pool held 1.5 GiB more than stock's on the H200: docs/PERFORMANCE.md)")
+                      "(turned off, torch's pool held 1.5 GiB more than stock's on the H200: docs/lab/2026-12-03-comfyui-cards.md)")
     if is_16gb_int8(model, device):
         return False, (f"block prefetch off: INT8 weights on a {gib(device.vram_total_bytes)} card "
                        f"(<= {INT8_16GB_CARD_MAX / GIB:g} GiB): a speculative second block "

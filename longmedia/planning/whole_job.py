@@ -332,7 +332,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     a, b = T.block_fit()
     notes = (card.describe(),
              (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
-              f"{T.DIT_BASIS[1][3]}, docs/PERFORMANCE.md); streamed weights cross at an assumed "
+              f"{T.DIT_BASIS[1][3]}, docs/lab/2026-12-02-executor-kernels-planner.md); streamed weights cross at an assumed "
               f"{T.ASSUMED_HOST_GBPS * 1e9 / GIB:.1f} GiB/s pinned, half that pageable"),
              (f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
               "loading checkpoints from disk is not counted"))
