@@ -98,8 +98,8 @@ def main(argv=None) -> int:
 
         return child(a)
     if not _gpu_and_comfyui():
-        print("bench.cards: SKIPPED, it needs a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent GPU "
-              "machine `. tools/gpu/bootstrap.sh`): every row runs ComfyUI's PromptExecutor on the device")
+        print("bench.cards: SKIPPED, it needs a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on a GPU "
+              "machine without network `. tools/gpu/bootstrap.sh`): every row runs ComfyUI's PromptExecutor on the device")
         return 0 if a.smoke else 2
     a.out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.budget_s
