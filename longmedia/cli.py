@@ -194,14 +194,15 @@ def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> J
     if args.hires_scale is not None:
         check_float("--hires-scale", args.hires_scale, 1.0, 2.0, "Use 1.2-1.5 on 16 GB cards.")
         w, h = hires_size(main_plan.geometry.width, main_plan.geometry.height, args.hires_scale)
-        hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}))
+        hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}), setup=False)
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
                     refiner_steps=args.refiner_steps, text_encoder=args.text_encoder, decode=args.decode,
                     text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver)
 
 
-def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
+def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPlan:
+    """The main pass's plan (`setup`: after Setup's checks; Hi-Res plans its upscaled latent without them)."""
     if args.frames is not None and args.seconds is not None:
         raise LongMediaInputError("--frames", args.frames, "either --seconds or --frames, not both", "Drop one.")
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
@@ -215,7 +216,8 @@ def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
                               ref_image_size=args.ref_image_size,
                               segment_seconds=None if one_pass else args.segment_seconds,
                               context_frames=None if one_pass else args.context_frames)
-    setup_checks(args, geometry, device)
+    if setup:
+        setup_checks(args, geometry, device)
     request = PlanRequest(memory_mode=args.memory_mode, attention_mode=args.attention_mode,
                           **{name: getattr(args, name) for name, *_ in MANUAL_CONTROLS})
     resolver = resolve_attention_path if args.probe_attention else default_attention_path

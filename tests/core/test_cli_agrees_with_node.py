@@ -35,7 +35,7 @@ def _run(capsys, *args) -> tuple[int, str, str]:
 def node_verdict(width: int, height: int, seconds: float, vram: float, ram: float, segment_seconds: float = 0.0,
                  model: str = "h3-int8", tokens: int = 256) -> str:
     """What LongMedia Setup and the Sampler do with this job on this card before any GPU work:
-    'setup' (Setup refuses), 'sampler' (the Sampler refuses the pass) or 'runs'."""
+    'setup' (Setup refuses), 'sampler' (the Sampler refuses the pass) or 'runs <mode> <rows>'."""
     device = DeviceProfile.card(vram, ram, host_held_bytes=COMFYUI_HELD_BYTES)
     try:
         job = plan_setup(SetupRequest(width, height, seconds, segment_seconds=segment_seconds, prompt_tokens=tokens,
@@ -47,7 +47,7 @@ def node_verdict(width: int, height: int, seconds: float, vram: float, ram: floa
         check_plan_runs(p)
     except LongMediaInputError:
         return "sampler"
-    return "runs"
+    return f"runs {p.memory_mode} {p.geometry.seq_len}"
 
 
 def cli_verdict(capsys, width: int, height: int, seconds: float, vram: float, ram: float,
@@ -59,7 +59,11 @@ def cli_verdict(capsys, width: int, height: int, seconds: float, vram: float, ra
     rc, out, err = _run(capsys, *args)
     if rc == 2:
         return "setup", rc, err
-    return ("sampler" if "the Sampler refuses this pass" in out else "runs"), rc, out
+    if "the Sampler refuses this pass" in out:
+        return "sampler", rc, out
+    mode = re.search(r"memory mode  (\w+)", out)[1]
+    rows = re.search(r"sequence     (\d+) rows", out)[1]
+    return f"runs {mode} {rows}", rc, out
 
 
 # 8-48 GiB cards x jobs from 5 s to past the row cap, one pass and in segments
@@ -76,7 +80,7 @@ def test_the_cli_verdict_is_the_node_preflight_s(vram, job, segment_seconds, cap
     node = node_verdict(width, height, seconds, vram, 64, segment_seconds)
     cli, rc, text = cli_verdict(capsys, width, height, seconds, vram, 64, segment_seconds)
     assert cli == node, text
-    if node != "runs":
+    if not node.startswith("runs"):
         assert rc in (2, 3)
 
 
@@ -165,7 +169,7 @@ def test_sft_checkpoints_are_read_like_safetensors(tmp_path, capsys):
 
 
 def test_a_segment_as_long_as_the_job_is_one_pass_as_in_setup(capsys):
-    assert node_verdict(1344, 768, 10, 16, 64, segment_seconds=20) == "runs"
+    assert node_verdict(1344, 768, 10, 16, 64, segment_seconds=20).startswith("runs normal ")
     rc, out, _ = _run(capsys, "--seconds", "10", "--segment-seconds", "20")
     assert rc == 0 and "--segment-seconds 20 covers the whole 10.125 s job: one pass" in out
 
