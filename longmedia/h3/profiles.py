@@ -210,7 +210,7 @@ class DeviceProfile:
         ram = int(ram_gb * GIB)
         context = int(0.9 * GIB) if os_name == "windows" else int(0.5 * GIB)
         os_ram = int(max(2 * GIB, 0.08 * ram)) if os_name == "windows" else int(max(1.5 * GIB, 0.05 * ram))
-        return cls(name=name or f"{vram_gb:g} GB card, {ram_gb:g} GB RAM", vram_total_bytes=total,
+        return cls(name=name or f"{vram_gb:g} GB card with {ram_gb:g} GB RAM", vram_total_bytes=total,
                    vram_free_bytes=max(0, total - context - host_held_bytes), allocator_reserved_bytes=0,
                    ram_total_bytes=ram,
                    ram_available_bytes=max(0, ram - os_ram), pinned_budget_bytes=pinned_ram_budget(ram, os_name),

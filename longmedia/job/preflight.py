@@ -121,7 +121,7 @@ def check_plan_runs(plan: ExecutionPlan) -> tuple[str, ...]:
     requested_memory_mode = plan.requested_memory_mode
     need, usable = plan.memory.activation_need_bytes, plan.usable_bytes
     need_text, usable_text = gib_pair(need, usable)
-    budget = f"{usable_text} usable (the {gib(plan.budget_bytes)} budget on {plan.device.name} less the reserve)"
+    budget = f"{usable_text} usable (the {gib(plan.budget_bytes)} budget on the {plan.device.name} less the reserve)"
     if requested_memory_mode != "auto":
         return ((f"does NOT fit: memory_mode={requested_memory_mode} needs {need_text} of {budget}; it runs "
                  "because you chose the mode (auto would refuse it): expect an out-of-memory report"),)

@@ -16,7 +16,7 @@ from ..execution.chunks import ChunkSizes
 from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile, gib, gib_pair, mib
-from ..units import GIB, MIB
+from ..units import MIB
 from . import stage_memory as pm
 from .attention_path import resolve_attention_path
 from .policy import (
@@ -189,9 +189,9 @@ def _validate(model: ModelProfile, device: DeviceProfile, geometry: Geometry, re
     budget_mb = device.usable_vram_bytes // MIB
     if request.vram_activation_reserve_mb is not None:
         check_int("vram_activation_reserve_mb", request.vram_activation_reserve_mb, 0, budget_mb - 1,
-                  f"The reserve is kept out of the {budget_mb} MiB of VRAM free for the job on this "
-                  f"{device.vram_total_bytes / GIB:g} GiB card; leave it unset (-1 on the nodes) for auto "
-                  f"({mib(auto_reserve(device))} MiB here).")
+                  f"The reserve is kept out of the {budget_mb} MiB of VRAM usable for the job on "
+                  f"the {device.name} ({gib(device.vram_total_bytes)} in all); leave it unset (-1 on the nodes) for "
+                  f"auto ({mib(auto_reserve(device))} MiB here).")
     card_mb = device.vram_total_bytes // MIB
     for name in GUARD_MB_FIELDS:
         value = getattr(request, name)

@@ -182,8 +182,8 @@ def test_a_directory_is_not_called_a_preset(tmp_path, capsys):
 
 def test_the_reserve_limit_reads_plainly(capsys):
     rc, _, err = _run(capsys, "--vram-activation-reserve-mb", "16000")
-    assert rc == 2 and "MiB of VRAM free for the job on this 16 GiB card;" in err
-    assert "(free VRAM) of" not in err and "in all" not in err
+    assert rc == 2 and "MiB of VRAM usable for the job on the 16 GB card with 64 GB RAM (16.00 GiB in all);" in err
+    assert "(free VRAM) of" not in err and "RAM, 16.00 GiB in all" not in err
 
 
 @pytest.mark.parametrize("reader, first", [("head -1", "LongMedia plan\n"), ("true", "")])

@@ -273,7 +273,7 @@ def test_reserve_and_guards_are_checked_against_the_card(capsys):
     assert main(["plan", "--vram-activation-reserve-mb", "16000"]) == 2
     err = capsys.readouterr().err
     assert "--vram-activation-reserve-mb=16000 is not allowed: expected an integer from 0 to 15553" in err
-    assert "out of the 15554 MiB of VRAM free for the job on this 16 GiB card;" in err and "in all" not in err
+    assert "out of the 15554 MiB of VRAM usable for the job on the 16 GB card with 64 GB RAM (16.00 GiB in all);" in err
     assert main(["plan", "--inter-block-vram-guard-mb", "1048576"]) == 2
     assert "expected an integer from 0 to 16384" in capsys.readouterr().err
     assert main(["plan", "--inter-block-vram-guard-mb", "16384"]) == 0
