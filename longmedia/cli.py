@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import re
 import sys
 from typing import Sequence
 
 from .errors import LongMediaInputError, check_float, check_int
 from .h3 import lattice as L
-from .h3.profiles import PRESETS, DeviceProfile, ModelProfile
+from .h3.profiles import COMFYUI_HELD_BYTES, PRESETS, DeviceProfile, ModelProfile
 from .h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
+from .job.preflight import check_job_latent, check_pass_rows, check_plan_runs
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.planner import plan
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
 from .planning.whole_job import DECODE_PATHS, TEXT_ENCODERS, JobPlan, hires_size, plan_job
 from .report.plan_text import render_plan
+from .segments.timeline import MAX_SEGMENT_SECONDS
 
 EXIT_FITS = 0
 EXIT_BAD_INPUT = 2
@@ -33,6 +37,7 @@ UNITS = ("Units: --vram-gb and --ram-gb take the size as sold (a '16 GB' card ha
 # What the core's input names are called on this command line (the rest are `--` + the name with dashes).
 FLAG_ALIASES = {"os_name": "--os", "duration": "--seconds/--frames",
                 "references": "--picture/--video/--audio", "device": "--vram-gb"}
+CHECKPOINT_SUFFIXES = (".safetensors", ".sft")   # what ComfyUI's diffusion_models folder lists as safetensors
 
 
 class _UsageError(Exception):
@@ -114,7 +119,8 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="operating system: Windows keeps more VRAM for the desktop (default linux)")
     g.add_argument("--no-dynamic-vram", action="store_true", help="plan as if ComfyUI's dynamic VRAM were off")
     g.add_argument("--model", default="h3-int8",
-                   help=f"{', '.join(PRESETS)}, or a .safetensors path (only its header is read; default h3-int8)")
+                   help=f"{', '.join(PRESETS)}, or a .safetensors / .sft path (only its header is read; default "
+                        "h3-int8)")
     j = p.add_argument_group("job")
     j.add_argument("--width", type=int, default=1344,
                    help="video width in pixels (default 1344); planned on H3's 32-px grid, the snap is shown")
@@ -188,35 +194,87 @@ def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> J
     if args.hires_scale is not None:
         check_float("--hires-scale", args.hires_scale, 1.0, 2.0, "Use 1.2-1.5 on 16 GB cards.")
         w, h = hires_size(main_plan.geometry.width, main_plan.geometry.height, args.hires_scale)
-        hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}))
+        hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}), setup=False)
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
                     refiner_steps=args.refiner_steps, text_encoder=args.text_encoder, decode=args.decode,
                     text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver)
 
 
-def plan_from_args(args: argparse.Namespace) -> ExecutionPlan:
+def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPlan:
+    """The main pass's plan (`setup`: after Setup's checks; Hi-Res plans its upscaled latent without them)."""
     if args.frames is not None and args.seconds is not None:
         raise LongMediaInputError("--frames", args.frames, "either --seconds or --frames, not both", "Drop one.")
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
-    if args.model in PRESETS:
-        model = ModelProfile.preset(args.model)
-    elif args.model.endswith(".safetensors"):
-        model = ModelProfile.from_safetensors(args.model)
-    else:
-        raise LongMediaInputError("--model", args.model, f"one of {', '.join(PRESETS)} or a .safetensors path",
-                                  "Name a preset or point at a checkpoint file.")
+    model = model_from_arg(args.model)
     device = DeviceProfile.card(args.vram_gb, args.ram_gb, os_name=args.os_name,
-                                dynamic_vram=not args.no_dynamic_vram)
+                                dynamic_vram=not args.no_dynamic_vram, host_held_bytes=COMFYUI_HELD_BYTES)
+    one_pass = covers_whole_job(args, seconds)
     geometry = build_geometry(args.width, args.height, seconds=seconds, frames=args.frames, fps=args.fps,
                               text_tokens=args.text_tokens, references=tuple(args.picture + args.video + args.audio),
                               keyframes=_keyframes(args), reference_budget=args.reference_budget,
-                              ref_image_size=args.ref_image_size, segment_seconds=args.segment_seconds,
-                              context_frames=args.context_frames)
+                              ref_image_size=args.ref_image_size,
+                              segment_seconds=None if one_pass else args.segment_seconds,
+                              context_frames=None if one_pass else args.context_frames)
+    if setup:
+        setup_checks(args, geometry, device)
     request = PlanRequest(memory_mode=args.memory_mode, attention_mode=args.attention_mode,
                           **{name: getattr(args, name) for name, *_ in MANUAL_CONTROLS})
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan(model, device, geometry, request, attention_resolver=resolver)
+
+
+def covers_whole_job(args: argparse.Namespace, seconds: float | None) -> bool:
+    """A --segment-seconds at least as long as the job: one pass, as Setup runs it (job/setup_plan._segmenting)."""
+    seg = args.segment_seconds
+    if seg is None or not (0 < seg <= MAX_SEGMENT_SECONDS):
+        return False          # absent, or refused by the segment checks with their own message
+    if args.frames is not None:
+        requested = args.frames
+    elif seconds is not None and 0 < seconds < float("inf"):
+        requested = max(1, math.ceil(seconds * L.FPS - 1e-9))
+    else:
+        return False
+    return L.frames_for_seconds(seg) >= L.snap_frames(requested)
+
+
+def model_from_arg(name: str) -> ModelProfile:
+    """A preset, or a checkpoint file's header (.safetensors or .sft, as ComfyUI lists them)."""
+    if name in PRESETS:
+        return ModelProfile.preset(name)
+    allowed = f"one of {', '.join(PRESETS)} or a checkpoint file ({' or '.join(CHECKPOINT_SUFFIXES)})"
+    if os.path.isdir(name):
+        raise LongMediaInputError("--model", name, allowed,
+                                  "That is a directory: point at the checkpoint file inside it (for example "
+                                  "ComfyUI/models/diffusion_models/minimax_h3_fl2va_pruned_int8_convrot.safetensors).")
+    if name.lower().endswith(CHECKPOINT_SUFFIXES):
+        if not os.path.isfile(name):
+            raise LongMediaInputError("--model", name, allowed, "No such file: check the path.")
+        return ModelProfile.from_safetensors(name)
+    raise LongMediaInputError("--model", name, allowed, "Name a preset or point at a checkpoint file.")
+
+
+def setup_checks(args: argparse.Namespace, g, device: DeviceProfile) -> None:
+    """What LongMedia Setup refuses before it allocates anything (job/preflight.py, the same functions): the job
+    latent within the RAM available and the hard cap, one pass within MAX_PASS_ROWS."""
+    total = g.total_frames or g.frames
+    seconds_flag = ("frames", args.frames) if args.frames is not None else \
+        ("seconds", 10.0 if args.seconds is None else args.seconds)
+    try:
+        check_job_latent(g.canvas_width, g.canvas_height, total / L.FPS, total, device.ram_available_bytes)
+    except LongMediaInputError as exc:  # named: Setup's input name, restated as the flag the user gave
+        raise LongMediaInputError(seconds_flag[0], seconds_flag[1], exc.allowed, exc.fix) from None
+    name, value = ("segment_seconds", args.segment_seconds) if g.segment_count > 1 else seconds_flag
+    check_pass_rows(g.seq_len, g.canvas_width, g.canvas_height, g.frames, name=name, value=value)
+
+
+def sampler_checks(p: ExecutionPlan) -> tuple[str | None, tuple[str, ...]]:
+    """What the Sampler does with this plan before any GPU work (`check_plan_runs`, the same function):
+    (its refusal, or None; the warnings it runs with)."""
+    try:
+        return None, check_plan_runs(p)
+    except LongMediaInputError as exc:  # named: the refusal is this command's verdict, not bad input
+        return f"the Sampler refuses this pass before any GPU work: it needs {exc.allowed}. {exc.fix}", ()
 
 
 def snap_notes(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
@@ -233,6 +291,9 @@ def snap_notes(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
     if seconds is not None and abs(seconds * L.FPS - total) > 1e-6:
         out.append(f"{seconds:g} s -> {total / L.FPS:.3f} s = {total} frames (H3's 17k+5 frame grid at 24 fps)")
+    if covers_whole_job(args, seconds):
+        out.append(f"--segment-seconds {args.segment_seconds:g} covers the whole {total / L.FPS:.3f} s job: one pass "
+                   "(as Setup runs it)")
     if args.first_frame or args.last_frame:
         out.append("first/last frame " + ("in the prompt as MiniMaxH3ImageToVideo presents it" if
                                           not (args.picture or args.video or args.audio) else
@@ -322,11 +383,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LongMediaInputError as exc:
         print(f"longmedia plan: error: {error_line(exc, known)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    refusal, sampler_warnings = sampler_checks(result)
     if args.json:
-        print(json.dumps(json.loads(result.to_json()) | {"whole_job": job.to_dict()}, indent=2))
+        text = json.dumps(json.loads(result.to_json()) | {"whole_job": job.to_dict(), "sampler": {
+            "refusal": refusal, "warnings": list(sampler_warnings)}}, indent=2)
     else:
         notes = snap_notes(args, result)
-        extra = no_effect_warnings(args, result)
-        text = render_plan(result, notes, extra) + "\n\n" + "\n".join(job.lines())
-        print(as_flags(text, known))
-    return EXIT_FITS if result.fits and job.fits else EXIT_DOES_NOT_FIT
+        extra = no_effect_warnings(args, result) + list(sampler_warnings) + ([refusal] if refusal else [])
+        text = as_flags(render_plan(result, notes, extra) + "\n\n" + "\n".join(job.lines()), known)
+    _print(text)
+    return EXIT_FITS if result.fits and job.fits and refusal is None else EXIT_DOES_NOT_FIT
+
+
+def _print(text: str) -> None:
+    """Print, ending quietly when the reader has gone (`longmedia plan | head -1`)."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at devnull so that flush does not raise either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

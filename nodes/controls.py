@@ -20,12 +20,15 @@ MANUAL_HELP = {
     "inter_block_vram_guard_mb": "After a block, clean up when less than this many MB are free (streamed modes only).",
     "inter_block_guard_cooldown_blocks": "Blocks skipped after an inter-block clean-up (streamed modes only).",
     "inter_block_guard_emergency_mb": ("Below this many free MB, clean up whatever the cooldown says, releasing "
-                                       "resident weight pages under dynamic VRAM if needed (streamed modes only)."),
+                                       "resident weight pages under dynamic VRAM if needed (streamed modes only; "
+                                       "released weights cross through the cast buffers for the rest of the run, "
+                                       "slower)."),
     "late_block_guard_start": ("From this block index on, keep the late-block target free (for the final layer; "
                                "streamed modes only)."),
     "late_block_guard_target_mb": ("Free MB the late-block guard keeps before the final layer: it empties torch's "
                                    "cache, then releases resident weight pages under dynamic VRAM (streamed modes "
-                                   "only)."),
+                                   "only; released weights cross through the cast buffers for the rest of the run, "
+                                   "slower)."),
     "step_boundary_cleanup_mb": ("At each sampler step boundary, clean up when less than this many MB are free: "
                                  "higher cleans up more often (against fragmentation)."),
 }
@@ -36,7 +39,7 @@ LABELS = {"sol_qkv_chunk_tokens": "qkv_chunk_tokens", "sol_out_proj_chunk_tokens
 
 MEMORY_HELP = ("How the blocks run (one line per option):\n"
                "- auto (recommended): the least constrained mode whose predicted peak fits your card.\n"
-               "- normal: stock block math.\n"
+               "- normal: stock block math, not quite stock's runtime: a step guard runs after each model call and block prefetch may be off (the plan's reasons say which).\n"
                "- low_vram: exact streamed attention and chunked MLP (about a third of the activations).\n"
                "- ultra_low_vram: streamed with K/V held for a group of heads at a time (last resort).")
 ATTENTION_HELP = ("Which attention runs (one line per option):\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy.setup import FRAME_INPUTS, REFERENCE_GROUPS, run_setup, setup_media
+from ..longmedia.comfy.setup import FRAME_INPUTS, REFERENCE_GROUPS, family_check, run_setup, setup_media
 from ..longmedia.errors import LongMediaInputError
 from ..longmedia.h3 import lattice as L
 from ..longmedia.h3.references import REFERENCE_BUDGETS
@@ -117,6 +117,13 @@ class LongMediaSetup(io.ComfyNode):
                 Job.Output(display_name="job", tooltip="For LongMedia Sampler / Hi-Res / Refiner."),
             ],
         )
+
+    @classmethod
+    def validate_inputs(cls, reference_budget=None, family=None):
+        # ComfyUI reports a failed check only against an input it passed in, and drops an unknown family, so one
+        # always-present input rides along (its combo check, which ComfyUI then skips, is redone here); every other
+        # input keeps ComfyUI's own checks
+        return family_check(family, reference_budget)
 
     @classmethod
     def execute(cls, width, height, seconds, family, reference_budget, segment_seconds, context_frames,

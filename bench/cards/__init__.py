@@ -1,6 +1,6 @@
 """End to end in real ComfyUI (PromptExecutor) under simulated 8/12/16/24 GiB cards: stock vs LongMedia auto.
 
-On the lent GPU machine, after tools/gpu/bootstrap.sh:
+On a GPU machine without network, after tools/gpu/bootstrap.sh:
 
     python -m bench.cards --smoke                      # 2 blocks, 1 step, one card: proves the script runs
     python -m bench.cards --blocks 2 --steps 2         # the table: 4 cards x 4 lengths x bf16/int8 x 2 samplers

@@ -22,20 +22,20 @@ HOST_RAM_FIGURES = ("ram_available", "ram_headroom")  # the host's free RAM and 
 # or streamed (low_vram / ultra_low_vram): longmedia/report/oom.py pressure_point, read as the user would
 ADVICE = {
     "normal": {
-        "before_block_0": ("segment length", "reference_budget"),
+        "before_block_0": ("segment_seconds", "reference_budget"),
         "qkv": ("memory_mode",),
         "attention": ("memory_mode",),
         "mlp": ("mlp_chunk_tokens",),
         "final_output": ("memory_mode",),
-        "prefetch_transport": ("block prefetch",),
+        "prefetch_transport": ("--disable-async-offload",),
     },
     "streamed": {
-        "before_block_0": ("segment length", "reference_budget"),
-        "qkv": ("sol_qkv_chunk_tokens", "memory_mode", "segment length"),
-        "attention": ("sol_qkv_chunk_tokens", "memory_mode", "segment length"),
-        "mlp": ("mlp_chunk_tokens", "segment length"),
+        "before_block_0": ("segment_seconds", "reference_budget"),
+        "qkv": ("sol_qkv_chunk_tokens", "memory_mode", "segment_seconds"),
+        "attention": ("sol_qkv_chunk_tokens", "memory_mode", "segment_seconds"),
+        "mlp": ("mlp_chunk_tokens", "segment_seconds"),
         "final_output": ("late_block_guard_target_mb",),
-        "prefetch_transport": ("block prefetch",),
+        "prefetch_transport": ("--disable-async-offload",),
     },
 }
 OOM_PHASES = tuple(ADVICE["normal"])

@@ -1,6 +1,6 @@
 """ComfyUI started in-process in main.py's order (Dynamic VRAM on), and the process's real device memory.
 
-Shared by tests/gpu and the card bench on the lent GPU machine (after tools/gpu/bootstrap.sh, which
+Shared by tests/gpu and the card bench on a GPU machine without network (after tools/gpu/bootstrap.sh, which
 sets LONGMEDIA_COMFYUI_ROOT). A process that imports ComfyUI is started with `child_env()`: the one place a
 ComfyUI checkout is put on the import path (PYTHONPATH: the checkout, then this repository; start it with
 `python -P` so the working directory's `nodes/` package cannot shadow ComfyUI's `nodes`). Import this module

@@ -58,7 +58,7 @@ def parse(argv=None):
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting rows after this many seconds")
     p.add_argument("--table", type=Path, help="only print the table of this cards.jsonl")
     p.add_argument("--compare", type=Path, nargs="+", help="only print the card x job table of these cards.jsonl "
-                   "files, LongMedia and stock side by side (docs/PERFORMANCE.md's layout)")
+                   "files, LongMedia and stock side by side (docs/lab/2026-12-03-comfyui-cards.md's layout)")
     p.add_argument("--comfy-arg", action="append", default=[], help="extra ComfyUI CLI argument for the card "
                    "processes, e.g. --comfy-arg=--disable-cuda-malloc (repeat for several)")
     p.add_argument("--latents", type=Path, help="save each main row's video latent here as "
@@ -98,8 +98,8 @@ def main(argv=None) -> int:
 
         return child(a)
     if not _gpu_and_comfyui():
-        print("bench.cards: SKIPPED, it needs a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent GPU "
-              "machine `. tools/gpu/bootstrap.sh`): every row runs ComfyUI's PromptExecutor on the device")
+        print("bench.cards: SKIPPED, it needs a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on a GPU "
+              "machine without network `. tools/gpu/bootstrap.sh`): every row runs ComfyUI's PromptExecutor on the device")
         return 0 if a.smoke else 2
     a.out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + a.budget_s

@@ -1,5 +1,5 @@
 """The card bench's tables over its cards.jsonl rows: every row as measured (`table`, plus the extras' checks),
-and the card x job grid with LongMedia and stock side by side (`compare`, what docs/PERFORMANCE.md shows)."""
+and the card x job grid with LongMedia and stock side by side (`compare`, what docs/lab/2026-12-03-comfyui-cards.md shows)."""
 
 from __future__ import annotations
 

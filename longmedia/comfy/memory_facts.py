@@ -94,10 +94,12 @@ def vbar_resident_bytes() -> int | None:
 
 def vbar_release(patcher: Any) -> Callable[[int], int] | None:
     """The guards' `release(bytes) -> bytes`: give back up to `bytes` of this model's weight pages resident
-    through comfy-aimdo (`ModelVBAR.free_memory`, what ComfyUI's dynamic patcher unloads with); they are
-    faulted back in when a block needs them again. None without dynamic VRAM (the guards then only empty
-    torch's cache). A RuntimeError from comfy-aimdo (0.6+ raises from `free_memory`) becomes `ReleaseFailed`,
-    which the guard records on its event."""
+    through comfy-aimdo (`ModelVBAR.free_memory`, what ComfyUI's dynamic patcher unloads with). They are not
+    faulted back in this run: free_memory lowers the VBAR's watermark, faults above it fail until ComfyUI resets
+    the limits after the node, so the released weights are cast through the offload buffers on every later use
+    (slower, and the reason the guards release only below their thresholds). None without dynamic VRAM (the
+    guards then only empty torch's cache). A RuntimeError from comfy-aimdo (0.6+ raises from `free_memory`)
+    becomes `ReleaseFailed`, which the guard records on its event."""
     if not dynamic_vram_active():
         return None
     model, device = getattr(patcher, "model", None), getattr(patcher, "load_device", None)

@@ -73,9 +73,9 @@ def _refuse_pinning(patcher) -> str:
     Dynamic VRAM pins through comfy-aimdo host buffers at ops time, which has no per-model refusal.
     """
     if getattr(patcher, "is_dynamic", lambda: False)():
-        return ("RAM pinning: the plan rejects pinning this model, but that is not enforceable under dynamic VRAM "
-                "(ComfyUI pins through comfy-aimdo host buffers at ops time, within its own pinned budget, with no "
-                "per-model switch): reported only")
+        return ("RAM pinning: the plan rejects pinning this model; under dynamic VRAM that is advisory (ComfyUI "
+                "pins through comfy-aimdo host buffers at ops time, within its process-wide pinned budget, with no "
+                "per-model switch): keep the RAM the plan names free, or start ComfyUI with --disable-pinned-memory")
     if not hasattr(patcher, "pin_weight_to_device"):
         return "RAM pinning: this ComfyUI has no pin_weight_to_device: nothing to refuse"
     patcher.pin_weight_to_device = lambda key: None  # this clone only

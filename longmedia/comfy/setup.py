@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LongMediaInputError
+from ..h3.references import REFERENCE_BUDGETS
 from ..job.job import LongMediaJob
 from ..job.setup_plan import (
+    FAMILIES,
     SLOTS,
     SOUNDTRACK_PREFIX,
     MediaInput,
@@ -43,6 +45,22 @@ def _leaves(value: dict, path: str) -> dict[str, tuple[str, object]]:
         else:
             out[key] = (name, inner)
     return out
+
+
+def family_check(family, reference_budget=None) -> bool | str:
+    """Setup's `validate_inputs`: True, or ComfyUI's validation message naming the allowed families.
+
+    ComfyUI's V3 DynamicCombo drops an unknown option (an API prompt's "i2v") from the inputs without an error, so
+    `family` then arrives as None and the run would fail later with a missing argument; a plain combo's value
+    arrives as it was given. `reference_budget` is the input that carries the message (ComfyUI reports a failed
+    check against an input it passed in), so its combo check is made here."""
+    if reference_budget not in REFERENCE_BUDGETS:
+        return f"reference_budget must be one of {', '.join(repr(b) for b in REFERENCE_BUDGETS)}; got {reference_budget!r}"
+    name = family.get("family") if isinstance(family, dict) else family
+    if name in FAMILIES:
+        return True
+    given = "none that ComfyUI kept (an unknown option of the dynamic input is dropped)" if name is None else repr(name)
+    return f"family must be one of {', '.join(repr(f) for f in FAMILIES)}; got {given}"
 
 
 def setup_media(family, extra: dict) -> tuple[str, dict]:

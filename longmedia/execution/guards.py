@@ -114,7 +114,8 @@ class GuardReport:
         return tuple(f"{e.kind} at step {e.step}" + ("" if e.block is None else f" block {e.block}")
                      + f": {e.free_mb:.0f} MB free < {e.threshold_mb} MB"
                      + ("" if e.free_after_mb is None else f", {e.free_after_mb:.0f} MB after")
-                     + (f" ({e.released_mb:.0f} MB of resident weights released)" if e.released_mb else "")
+                     + (f" ({e.released_mb:.0f} MB of resident weights released: they are copied in through the "
+                        "cast buffers for the rest of the run)" if e.released_mb else "")
                      + (f"; releasing resident weights failed: {e.release_failure}" if e.release_failure else "")
                      for e in self.events)
 

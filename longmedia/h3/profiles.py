@@ -159,6 +159,13 @@ def h3_preset_entries(d: H3Dims, fmt: str) -> list[scan.TensorEntry]:
     return out
 
 
+# What ComfyUI's process holds on the card beyond the ~0.5 GiB of context when the Sampler plans (after the residency
+# boundary, the model's weights not yet resident): the nodes planned from a 7.19 GiB budget on an 8 GiB card and
+# the card model gives 7.50 GiB (`python -m bench.cards --blocks 2 --steps 2`, H200, ComfyUI 0.33.0, comfy-aimdo
+# on; docs/lab/2026-12-03-cards-table.md). The CLI plans with it so that it sees the card as the nodes do.
+COMFYUI_HELD_BYTES = int(0.31 * GIB)
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """The GPU and host memory the plan must fit in."""
@@ -189,8 +196,13 @@ class DeviceProfile:
 
     @classmethod
     def card(cls, vram_gb: float = 16, ram_gb: float = 64, *, os_name: str = "linux", dynamic_vram: bool = True,
-             compute_capability: tuple[int, int] | None = (8, 9), name: str | None = None) -> "DeviceProfile":
-        """A typical machine: the driver and CUDA context hold ~0.5 GiB (0.9 GiB on Windows with a desktop)."""
+             compute_capability: tuple[int, int] | None = (8, 9), name: str | None = None,
+             host_held_bytes: int = 0) -> "DeviceProfile":
+        """A typical machine: the driver and CUDA context hold ~0.5 GiB (0.9 GiB on Windows with a desktop).
+
+        `host_held_bytes`: device memory the host process holds beyond its context when it plans
+        (`COMFYUI_HELD_BYTES` for ComfyUI, as the nodes see the card; 0 for a bare executor).
+        """
         check_float("vram_gb", vram_gb, 2, 1024, "Give the card's VRAM in GB.")
         check_float("ram_gb", ram_gb, 4, 8192, "Give the machine's RAM in GB.")
         check_choice("os_name", os_name, ("linux", "windows", "darwin"))
@@ -198,8 +210,9 @@ class DeviceProfile:
         ram = int(ram_gb * GIB)
         context = int(0.9 * GIB) if os_name == "windows" else int(0.5 * GIB)
         os_ram = int(max(2 * GIB, 0.08 * ram)) if os_name == "windows" else int(max(1.5 * GIB, 0.05 * ram))
-        return cls(name=name or f"{vram_gb:g} GB card, {ram_gb:g} GB RAM", vram_total_bytes=total,
-                   vram_free_bytes=max(0, total - context), allocator_reserved_bytes=0, ram_total_bytes=ram,
+        return cls(name=name or f"{vram_gb:g} GB card with {ram_gb:g} GB RAM", vram_total_bytes=total,
+                   vram_free_bytes=max(0, total - context - host_held_bytes), allocator_reserved_bytes=0,
+                   ram_total_bytes=ram,
                    ram_available_bytes=max(0, ram - os_ram), pinned_budget_bytes=pinned_ram_budget(ram, os_name),
                    os_name=os_name, dynamic_vram=dynamic_vram, compute_capability=compute_capability)
 
@@ -248,6 +261,13 @@ def _ram() -> tuple[int, int]:
 def gib(n: int | float) -> str:
     """Bytes as a short GiB string for reasons and tables."""
     return f"{n / GIB:.2f} GiB" if abs(n) < 100 * GIB else f"{n / GIB:.0f} GiB"
+
+
+def gib_pair(a: int, b: int) -> tuple[str, str]:
+    """Two sizes that are compared (a need and what is usable): in MiB when their GiB texts would read equal."""
+    if a != b and gib(a) == gib(b):
+        return f"{a / MIB:,.0f} MiB", f"{b / MIB:,.0f} MiB"
+    return gib(a), gib(b)
 
 
 def mib(n: int | float) -> int:

@@ -10,7 +10,7 @@ from ..h3 import lattice as L
 from ..h3.geometry import Geometry, pass_geometry
 from ..h3.references import KeyframeSpec, ReferenceSpec
 from ..limits import MAX_EDGE_PX, MAX_FRAMES, MAX_SECONDS, MIN_SECONDS
-from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, SegmentPlan, plan_segments
+from ..segments.timeline import SegmentPlan, plan_segments
 
 __all__ = ["build_geometry", "requested_frames"]
 
@@ -50,8 +50,7 @@ def _passes(requested: int, segment_seconds: float | None, context_frames: int |
                                       f"It would be {total} frames = {total / L.FPS:g} s on H3's 17k+5 frame grid. "
                                       "Set segment_seconds to generate the video in segments.")
         return total, total, L.target_audio_frames(total), 1, 0
-    sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds,
-                       context_frames=DEFAULT_CONTEXT_FRAMES if context_frames is None else context_frames)
+    sp = plan_segments(total_frames=requested, segment_seconds=segment_seconds, context_frames=context_frames)
     return sp.pixel_frames, sp.max_pass_frames, sp.max_pass_audio_frames, sp.count, sp.context_frames
 
 

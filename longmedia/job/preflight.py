@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from ..errors import LongMediaInputError, Suggestion
 from ..h3 import lattice as L
-from ..h3.profiles import gib
+from ..h3.profiles import gib, gib_pair
 from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
 from ..planning.types import ExecutionPlan
 from ..units import MIB
@@ -120,19 +120,21 @@ def check_plan_runs(plan: ExecutionPlan) -> tuple[str, ...]:
         return ()
     requested_memory_mode = plan.requested_memory_mode
     need, usable = plan.memory.activation_need_bytes, plan.usable_bytes
-    budget = f"{gib(usable)} usable of the {gib(plan.budget_bytes)} budget of {plan.device.name}"
+    need_text, usable_text = gib_pair(need, usable)
+    budget = f"{usable_text} usable (the {gib(plan.budget_bytes)} budget on the {plan.device.name} less the reserve)"
     if requested_memory_mode != "auto":
-        return ((f"does NOT fit: memory_mode={requested_memory_mode} needs {gib(need)} of {budget}; it runs "
+        return ((f"does NOT fit: memory_mode={requested_memory_mode} needs {need_text} of {budget}; it runs "
                  "because you chose the mode (auto would refuse it): expect an out-of-memory report"),)
     if "vram_activation_reserve_mb" in plan.manual_fields and need <= plan.budget_bytes:
         raise LongMediaInputError("vram_activation_reserve_mb", plan.activation_reserve_bytes // MIB,
-                                  f"a reserve that leaves room for the pass: it needs {gib(need)} with {budget}",
+                                  f"a reserve that leaves room for the pass: it needs {need_text} with {budget}",
                                   "Lower vram_activation_reserve_mb, or leave it at -1 (auto).")
     s = plan.segment_suggestion
     advice = Suggestion("segment_seconds", s.seconds) if s is not None and s.seconds > 0 else None
-    seg = f"set Setup's segment_seconds to {s.seconds:g}" if advice is not None else "use segments"
+    seg = (f"set Setup's segment_seconds to {s.seconds:g}" if advice is not None else
+           "use fewer or smaller references (no segment length fits either)" if s is not None else "use segments")
     g = plan.geometry
     raise LongMediaInputError(
         "latent", f"{g.width}x{g.height}, {g.frames} frames, {g.seq_len} packed rows",
-        f"a pass that fits in some memory mode: even {plan.memory_mode} needs {gib(need)} of {budget}",
+        f"a pass that fits in some memory mode: even {plan.memory_mode} needs {need_text} of {budget}",
         f"Lower width/height or {seg}; or pick memory_mode=ultra_low_vram to run it anyway.", suggestion=advice)

@@ -94,7 +94,7 @@ def workspace_bytes(g: Geometry, model: ModelProfile) -> int:
 
 
 # What the process holds beside torch's allocated bytes, from `bench/cards/ (python -m bench.cards)` on the H200 (ComfyUI 0.33.0,
-# comfy-aimdo 0.4.13, cudaMallocAsync; docs/PERFORMANCE.md, "Bytes outside torch's count"):
+# comfy-aimdo 0.4.13, cudaMallocAsync; docs/lab/2026-12-03-comfyui-cards.md, "Bytes outside torch's count"):
 # - comfy-aimdo's cast buffer (the weights of the layers being streamed) reached 1.72x one INT8 block and 1.14x
 #   one bf16 block, where the plan's must-have weights count one block: under dynamic VRAM, 0.75 of a block more
 #   for quantised formats (INT8 measured; FP8/NVFP4 assumed alike) and 0.25 for bf16/fp16/fp32;

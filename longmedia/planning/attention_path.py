@@ -54,7 +54,7 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
     # quantise a second copy per call. Holding int8 K/V instead would not pay either. Per token, int8 K/V
     # of every head plus x take ~25.5 KB; head groups (ultra_low_vram) take 21.5 KB + 0.5 KB per grouped
     # head (the same at 8 heads, less below), stay exact and keep cuDNN, about twice the int8 kernel's
-    # speed (docs/PERFORMANCE.md).
+    # speed (docs/lab/2026-12-02-executor-kernels-planner.md).
     choice = mod.resolve_attention(request.attention_mode, seq_len=geometry.seq_len, heads=heads,
                                    head_dim=model.dims.head_dim, dtype=torch.bfloat16,
                                    device_capability=device.compute_capability,

@@ -15,7 +15,7 @@ from ..errors import LongMediaInputError, check_int
 from ..execution.chunks import ChunkSizes
 from ..execution.memory import block_memory
 from ..h3.geometry import Geometry
-from ..h3.profiles import DeviceProfile, ModelProfile, gib, mib
+from ..h3.profiles import DeviceProfile, ModelProfile, gib, gib_pair, mib
 from ..units import MIB
 from . import around_blocks as pm
 from .attention_path import resolve_attention_path
@@ -154,8 +154,9 @@ def _choose(p: _Pass, requested: str) -> tuple[Candidate, list[str]]:
         notes = [f"memory_mode={requested} (manual)"]
         if not cand.fits:
             better = next((m for m in MODE_ORDER if evaluate_mode(p, m).fits), None)
-            notes.append(f"{requested} does not fit: needs {gib(cand.memory.activation_need_bytes)} of "
-                         f"{gib(p.usable)} usable" + (f"; auto would pick {better}" if better else ""))
+            need, usable = gib_pair(cand.memory.activation_need_bytes, p.usable)
+            notes.append(f"{requested} does not fit: needs {need} of {usable} usable"
+                         + (f"; auto would pick {better}" if better else ""))
         return cand, notes
     tried = []
     for mode in MODE_ORDER:
@@ -165,7 +166,7 @@ def _choose(p: _Pass, requested: str) -> tuple[Candidate, list[str]]:
             if mode == "ultra_low_vram":
                 head = "auto fell back to ultra_low_vram, the last resort: " + "; ".join(tried)
             return cand, [head] + (tried if mode != "ultra_low_vram" else [])
-        tried.append(f"{mode} needs {gib(cand.memory.activation_need_bytes)} > {gib(p.usable)} usable")
+        tried.append("{} needs {} > {} usable".format(mode, *gib_pair(cand.memory.activation_need_bytes, p.usable)))
     return cand, ["auto: no mode fits one pass, not even ultra_low_vram (" + "; ".join(tried) + ")"]
 
 
@@ -188,9 +189,9 @@ def _validate(model: ModelProfile, device: DeviceProfile, geometry: Geometry, re
     budget_mb = device.usable_vram_bytes // MIB
     if request.vram_activation_reserve_mb is not None:
         check_int("vram_activation_reserve_mb", request.vram_activation_reserve_mb, 0, budget_mb - 1,
-                  f"The reserve is kept free out of the usable {budget_mb} MiB (free VRAM) of {device.name}, "
-                  f"{gib(device.vram_total_bytes)} in all; leave it unset (-1 on the nodes) for auto "
-                  f"({mib(auto_reserve(device))} MiB here).")
+                  f"The reserve is kept out of the {budget_mb} MiB of VRAM usable for the job on "
+                  f"the {device.name} ({gib(device.vram_total_bytes)} in all); leave it unset (-1 on the nodes) for "
+                  f"auto ({mib(auto_reserve(device))} MiB here).")
     card_mb = device.vram_total_bytes // MIB
     for name in GUARD_MB_FIELDS:
         value = getattr(request, name)
@@ -268,13 +269,17 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                f"{g.rows_per_latent_frame})"] + reasons
     reasons.append(_describe_chunks(chunks, model.dims.heads))
     mem = cand.memory
-    reasons.append(f"needs {gib(mem.activation_need_bytes)} of {gib(p.usable)} usable ({gib(device.usable_vram_bytes)} "
+    need_text, usable_text = gib_pair(mem.activation_need_bytes, p.usable)
+    reasons.append(f"needs {need_text} of {usable_text} usable ({gib(device.usable_vram_bytes)} "
                    f"budget - {gib(reserve)} reserve): block activations {gib(mem.block_activation_bytes)}, held "
                    f"around the blocks {gib(mem.held_outside_bytes)}, workspace {gib(mem.workspace_bytes)}, "
                    f"{gib(mem.min_weight_bytes)} of block weights, {gib(mem.outside_torch_bytes)} outside torch's count "
                    "(cast buffers past one block, allocator slack)")
-    reasons.append(f"resident weights {gib(mem.resident_weight_bytes)} of {gib(model.weight_bytes)}: predicted peak "
-                   f"{gib(mem.predicted_peak_bytes)}")
+    elastic = mem.resident_weight_bytes - mem.min_weight_bytes
+    reasons.append(f"resident weights {gib(mem.resident_weight_bytes)} of {gib(model.weight_bytes)}: the "
+                   f"{gib(mem.min_weight_bytes)} the block in use needs (counted in the predicted peak)"
+                   + (f" and {gib(elastic)} elastic, kept in the room beside the peak and given up when "
+                      "activations need it" if elastic > 0 else ""))
     if mem.final_bytes > mem.blocks_phase_bytes:
         reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block phase "
                        f"({gib(mem.blocks_phase_bytes)}): the late-block guard makes room before it")
@@ -299,6 +304,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     if chunks.is_stock:
         reasons.append("block guards off: every block runs stock (not streamed), so only the step-boundary "
                        "clean-up runs")
+    if cand.mode == "normal":
+        reasons.append(normal_mode_differences(pref, guards))
     if attention.query_chunk_tokens and not chunks.streams_attention:
         warnings.append(f"the attention backend ({attention.backend}) needs query chunks of "
                         f"{attention.query_chunk_tokens} rows to fit, but this plan runs stock attention: use "
@@ -318,6 +325,15 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                          memory=mem, budget_bytes=device.usable_vram_bytes, geometry=geometry, model=model,
                          device=device, manual_fields=request.manual_fields, warnings=tuple(warnings),
                          reasons=tuple(reasons), segment_suggestion=suggestion)
+
+
+def normal_mode_differences(prefetch: bool, guards) -> str:
+    """What normal mode runs beside stock's block math, so that nobody reads it as stock's runtime."""
+    return ("normal mode runs stock's block math but not exactly stock's runtime: "
+            + ("block prefetch is off (stock leaves it on), " if not prefetch else "")
+            + "and after every model call LongMedia reads free VRAM and torch's peak, and its step guard empties "
+            f"torch's cache when less than {guards.step_boundary_cleanup_mb} MiB is free "
+            + ("(0: the guard is off)" if guards.step_boundary_cleanup_mb == 0 else "(stock does neither)"))
 
 
 def _fits_any(model: ModelProfile, device: DeviceProfile, g: Geometry, request: PlanRequest,

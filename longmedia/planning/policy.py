@@ -37,7 +37,7 @@ def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: 
         return False, "block prefetch off: it needs dynamic VRAM"
     if all_resident:  # nothing streams: ComfyUI's own path, as stock runs it
         return True, ("block prefetch left as ComfyUI runs it: every weight stays resident, so it fetches nothing "
-                      "(turned off, torch's pool held 1.5 GiB more than stock's on the H200: docs/PERFORMANCE.md)")
+                      "(turned off, torch's pool held 1.5 GiB more than stock's on the H200: docs/lab/2026-12-03-comfyui-cards.md)")
     if is_16gb_int8(model, device):
         return False, (f"block prefetch off: INT8 weights on a {gib(device.vram_total_bytes)} card "
                        f"(<= {INT8_16GB_CARD_MAX / GIB:g} GiB): a speculative second block "
@@ -46,24 +46,32 @@ def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: 
                   "the current one runs")
 
 
-UNENFORCEABLE_PINNING = ("; not enforceable under dynamic VRAM: ComfyUI pins at ops time within its own pinned "
-                         "budget (comfy.pinned_memory) and has no per-model limit, so this is reported, not applied")
+def advisory_pinning(device: DeviceProfile, floor: int) -> str:
+    """What a pinning rejection is under dynamic VRAM, and what the user can do instead."""
+    return (f"; advisory under dynamic VRAM (not enforced): ComfyUI pins weights itself, within its process-wide "
+            f"pinned budget ({gib(device.pinned_budget_bytes)} here), with no per-model limit LongMedia may set: keep "
+            f"{gib(floor)} of RAM free yourself (close other programs), or start ComfyUI with --disable-pinned-memory")
 
 
 def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
     """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing.
 
     Only a rejection without dynamic VRAM can be applied (on LongMedia's clone of the patcher); under
-    dynamic VRAM a partial or rejected pinning says that it is not enforceable.
+    dynamic VRAM a partial or rejected pinning says that it is advisory, with the RAM to keep free.
     """
     decision = _pinning(model, device, streamed)
     if device.dynamic_vram and streamed > 0 and decision.mode != "full":
-        return replace(decision, reason=decision.reason + UNENFORCEABLE_PINNING)
+        return replace(decision, reason=decision.reason + advisory_pinning(device, pin_floor(device)))
     return decision
 
 
+def pin_floor(device: DeviceProfile) -> int:
+    """RAM the plan keeps free of pinned weights."""
+    return max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
+
+
 def _pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
-    floor = max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
+    floor = pin_floor(device)
     rule = (f"RAM pinning keeps >= {gib(floor)} RAM free (max of {PIN_HEADROOM_MIN / GIB:g} GiB and "
             f"{PIN_HEADROOM_FRACTION:.0%} of {gib(device.ram_total_bytes)}) and stays within ComfyUI's "
             f"{gib(device.pinned_budget_bytes)} pinned budget")
@@ -78,13 +86,13 @@ def _pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> Pinni
     if room >= model.block_weight_bytes:
         pinned = room - room % max(1, model.block_weight_bytes)
         return PinningDecision("partial", pinned, device.ram_available_bytes - pinned,
-                               f"{rule}: full pinning of {gib(streamed)} rejected (it would leave "
-                               f"{gib(device.ram_available_bytes - streamed)}); pinning {gib(pinned)} "
-                               "(whole blocks), the rest streams from pageable RAM")
+                               f"{rule}: the {gib(streamed)} of streamed weights are more than the "
+                               f"{gib(room)} that can be pinned; pinning {gib(pinned)} (whole blocks), the rest "
+                               "streams from pageable RAM")
     return PinningDecision("none", 0, device.ram_available_bytes,
-                           f"{rule}: full pinning of {gib(streamed)} rejected (it would leave "
-                           f"{gib(device.ram_available_bytes - streamed)}), and not even one block fits; "
-                           "weights stream from pageable RAM")
+                           f"{rule}: the {gib(streamed)} of streamed weights are more than the "
+                           f"{gib(max(0, room))} that can be pinned, less than one block: weights stream from "
+                           "pageable RAM")
 
 
 GUARD_MARGIN_MB = 256   # cuBLAS workspaces and small allocations made outside torch's cache
@@ -217,9 +225,13 @@ def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, 
                                  "no segment length fits this card: even the shortest segment needs more than the "
                                  "budget (fewer or smaller references, a lower resolution, or more VRAM)")
     f, mode = found
-    sec = round(f / L.FPS, 2)
-    why = (f"suggested segment_seconds={sec:g} ({f} new frames; later passes {f + extra} frames with {context} of "
-           f"context) fits in {mode}; field range for this card {field[0]:g}-{field[1]:g} s")
+    # rounded down to 0.01 s, so that Setup's snap of the value (up to the 17k+5 grid) gives back these f frames;
+    # rounded to nearest, 141 frames (5.875 s) read 5.88 s, which Setup snaps up to 158
+    sec = math.floor(f / L.FPS * 100) / 100
+    new_later = f - L.MIN_FRAMES   # a later pass re-reads `context` frames in place of the first pass's 5 lead frames
+    why = (f"suggested segment_seconds {sec:g} fits in {mode}: the first pass has {f} frames, each later pass "
+           f"{new_later} new + {context} context = {new_later + context} frames (17k+5); field range for this card "
+           f"{field[0]:g}-{field[1]:g} s")
     if not cand.fits:
         why += "; one pass does not fit"
     elif cand.mode == "ultra_low_vram":

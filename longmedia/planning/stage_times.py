@@ -3,7 +3,7 @@
 Estimates only (read them as +-50%): clocks, memory bandwidth, the attention backend and the disk
 all move real times. Where each number comes from:
 
-- DiT: `DIT_BASIS`, seconds per step of two full-size H3 blocks on an H200, from docs/PERFORMANCE.md
+- DiT: `DIT_BASIS`, seconds per step of two full-size H3 blocks on an H200, from docs/lab/2026-12-02-executor-kernels-planner.md
   (`bench/segments.py`: S = 85868, 0.990 s; `bench/sampler_budget.py --seconds 20`: S = 144996,
   2.587 s; the 14.4 s row, S = 109318, 1.545 s, checks the fit within 1%). One block's time is fitted
   as a*S + b*S^2 through the first two, times the model's block count for a step.
@@ -29,7 +29,7 @@ from .stage_formulas import (
 )
 
 H200_TFLOPS = 989.0
-# (seq_len, seconds per step, blocks run, source) from docs/PERFORMANCE.md
+# (seq_len, seconds per step, blocks run, source) from docs/lab/2026-12-02-executor-kernels-planner.md
 DIT_BASIS = ((85868, 0.990, 2, "bench/segments.py, segment 1 median s/step"),
              (144996, 2.587, 2, "bench/sampler_budget.py --seconds 20, int8 planned low_vram"))
 DIT_CHECK = (109318, 1.545, 2, "bench/sampler_budget.py --seconds 14.4, bf16 planned low_vram")

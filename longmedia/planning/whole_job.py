@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from ..errors import check_choice
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry
-from ..h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib
+from ..h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib, gib_pair
 from ..units import GIB, MIB
 from . import stage_formulas as F
 from . import stage_times as T
@@ -101,8 +101,8 @@ class JobPlan:
     def lines(self) -> list[str]:
         """The stage table as text (GiB throughout; times are estimates)."""
         head = ("stage", "VRAM need / usable", "RAM need / available", "time (est.)", "verdict")
-        rows = [(s.name, f"{size(s.vram_need_bytes)} / {size(s.vram_usable_bytes)}" if s.vram_need_bytes else
-                 "CPU", f"{size(s.ram_need_bytes)} / {size(s.ram_available_bytes)}", _duration(s.seconds),
+        rows = [(s.name, " / ".join(_compared(s.vram_need_bytes, s.vram_usable_bytes)) if s.vram_need_bytes else
+                 "CPU", " / ".join(_compared(s.ram_need_bytes, s.ram_available_bytes)), _duration(s.seconds),
                  "fits" if s.fits else "DOES NOT FIT (" + ", ".join(
                      k for k, ok in (("VRAM", s.fits_vram), ("RAM", s.fits_ram)) if not ok) + ")")
                 for s in self.stages]
@@ -120,6 +120,13 @@ class JobPlan:
 def size(n: int) -> str:
     """Bytes in GiB, or in MiB below one GiB."""
     return gib(n) if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def _compared(a: int, b: int) -> tuple[str, str]:
+    """A need and what is usable, never printed alike when they differ."""
+    if a != b and size(a) == size(b):
+        return gib_pair(a, b)
+    return size(a), size(b)
 
 
 def _duration(seconds: float) -> str:
@@ -177,6 +184,19 @@ def _smaller_models(p: ExecutionPlan, ram_avail: int, beyond_weights: int, resol
     return sorted(out, key=lambda x: -x[1])
 
 
+def _pass_remedies(p: ExecutionPlan, resolver) -> list[str]:
+    """What makes a pass that does not fit fit, cheapest first: another memory mode, then segments."""
+    out = []
+    if p.requested_memory_mode != "auto":
+        auto = plan(p.model, p.device, p.geometry, attention_resolver=resolver)
+        if auto.fits:
+            out.append(f"memory_mode auto (it picks {auto.memory_mode}, which fits this pass)")
+    s = p.segment_suggestion
+    if s is not None and s.frames:
+        out.append(f"a shorter pass: segment_seconds {s.seconds:g}")
+    return out or ["a lower resolution or fewer references (even the shortest segment does not fit)"]
+
+
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
               resolver=default_attention_path) -> StagePlan:
     g, mem, d = p.geometry, p.memory, p.device
@@ -191,10 +211,7 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
               f"from RAM (pinned {size(p.pinning.pinned_bytes)}); about {step:.1f} s per step")
     remedy = None
     if not p.fits:
-        s = p.segment_suggestion
-        remedy = (f"a shorter pass: segment_seconds={s.seconds:g} (--segment-seconds {s.seconds:g})"
-                  if s is not None and s.frames else "a lower resolution or fewer references (even the "
-                  "shortest segment does not fit)")
+        remedy = "; or ".join(_pass_remedies(p, resolver))
     elif ram > ram_avail:
         smaller = _smaller_models(p, ram_avail, latents, resolver)
         remedy = (f"load a smaller checkpoint: {smaller[0][0]} ({size(smaller[0][1])} of weights)" if smaller else
@@ -315,7 +332,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     a, b = T.block_fit()
     notes = (card.describe(),
              (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
-              f"{T.DIT_BASIS[1][3]}, docs/PERFORMANCE.md); streamed weights cross at an assumed "
+              f"{T.DIT_BASIS[1][3]}, docs/lab/2026-12-02-executor-kernels-planner.md); streamed weights cross at an assumed "
               f"{T.ASSUMED_HOST_GBPS * 1e9 / GIB:.1f} GiB/s pinned, half that pageable"),
              (f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
               "loading checkpoints from disk is not counted"))

@@ -20,6 +20,13 @@ from .memory import MemorySnapshot, read_memory
 
 PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent")
 _MIN_CHUNK = 512
+# ComfyUI's launch flag with no offload streams: its block prefetch queue is then never made (comfy/model_prefetch.py)
+PREFETCH_OFF_FLAG = "--disable-async-offload"
+# What releasing resident weight pages costs (comfy-aimdo's ModelVBAR.free_memory, measured by the project's probe):
+# the watermark drops and faults fail until ComfyUI resets the limits after the node, so the released weights are
+# cast through the offload buffers on every later use in this run.
+RELEASE_COST = ("those weights then stay out of VRAM until the node ends: they are copied in through ComfyUI's "
+                "cast buffers each time a block uses them, for the rest of the run, which is slower")
 
 
 class UnknownPhaseError(ValueError):
@@ -105,9 +112,11 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
     """(control, what to do with it): the single change most likely to get past this failure."""
     c = ctx.chunks or ChunkSizes()
     if phase_name == "prefetch_transport":
-        return ("block prefetch (weight residency / transport, not attention)",
-                "staging the next block's weights ran out of room: turn block prefetch off or let fewer weights "
-                "stay resident; the attention settings are not the cause")
+        return (PREFETCH_OFF_FLAG,
+                "staging the next block's weights (block prefetch) ran out of room: start ComfyUI with "
+                f"{PREFETCH_OFF_FLAG} (no offload streams, so no block prefetch; weights are cast when a block uses "
+                "them, slower), or set memory_mode to low_vram or ultra_low_vram, whose smaller activations leave "
+                "room for the staged block; the attention settings are not the cause")
     if phase_name == "job_latent":
         return ("seconds / width / height",
                 "the job's latent (Setup's, or the segmented Sampler's assembled output and denoised copies) did not "
@@ -126,18 +135,18 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
         refs = sum(n for k, n in ctx.row_spans if k in ("ref_img", "ref_audio"))
         if ctx.seq_len and refs * 4 > ctx.seq_len:
             return ("reference_budget", f"references are {refs} of {ctx.seq_len} rows: lower reference_budget")
-        return ("segment length", "the stock embedding phase before block 0 holds several copies of the sequence: "
-                                  "use shorter segments")
+        return ("segment_seconds", "the stock embedding phase before block 0 holds several copies of the sequence: "
+                                   "set Setup's segment_seconds shorter")
     if phase_name == "final_output":
         if c.is_stock:  # no block is streamed: no block guard runs, and the final layer is the stock one
             return ("memory_mode", "the stock final layer runs over the whole sequence and no block guard runs in "
                                    "this mode: use low_vram (the final layer in row chunks, the late-block guard "
-                                   "before it), or use shorter segments")
+                                   "before it), or set Setup's segment_seconds shorter")
         target = ctx.late_block_guard_target_mb
         more = f" above {target} MB" if target is not None else ""
         return ("late_block_guard_target_mb", f"raise it{more} so the late-block guard empties torch's cache and, "
                                               "under dynamic VRAM, releases resident weight pages before the final "
-                                              "layer, or use shorter segments")
+                                              f"layer ({RELEASE_COST}), or set Setup's segment_seconds shorter")
     if phase_name in ("qkv", "attention"):
         if not c.streams_attention:
             return ("memory_mode", "stock attention holds Q, K and V for the whole sequence: use low_vram")
@@ -145,13 +154,15 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
             return ("sol_qkv_chunk_tokens", f"lower it from {c.qkv_chunk_tokens} to {_halve(c.qkv_chunk_tokens)}")
         if ctx.heads and c.group_heads(ctx.heads) >= ctx.heads:
             return ("memory_mode", "K/V for all heads do not fit even with small query chunks: use ultra_low_vram")
-        return ("segment length", "K/V of one head group already has the smallest chunks: use shorter segments")
+        return ("segment_seconds", "K/V of one head group already has the smallest chunks: set Setup's "
+                                   "segment_seconds shorter")
     if phase_name == "mlp":
         if not c.streams_mlp:
             return ("mlp_chunk_tokens", "the stock MLP holds 3x ffn per row for the whole sequence: set 4096")
         if c.mlp_chunk_tokens > _MIN_CHUNK:
             return ("mlp_chunk_tokens", f"lower it from {c.mlp_chunk_tokens} to {_halve(c.mlp_chunk_tokens)}")
-        return ("segment length", "the MLP already runs in the smallest chunks: use shorter segments")
+        return ("segment_seconds", "the MLP already runs in the smallest chunks: set Setup's segment_seconds "
+                                   "shorter")
     raise UnknownPhaseError(f"phase must be one of {', '.join(PHASES)}, got {phase_name!r}")
 
 

@@ -11,7 +11,12 @@ from typing import Sequence
 
 from ..h3.profiles import gib, mib
 from ..planning.types import ExecutionPlan
-from ..units import GIB
+from ..units import GIB, MIB
+
+
+def size(n_bytes: int) -> str:
+    """Bytes in GiB, or in MiB below one GiB (so that a small shortfall never reads 0.00 GiB)."""
+    return gib(n_bytes) if abs(n_bytes) >= GIB else f"{n_bytes / MIB:.0f} MiB"
 
 
 def _gb(n_bytes: int) -> str:
@@ -25,7 +30,6 @@ def memory_rows(p: ExecutionPlan) -> list[tuple[str, str]]:
     reserve_kind = "manual" if "vram_activation_reserve_mb" in p.manual_fields else "auto"
     extra = mem.resident_weight_bytes - mem.min_weight_bytes
     headroom = p.usable_bytes - mem.activation_need_bytes
-    verdict = "FITS" if p.fits else "DOES NOT FIT"
     streamed = mem.streamed_weight_bytes
     return [
         ("vram budget", f"{gib(p.budget_bytes)} free of the {gib(d.vram_total_bytes)} card - {gib(p.activation_reserve_bytes)} "
@@ -35,10 +39,9 @@ def memory_rows(p: ExecutionPlan) -> list[tuple[str, str]]:
         ("weights", f"{gib(mem.resident_weight_bytes)} resident of {gib(mem.model_weight_bytes)} ("
                     f"{gib(mem.min_weight_bytes)} in use + {gib(extra)} elastic, kept because they fit)"
                     + (f"; {gib(streamed)} stream from RAM every model call" if streamed else "; nothing streams")),
-        ("headroom", (f"{gib(headroom)} between the activation peak and usable VRAM"
-                      + (f" (lent to the {gib(extra)} of elastic weights)" if extra else "")
-                      if headroom >= 0 else f"short by {gib(-headroom)}: the activation peak is over usable VRAM")
-         + f" -> {verdict}"),
+        ("headroom", (f"{size(headroom)} between the activation peak and usable VRAM"
+                      + (f" (lent to the {size(extra)} of elastic weights)" if extra else "")
+                      if headroom >= 0 else f"short by {size(-headroom)}: the activation peak is over usable VRAM")),
     ]
 
 
@@ -51,7 +54,7 @@ def segments_row(p: ExecutionPlan) -> str:
         return passes
     if tip.largest_fitting_seconds is None:
         return f"{passes}; no segment length fits either (see reasons)"
-    return f"{passes}; try --segment-seconds {tip.seconds:g}"
+    return f"{passes}; try segment_seconds {tip.seconds:g}"
 
 
 def render_plan(p: ExecutionPlan, notes: Sequence[str] = (), warnings: Sequence[str] = ()) -> str:

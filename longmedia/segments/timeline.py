@@ -252,9 +252,14 @@ def _requested_frames(total_seconds: float | None, total_frames: int | None) -> 
 
 
 def _positive_seconds(name: str, value: object, high: float, fix: str) -> float:
-    value = check_float(name, value, 0.0, high, fix)
+    """`value` in (0, high], with one range text for every value outside it (negative, zero, too large)."""
+    allowed = f"a number above 0 up to {high:g}"
+    try:
+        value = check_float(name, value, 0.0, high, fix)
+    except LongMediaInputError:  # named: the same check, restated with the open lower end
+        raise LongMediaInputError(name, value, allowed, fix) from None
     if value <= 0.0:
-        raise LongMediaInputError(name, value, f"a number above 0 up to {high:g}", fix)
+        raise LongMediaInputError(name, value, allowed, fix)
     return value
 
 
@@ -263,29 +268,42 @@ def _check_context(context_frames: object) -> int:
                                   "Use 5, 22, 39 ... (17k+5) frames of context, fewer than a segment's new frames.")
 
 
-def _check_context_fits(context_frames: int, segment_new_frames: int) -> int:
-    if context_frames >= segment_new_frames:
-        raise LongMediaInputError("context_frames", context_frames,
-                                  f"a 17k+5 count below the {segment_new_frames} new frames of a segment",
-                                  "Lower context_frames or raise segment_seconds.")
-    return context_frames
+def _check_context_fits(context_frames: int, segment_new_frames: int, segment_seconds: float,
+                        context_given: bool) -> int:
+    """Context below a segment's new frames. When the user left context_frames at its default, the segment
+    length is what they chose, so the error names segment_seconds."""
+    if context_frames < segment_new_frames:
+        return context_frames
+    if not context_given:
+        clips = context_frames // L.CLIP_FRAMES + 1         # the fewest 17-frame clips above the context
+        shortest = (clips * L.CLIP_FRAMES + L.MIN_FRAMES) / L.FPS
+        raise LongMediaInputError("segment_seconds", segment_seconds,
+                                  f"at least {shortest:.3f} s: a segment's new frames must outnumber the "
+                                  f"{context_frames} context frames each later segment re-reads",
+                                  f"Raise segment_seconds to {shortest:.3f} or more (4-10 s are the usual "
+                                  "starting points), or set context_frames to 5.")
+    raise LongMediaInputError("context_frames", context_frames,
+                              f"a 17k+5 count below the {segment_new_frames} new frames of a segment",
+                              "Lower context_frames or raise segment_seconds.")
 
 
 def plan_segments(total_seconds: float | None = None, total_frames: int | None = None, *,
-                  segment_seconds: float, context_frames: int = DEFAULT_CONTEXT_FRAMES, fps: int = L.FPS,
+                  segment_seconds: float, context_frames: int | None = DEFAULT_CONTEXT_FRAMES, fps: int = L.FPS,
                   audio: bool = True) -> SegmentPlan:
     """Split a job into fixed passes of `segment_seconds` new time each plus `context_frames` of context.
 
     Pass seeds are not part of the plan: they come from the noise node when the job runs
     (`segments.seams.segment_seeds`), and the run report lists them.
-    A job whose lattice length equals one segment is a single pass without context.
+    A job whose lattice length equals one segment is a single pass without context. `context_frames` None is
+    the default (22) left unset by the user: a segment too short for it is then an error about segment_seconds.
     """
     if fps != L.FPS:
         raise LongMediaInputError("fps", fps, "24 (H3's native frame rate)",
                                   "H3 generates at 24 fps; resample the finished video if you need another rate.")
     requested = _requested_frames(total_seconds, total_frames)
     total = L.snap_frames(requested)
-    context = _check_context(context_frames)
+    context_given = context_frames is not None
+    context = _check_context(DEFAULT_CONTEXT_FRAMES if context_frames is None else context_frames)
     segment_seconds = _positive_seconds("segment_seconds", segment_seconds, MAX_SEGMENT_SECONDS,
                                         "Pick the new time per segment, at most one stock pass.")
     first = L.frames_for_seconds(segment_seconds)            # 17j + 5
@@ -301,7 +319,7 @@ def plan_segments(total_seconds: float | None = None, total_frames: int | None =
         raise LongMediaInputError("segment_seconds", segment_seconds,
                                   f"above {L.MIN_FRAMES / L.FPS:.3f} s (at least one 17-frame clip of new time)",
                                   "Raise segment_seconds; 4-10 s are the usual starting points.")
-    _check_context_fits(context, clips * L.CLIP_FRAMES)
+    _check_context_fits(context, clips * L.CLIP_FRAMES, segment_seconds, context_given)
     context_clips = (context - L.MIN_FRAMES) // L.CLIP_FRAMES
     if L.CLIP_FRAMES * (clips + context_clips) + L.MIN_FRAMES > L.MAX_STOCK_FRAMES:
         raise LongMediaInputError("segment_seconds", segment_seconds,

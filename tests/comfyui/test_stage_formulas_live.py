@@ -148,7 +148,7 @@ def test_split_tiles_matches_the_vae(torch_mod):
 
 
 def print_tables() -> None:
-    """The docs/PERFORMANCE.md tables: every case above, measured vs formula, and full-size figures."""
+    """The docs/lab/2026-12-02-executor-kernels-planner.md tables: every case above, measured vs formula, and full-size figures."""
     import os
     from pathlib import Path
 

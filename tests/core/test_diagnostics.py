@@ -51,12 +51,12 @@ def test_torch_oom_becomes_longmedia_oom_with_the_report():
     ("qkv", STREAMED, "sol_qkv_chunk_tokens"),
     ("attention", OOMContext(chunks=ChunkSizes(), heads=56), "memory_mode"),
     ("attention", OOMContext(chunks=ChunkSizes(512, 0, 512), heads=56), "memory_mode"),
-    ("attention", OOMContext(chunks=ChunkSizes(512, 0, 512, 2), heads=56), "segment length"),
+    ("attention", OOMContext(chunks=ChunkSizes(512, 0, 512, 2), heads=56), "segment_seconds"),
     ("mlp", OOMContext(chunks=ChunkSizes()), "mlp_chunk_tokens"),
-    ("mlp", OOMContext(chunks=ChunkSizes(512, 0, 512)), "segment length"),
+    ("mlp", OOMContext(chunks=ChunkSizes(512, 0, 512)), "segment_seconds"),
     ("final_output", STREAMED, "late_block_guard_target_mb"),
     ("final_output", OOMContext(chunks=ChunkSizes()), "memory_mode"),  # normal mode: no block guard runs
-    ("before_block_0", STREAMED, "segment length"),
+    ("before_block_0", STREAMED, "segment_seconds"),
     ("before_block_0", OOMContext(seq_len=1000, row_spans=(("ref_img", 600), ("video", 400))), "reference_budget"),
 ])
 def test_one_pressure_point_per_phase(name, context, point):
@@ -66,11 +66,12 @@ def test_one_pressure_point_per_phase(name, context, point):
 def test_prefetch_transport_is_a_residency_problem_not_attention():
     err = _raise_in("prefetch_transport", torch.OutOfMemoryError("CUDA out of memory"))
     point, step = err.report.pressure_point, err.report.next_step
-    assert "prefetch" in point and "residency" in point
+    # the one thing that turns ComfyUI's block prefetch off is its launch flag (no offload streams, no queue)
+    assert point == "--disable-async-offload" and "block prefetch" in step
     assert "attention settings are not the cause" in step
     # even when the cache is fragmented, transport stays the pressure point
     fragmented = MemorySnapshot("cuda:0", 8 * GIB, 14 * GIB, GIB, 16 * GIB)
-    assert "prefetch" in pressure_point("prefetch_transport", fragmented, STREAMED)[0]
+    assert pressure_point("prefetch_transport", fragmented, STREAMED)[0] == "--disable-async-offload"
 
 
 def test_fragmentation_points_at_the_allocator():

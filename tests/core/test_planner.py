@@ -148,7 +148,8 @@ def test_prefetch_is_only_turned_off_where_weights_stream_or_dynamic_vram_is_off
 def test_pinning_rejected_when_it_would_eat_the_ram_headroom():
     p = _plan(16, "bf16", ram=64)
     assert p.pinning.mode == "partial"
-    assert "rejected" in p.pinning.reason and "12.80 GiB" in p.pinning.reason
+    assert "more than the" in p.pinning.reason and "12.80 GiB" in p.pinning.reason
+    assert "would leave -" not in p.pinning.reason           # never a negative amount of RAM
     q = _plan(16, "int8", ram=16)      # 14.5 GiB available - 12 GiB floor: 2.5 GiB, four whole blocks
     assert q.pinning.mode == "partial" and q.pinning.pinned_bytes <= 2.5 * GIB
     r = _plan(16, "int8", ram=12)      # 10.5 GiB available is already under the floor
@@ -342,16 +343,19 @@ def test_block_guard_controls_that_cannot_act_are_named_not_dropped():
 
 def test_pinning_that_cannot_be_applied_under_dynamic_vram_says_so():
     """Under dynamic VRAM ComfyUI pins at ops time within its own budget, with no per-model limit: a partial or
-    rejected pinning was only a reason string; it now says plainly that it is not enforceable there."""
+    rejected pinning was only a reason string; it now says plainly that it is advisory there, with the RAM to keep
+    free and the ComfyUI flag that turns pinning off."""
     dynamic = _plan(16, "int8", ram=12)                       # DeviceProfile.card: dynamic VRAM on
-    assert dynamic.pinning.mode == "none" and "not enforceable under dynamic VRAM" in dynamic.pinning.reason
-    assert any("not enforceable" in r for r in dynamic.reasons)
+    assert dynamic.pinning.mode == "none" and "advisory under dynamic VRAM" in dynamic.pinning.reason
+    assert "keep 12.00 GiB of RAM free" in dynamic.pinning.reason and "--disable-pinned-memory" in dynamic.pinning.reason
+    assert "would leave -" not in dynamic.pinning.reason and "more than the" in dynamic.pinning.reason
+    assert any("advisory" in r for r in dynamic.reasons)
     g = build_geometry(1344, 768, seconds=10.0)
     classic = plan(MODELS["int8"], DeviceProfile.card(16, 12, dynamic_vram=False), g,
                    attention_resolver=default_attention_path)
-    assert classic.pinning.mode == "none" and "not enforceable" not in classic.pinning.reason
+    assert classic.pinning.mode == "none" and "advisory" not in classic.pinning.reason
     full = _plan(24, "int8", ram=128)
-    assert "not enforceable" not in full.pinning.reason
+    assert "advisory" not in full.pinning.reason
 
 
 def test_outside_torch_bytes_follow_the_measured_overheads():

@@ -149,7 +149,7 @@ def test_a_reserve_that_crowds_out_the_pass_is_named():
 def test_a_reserve_past_the_card_is_an_input_error_naming_the_card():
     with pytest.raises(LongMediaInputError, match=r"^vram_activation_reserve_mb=1048576") as info:
         _plan(24, request=PlanRequest(vram_activation_reserve_mb=1 << 20))
-    assert "24 GB card" in str(info.value) and "usable" in str(info.value)
+    assert "24 GB card" in str(info.value) and "MiB of VRAM usable for the job" in str(info.value)
 
 
 # --- seeds ---------------------------------------------------------------------------------------------------

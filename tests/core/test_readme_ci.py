@@ -32,3 +32,15 @@ def test_ci_runs_the_readme_commands_and_the_comfyui_layer_on_both_trees():
                  "bsa-chaining"):
         assert tree in ci, tree
     assert "REAL-COMFYUI LAYER SKIPPED" in ci
+
+
+def test_the_readme_is_for_users_first():
+    """The torch note comes before the commands that need it and names only PyPI; your first video follows the
+    commands; developer material comes after; the architecture's own words (rooms, floors) stay in ARCHITECTURE."""
+    text = (ROOT / "README.md").read_text()
+    commands = text.index("```bash")
+    note = text[:commands]
+    assert "torch" in note and "PyPI" in note and "download.pytorch.org" not in text
+    assert commands < text.index("## Your first video") < text.index("## For developers")
+    assert not re.search(r"\b(?:rooms?|floors?)\b", text, re.I)
+    assert "lent" not in text and "carry" not in text

@@ -53,7 +53,7 @@ def test_16_gb_ram_with_int8_does_not_fit_and_names_the_remedy(capsys):
     assert "h3-nvfp4" in dit.remedy
     te = stage(j, "text encoding")
     assert not te.fits_ram and "RAM" in te.remedy
-    assert main(["plan", "--ram-gb", "16"]) == 3
+    assert main(["plan", "--ram-gb", "17"]) == 3     # the CLI sees the card as ComfyUI does: more weights stream
     out = capsys.readouterr().out
     assert "whole-job plan: DOES NOT FIT" in out and "to make it fit:" in out and "h3-nvfp4" in out
 
@@ -90,10 +90,15 @@ def test_text_encoder_variants_and_remedies():
         job(text_encoder="int4")
 
 
-def test_dit_remedy_is_a_shorter_pass_when_the_pass_does_not_fit():
+def test_dit_remedy_is_the_cheapest_fix_first_when_the_pass_does_not_fit():
+    """A chosen mode that does not fit: auto's mode first (it costs nothing), then a shorter pass; each named once,
+    as an input (the CLI writes them as flags)."""
     j = job(seconds=20, request=PlanRequest(memory_mode="normal"))
     dit = stage(j, "DiT main pass")
-    assert not dit.fits_vram and "segment_seconds=" in dit.remedy and "--segment-seconds" in dit.remedy
+    assert not dit.fits_vram
+    assert dit.remedy == "memory_mode auto (it picks low_vram, which fits this pass); or a shorter pass: segment_seconds 9.41"
+    auto = stage(job(seconds=30, vram=8), "DiT main pass")      # auto fits nothing: segments are the remedy
+    assert not auto.fits_vram and "memory_mode" not in auto.remedy and auto.remedy == "a shorter pass: segment_seconds 5.87"
 
 
 def test_decode_remedies():
@@ -200,10 +205,10 @@ def test_bounded_decode_ram_does_not_grow_with_length_and_is_the_remedy(seconds)
 
 
 def test_cli_decode_flag_switches_the_decode_stages(capsys):
-    assert main(["plan", "--seconds", "120", "--segment-seconds", "10", "--ram-gb", "32", "--decode", "stock"]) == 3
+    assert main(["plan", "--seconds", "120", "--segment-seconds", "10", "--ram-gb", "33", "--decode", "stock"]) == 3
     out = capsys.readouterr().out
     assert "video decode: the decoded video is 33.40 GiB" in out and "--decode longmedia" in out
-    assert main(["plan", "--seconds", "120", "--segment-seconds", "10", "--ram-gb", "32"]) == 0
+    assert main(["plan", "--seconds", "120", "--segment-seconds", "10", "--ram-gb", "33"]) == 0
     out = capsys.readouterr().out
     assert "LongMedia Decode & Save writes each 17-frame chunk" in out and "DOES NOT FIT" not in out
     assert main(["plan", "--decode", "tiled"]) == 2 and "--decode" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The GPU layer: compiled kernels, the executor on ComfyUI's full-width DiTBlock, the Sampler under Dynamic VRAM.
 
-Without CUDA every test here is skipped and the summary says so loudly. On the lent GPU machine run
+Without CUDA every test here is skipped and the summary says so loudly. On a GPU machine without network run
 `bash tools/gpu/run_tests.sh` (it sources tools/gpu/bootstrap.sh for ComfyUI, comfy-aimdo and
 comfy-kitchen). Run this directory on its own: tests/kernels' conftest switches Triton to its
 interpreter, which is exactly what this layer must not test.
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 HERE = Path(__file__).resolve().parent
-REASON = ("no CUDA device: GPU tests skipped (run `bash tools/gpu/run_tests.sh` on a CUDA machine)"
+REASON = ("no CUDA device: GPU tests skipped (on a CUDA machine: "
+          "LONGMEDIA_COMFYUI_ROOT=/path/to/ComfyUI python -m pytest -q tests/gpu)"
           if not torch.cuda.is_available() else
           "TRITON_INTERPRET is set (tests/kernels was collected in this session): run tests/gpu on its own"
           if os.environ.get("TRITON_INTERPRET") else None)

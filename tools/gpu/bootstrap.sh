@@ -1,4 +1,4 @@
-# LongMedia: set up ComfyUI + comfy-aimdo/comfy-kitchen on the lent GPU machine (no network there).
+# LongMedia: set up ComfyUI + comfy-aimdo/comfy-kitchen on a GPU machine without network.
 #
 # Source it first in a device command, from the repo root (where `run` starts):
 #

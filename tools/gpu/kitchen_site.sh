@@ -1,4 +1,4 @@
-# LongMedia: a newer comfy-kitchen (>= 0.2.36: sol_attn, sol_attn_chunked, int8_attention) on the lent GPU
+# LongMedia: a newer comfy-kitchen (>= 0.2.36: sol_attn, sol_attn_chunked, int8_attention) on a GPU
 # machine, for bench/attention.py's kitchen rows and tests/gpu's kitchen-backend tests. Source it from the repo
 # root with carry [".whl_kitchen"] (built here by `KITCHEN_BENCH=0.2.40 bash tools/gpu/build_carry.sh`; 33 MiB,
 # too much to travel beside .whl and .comfy_src in one call):

@@ -1,6 +1,6 @@
 """Probe: does comfy-aimdo (ComfyUI's Dynamic VRAM) work on this GPU machine, through ComfyUI too?
 
-Run on the lent GPU machine, after tools/gpu/bootstrap.sh:
+Run on a GPU machine without network, after tools/gpu/bootstrap.sh:
 
     . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py [--seq 2048,8192] [--no-dynamic] [-- <ComfyUI args>]
 

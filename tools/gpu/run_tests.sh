@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LongMedia: run the GPU test layer (tests/gpu) on the lent GPU machine.
+# LongMedia: run the GPU test layer (tests/gpu) on a GPU machine without network.
 #
 #     bash tools/gpu/run_tests.sh [pytest args]
 #

@@ -16,11 +16,22 @@ function ratio(value) {
 }
 
 // Rows of one run's plan (an ExecutionPlan dict) and what the run measured.
+// Normal mode runs stock's block math but not stock's runtime: say what differs (as the plan's reasons do).
+export function normalModeDifferences(plan) {
+  const guard = plan.guards?.step_boundary_cleanup_mb;
+  const parts = ["stock block math"];
+  if (plan.prefetch === false) parts.push("block prefetch off (stock: on)");
+  parts.push(guard ? `a step guard after each model call (cleans up below ${guard} MiB free)`
+                   : "free memory read after each model call");
+  return parts.join("; ");
+}
+
 function planRows(plan, run, measured, measuredDevice = run.measured_device_bytes) {
   const rows = [];
   const requested = plan.requested_memory_mode;
   const how = requested === "auto" ? "auto picked it" : requested ? "set by hand" : "";
   rows.push(["mode", `${plan.memory_mode ?? "?"}${how ? ` (${how})` : ""}`]);
+  if (plan.memory_mode === "normal") rows.push(["vs stock", normalModeDifferences(plan)]);
 
   const att = plan.attention ?? {};
   const backend = run.attention_backend || att.backend || "?";

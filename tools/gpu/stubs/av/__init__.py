@@ -1,4 +1,4 @@
-"""Import-only stand-in for PyAV (`av`) on the lent GPU machine.
+"""Import-only stand-in for PyAV (`av`) on a GPU machine without network.
 
 The GPU image has no PyAV, and its wheel (~35 MB, ffmpeg bundled) does not fit the
 64 MiB a device call may carry next to comfy-kitchen's CUDA kernels. ComfyUI imports
