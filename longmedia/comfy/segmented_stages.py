@@ -22,7 +22,7 @@ from ..job.preflight import StagePass
 from ..planning.types import PlanRequest
 from ..report.memory import Reader, read_memory
 from ..report.segmented import SegmentedReport, SegmentForecast, SegmentRecord
-from ..segments import seams
+from ..segments import resume, seams
 from ..segments.seam_steps import seam_steps
 from ..segments.timeline import Segment, SegmentPlan
 from . import sampler as comfy_sampler
@@ -41,7 +41,8 @@ def _nested(video: torch.Tensor, audio: torch.Tensor):
 
 
 def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], request: PlanRequest,
-                   stage: StagePass, channels: tuple[int, int] = (24, 32)) -> tuple[SegmentForecast, ...]:
+                   stage: StagePass, channels: tuple[int, int] = (24, 32),
+                   device_profile=None) -> tuple[SegmentForecast, ...]:
     """Every pass planned before the first runs, at the stage's size (shapes only: nothing is upscaled here)."""
     out = []
     for seg in plan.segments:
@@ -52,7 +53,7 @@ def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], req
             extra = ({"resolved_frame_index": 0, "latent": video[:, :, :seg.context_latent_frames],
                       "audio_latent": audio[..., :seg.context_audio_frames]},)
         p, rows = comfy_sampler.plan_for(guider, {"samples": _nested(video, audio)}, sigmas, request,
-                                         keyframes=extra, stage=stage)
+                                         device_profile, keyframes=extra, stage=stage)
         stage.check_runs(p)  # a pass that cannot run is refused before the first pass runs
         out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
                                    p.predicted_peak_bytes, p.fits))
@@ -61,18 +62,23 @@ def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], req
 
 def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, plan: SegmentPlan, *,
                         stage: StagePass, size: tuple[int, int], prepare: Prepare, run_pass: RunPass,
-                        keep_audio: bool, memory_reader: Reader | None = None) -> comfy_sampler.SamplingResult:
+                        keep_audio: bool, memory_reader: Reader | None = None, device_profile=None,
+                        passes: tuple[int, int] | None = None, done=None) -> comfy_sampler.SamplingResult:
     """Run a Hi-Res or Refiner stage over `plan`'s passes and assemble them into the job's latent at `size`.
 
     `latent`: the previous stage's whole-job AV latent (exactly the plan's length). `guider`: its guides already
     at `size` (Hi-Res resizes them first). `prepare`: the stage's per-pass resize. `run_pass`: `run_sampler`, or
     the stage's audio-keeping wrapper of it. keep_audio: the audio is the input's (the context audio is then the
     input's too); otherwise each pass's context audio is its neighbour's output, as in the Sampler.
+    memory_reader, device_profile: as `run_sampler`'s (tests and benches hand in their own readings or card).
+    passes, done: run only passes [first, stop), continuing `done` (the earlier passes' output and denoised
+    latents at `size`), as `segmented.run_segmented` does.
     """
     import comfy.model_management
 
     video, audio = segmented._check_inputs(guider, sigmas, latent, plan)
-    forecast = forecast_stage(guider, sigmas, plan, size, request, stage, (video.shape[1], audio.shape[1]))
+    forecast = forecast_stage(guider, sigmas, plan, size, request, stage, (video.shape[1], audio.shape[1]),
+                              device_profile)
     for row in forecast:
         logging.info("LongMedia %s plan: %s", stage.node, row.line())
     conds = segmented._conditioning(guider)
@@ -82,9 +88,14 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
     steps = int(sigmas.shape[-1]) - 1
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
+    todo = resume.check_passes(plan, passes, done is not None)
     result = denoised = None
+    if done is not None:
+        result, denoised = segmented._job_latent(resume.resumed, plan, done, size)
     records, joins = [], []
     for seg in plan.segments:
+        if seg.index not in todo:   # run before (its output is in `done`) or later
+            continue
         comfy.model_management.throw_exception_if_processing_interrupted()
         low_v, pass_a = segmented._job_latent(seams.pass_latents, seg, video, audio)
         pass_v, pass_a = prepare(seg, low_v, pass_a)
@@ -103,8 +114,8 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
                                                         total=total),
                                       memory_reader if memory_reader is not None else read_memory)
         run = run_pass(segmented._seeded(noise, seed_list[seg.index]), g, sampler, sigmas,
-                       dict(extra, samples=_nested(pass_v, pass_a)), request, memory_reader=memory_reader,
-                       stage=stage)
+                       dict(extra, samples=_nested(pass_v, pass_a)), request, device_profile,
+                       memory_reader=memory_reader, stage=stage)
         out_v, out_a = run.output["samples"].unbind()
         den_v, den_a = run.denoised["samples"].unbind()
         if result is None:
@@ -116,12 +127,14 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
                                      seg.video_latent_range, seg.audio_range, steps, probe.seconds, probe.baseline,
                                      run.report))
         del run, out_v, out_a, den_v, den_a, pass_v, pass_a, low_v
-    notes = [f"{stage.node}: {plan.count} passes, one per segment of the job (each planned after its boundary)"]
+    ran = f"passes {todo.start}..{todo.stop - 1} of {plan.count}" if len(todo) < plan.count else f"{plan.count} passes"
+    notes = [f"{stage.node}: {ran}, one per segment of the job (each planned after its boundary)"]
     if joins:
         notes.append("context of each later pass: its neighbour's final latents at this size (starting latent and "
                      f"guide); before that, the largest difference from this pass's own resize was "
                      f"{max(joins):.3g}")
-    notes.append(seam_steps(plan, *result).line())
+    if todo.stop == plan.count and (todo.start == 0 or done is not None):   # the whole job is assembled
+        notes.append(seam_steps(plan, *result).line())
     notes += [f"plan: {row.line()}: it ran because memory_mode={request.memory_mode} was chosen"
               for row in forecast if not row.fits]
     report = SegmentedReport(segment_plan=plan, forecast=forecast, segments=tuple(records),

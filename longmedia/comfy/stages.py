@@ -158,7 +158,8 @@ def _restored(sampled: dict, latent: dict, audio: torch.Tensor) -> dict:
     return out
 
 
-def sample_keeping_audio(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, **kwargs):
+def sample_keeping_audio(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, device_profile=None,
+                         **kwargs):
     """run_sampler with the audio stream masked out of denoising and restored exactly afterwards (kwargs: run_sampler's)."""
     video, audio = av_latents(latent)
     mask = latent.get("noise_mask")
@@ -166,7 +167,7 @@ def sample_keeping_audio(noise, guider, sampler, sigmas, latent: dict, request: 
         mask = mask.unbind()[0]
     video_mask = mask if mask is not None else torch.ones((1, 1) + tuple(video.shape[2:]))
     masked = {**latent, "noise_mask": _nested(video_mask, torch.zeros((1, 1) + tuple(audio.shape[2:])))}
-    result = run_sampler(noise, guider, sampler, sigmas, masked, request, **kwargs)
+    result = run_sampler(noise, guider, sampler, sigmas, masked, request, device_profile, **kwargs)
     return dataclasses.replace(result, output=_restored(result.output, latent, audio),
                                denoised=_restored(result.denoised, latent, audio))
 
@@ -192,14 +193,22 @@ def _stage_job(job, latent: dict, stage: str) -> StagePass:
     return StagePass(stage, job)
 
 
+def _whole_pass_only(passes, done) -> None:
+    if passes is not None or done is not None:
+        raise LongMediaInputError("passes", passes, "a segmented job on the job input (passes and done pick and "
+                                  "continue its segments)", "Connect Setup's segmented job, or leave passes unset.")
+
+
 def run_hires(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, *, scale: float = 1.25,
               denoise: float = 0.5, method: str = "bicubic", upscaler=None, renoise_sigma: float = 0.0,
-              keep_audio: bool = True, job=None, memory_reader=None) -> SamplingResult:
+              keep_audio: bool = True, job=None, memory_reader=None, device_profile=None,
+              passes=None, done=None) -> SamplingResult:
     """Upscale the video latent, re-noise it to the tail of `sigmas` and sample again, planned at the new size.
 
     job: LongMedia Setup's job (or None). A segmented job runs segment by segment (`segmented_stages`): each
     segment's slice is upscaled alone and planned after its own boundary; a later segment starts from, and is
-    guided by, its neighbour's Hi-Res latents of its context frames.
+    guided by, its neighbour's Hi-Res latents of its context frames. memory_reader, device_profile: as
+    `run_sampler`'s; passes, done (a segmented job): as `segmented.run_segmented`'s.
     """
     h3_diffusion_model(guider)
     tail = tail_sigmas(sigmas, denoise, renoise_sigma)
@@ -220,25 +229,29 @@ def run_hires(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest
 
         result = run_stage_segmented(noise, g, sampler, tail, latent, request, stage.job.segments, stage=stage,
                                      size=size, prepare=prepare, run_pass=run, keep_audio=keep_audio,
-                                     memory_reader=memory_reader)
+                                     memory_reader=memory_reader, device_profile=device_profile,
+                                     passes=passes, done=done)
         how = method if upscaler is None else f"{type(upscaler).__name__} + {method}"
         notes = (_resize_note(tuple(video.shape), size, scale, how + ", per segment"),) + guide_notes + (
             f"re-noised to sigma {float(tail[0]):.4f}, {tail.numel() - 1} steps per pass", audio_note)
         return _with_notes(result, tail, notes)
+    _whole_pass_only(passes, done)
     up, notes = upscale_latent(latent, scale, method, upscaler)
     video = up["samples"].unbind()[0]
     g, guide_notes = guides_resized(guider, (int(video.shape[3]), int(video.shape[4])), method)
-    result = run(noise, g, sampler, tail, up, request, memory_reader=memory_reader, stage=stage)
+    result = run(noise, g, sampler, tail, up, request, device_profile, memory_reader=memory_reader, stage=stage)
     notes += guide_notes + (f"re-noised to sigma {float(tail[0]):.4f}, {tail.numel() - 1} steps", audio_note)
     return _with_notes(result, tail, notes)
 
 
 def run_refiner(noise, guider, sampler, latent: dict, request: PlanRequest, *, sigmas=None, scheduler: str = "simple",
-                steps: int = 4, denoise: float = 0.25, job=None, memory_reader=None) -> SamplingResult:
+                steps: int = 4, denoise: float = 0.25, job=None, memory_reader=None,
+                device_profile=None, passes=None, done=None) -> SamplingResult:
     """A low-denoise last pass (the schedule's last `steps` steps, or `sigmas`) that keeps the audio exactly.
 
     job: LongMedia Setup's job (or None). A segmented job runs segment by segment (`segmented_stages`), each pass
-    keeping its slice of the audio bit for bit.
+    keeping its slice of the audio bit for bit. memory_reader, device_profile: as `run_sampler`'s; passes, done
+    (a segmented job): as `segmented.run_segmented`'s.
     """
     h3_diffusion_model(guider)
     av_latents(latent)
@@ -252,8 +265,10 @@ def run_refiner(noise, guider, sampler, latent: dict, request: PlanRequest, *, s
         result = run_stage_segmented(noise, guider, sampler, schedule, latent, request, stage.job.segments,
                                      stage=stage, size=(int(video.shape[3]), int(video.shape[4])),
                                      prepare=lambda seg, v, a: (v, a), run_pass=sample_keeping_audio,
-                                     keep_audio=True, memory_reader=memory_reader)
+                                     keep_audio=True, memory_reader=memory_reader, device_profile=device_profile,
+                                     passes=passes, done=done)
         return _with_notes(result, schedule, notes)
-    result = sample_keeping_audio(noise, guider, sampler, schedule, latent, request, memory_reader=memory_reader,
-                                  stage=stage)
+    _whole_pass_only(passes, done)
+    result = sample_keeping_audio(noise, guider, sampler, schedule, latent, request, device_profile,
+                                  memory_reader=memory_reader, stage=stage)
     return _with_notes(result, schedule, notes)

@@ -223,3 +223,34 @@ def test_a_stage_job_of_another_length_is_refused_before_sampling(env, sampled, 
     with pytest.raises(LongMediaInputError, match="^upscaler="):
         comfy_stages.run_hires(env["ncs"].Noise_RandomNoise(1), env["guider"], euler(env), sigmas(env, 4),
                                sampled.output, NORMAL, job=env["job"], upscaler=object())
+
+
+def test_a_stage_split_over_two_runs_equals_one_run(env, sampled, monkeypatch):
+    """passes/done: Hi-Res run as passes 0..0 then 1..2 (continuing the first run's latents) equals one run, bit for
+    bit; so does the Sampler. What a long job split over processes (bench.long_job --passes) relies on."""
+    def streams(result):
+        return [t.clone() for t in result.output["samples"].unbind()], \
+            [t.clone() for t in result.denoised["samples"].unbind()]
+
+    whole, _ = hires(env, sampled.output, monkeypatch, 1.5, seed=41)
+    first, _ = hires(env, sampled.output, monkeypatch, 1.5, seed=41, passes=(0, 1))
+    rest, _ = hires(env, sampled.output, monkeypatch, 1.5, seed=41, passes=(1, 3), done=streams(first))
+    assert [s.index for s in first.report.segments] == [0] and [s.index for s in rest.report.segments] == [1, 2]
+    for a, b in zip(whole.output["samples"].unbind(), rest.output["samples"].unbind()):
+        assert torch.equal(a, b)
+    for a, b in zip(whole.denoised["samples"].unbind(), rest.denoised["samples"].unbind()):
+        assert torch.equal(a, b)
+    job = env["job"]
+    args = (env["guider"], euler(env), sigmas(env, 2), env["setup"].latent, NORMAL, job.segments)
+    head = run_segmented(env["ncs"].Noise_RandomNoise(3), *args, passes=(0, 2))
+    tail = run_segmented(env["ncs"].Noise_RandomNoise(3), *args, passes=(2, 3), done=streams(head))
+    for a, b in zip(sampled.output["samples"].unbind(), tail.output["samples"].unbind()):
+        assert torch.equal(a, b)
+    from longmedia.errors import LongMediaInputError
+
+    with pytest.raises(LongMediaInputError, match="^done="):
+        run_segmented(env["ncs"].Noise_RandomNoise(3), *args, passes=(1, 3))
+    with pytest.raises(LongMediaInputError, match="^passes="):
+        run_segmented(env["ncs"].Noise_RandomNoise(3), *args, passes=(2, 5), done=streams(head))
+    with pytest.raises(LongMediaInputError, match="^done.output="):
+        hires(env, sampled.output, monkeypatch, 2.0, passes=(1, 3), done=streams(first))   # done at 6x6, not 8x8
