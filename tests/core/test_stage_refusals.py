@@ -15,9 +15,8 @@ from longmedia.limits import MAX_PASS_ROWS
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
-from longmedia.report.oom import PHASES, pressure_point
 from longmedia.report.memory import MemorySnapshot
-from longmedia.report.oom import OOMContext
+from longmedia.report.oom import PHASES, OOMContext, pressure_point
 from longmedia.segments.seam_steps import seam_steps
 from longmedia.segments.timeline import plan_segments
 
