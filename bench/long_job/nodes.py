@@ -98,8 +98,13 @@ def make_nodes(recorder_for) -> dict:
                               context_frames=job_values["context_frames"])
             job = setup.job
             stop = pass_stop or job.segments.count
-            latent = setup.latent if INPUT_STAGE[stage] is None else \
-                _nested(load_latents(work / f"{INPUT_STAGE[stage]}.pt")["output"])
+            latent = setup.latent
+            if INPUT_STAGE[stage] is not None:
+                given = load_latents(work / f"{INPUT_STAGE[stage]}.pt")
+                if given["passes_done"] != job.segments.count:
+                    raise ValueError(f"{INPUT_STAGE[stage]}.pt holds passes up to {given['passes_done']} of "
+                                     f"{job.segments.count}: finish that stage first")
+                latent = _nested(given["output"])
             done = None
             if pass_first > 0:
                 saved = load_latents(work / f"{stage}.pt")
