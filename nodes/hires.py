@@ -8,6 +8,7 @@ from ..longmedia.comfy.stages import run_hires
 from ..longmedia.h3.latent_resample import METHODS
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output
+from .sampler import Job
 
 
 class LongMediaHiRes(io.ComfyNode):
@@ -19,13 +20,17 @@ class LongMediaHiRes(io.ComfyNode):
             category="LongMedia",
             description="Second pass at a higher resolution: the first pass's video latent is upscaled (audio "
                         "untouched), re-noised to the tail of the schedule and sampled again, with the memory plan "
-                        "redone for the larger sequence (video rows grow about scale^2).",
+                        "redone for the larger sequence (video rows grow about scale^2). Connect "
+                        "Setup's job to run a segmented job segment by segment.",
             inputs=[
                 io.Noise.Input("noise", tooltip="RandomNoise for the re-noising and the second pass."),
                 io.Guider.Input("guider", tooltip="The guider of the first pass (CFGGuider / BasicGuider over H3)."),
                 io.Sampler.Input("sampler", tooltip="Any ComfyUI sampler (KSamplerSelect)."),
                 io.Sigmas.Input("sigmas", tooltip="A full schedule (BasicScheduler, denoise 1.0); Hi-Res runs its tail."),
                 io.Latent.Input("latent", tooltip="The first pass's output latent (LongMedia Sampler)."),
+                Job.Input("job", optional=True,
+                          tooltip="LongMedia Setup's job. A segmented job runs Hi-Res segment by segment (each "
+                                  "segment upscaled and planned alone, continuing its neighbour), so any length fits."),
                 io.Float.Input("scale", default=1.25, min=1.0, max=2.0, step=0.05,
                                tooltip="Size factor, snapped to the /32 pixel grid. 1.2-1.5 on 16 GB cards; "
                                        "memory and time grow about scale^2."),
@@ -52,9 +57,9 @@ class LongMediaHiRes(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, noise, guider, sampler, sigmas, latent, scale, denoise, method, keep_audio, upscaler=None,
-                renoise_sigma=0.0, **controls) -> io.NodeOutput:
+    def execute(cls, noise, guider, sampler, sigmas, latent, scale, denoise, method, keep_audio, job=None,
+                upscaler=None, renoise_sigma=0.0, **controls) -> io.NodeOutput:
         result = run_hires(noise, guider, sampler, sigmas, latent, plan_request(controls), scale=scale,
                            denoise=denoise, method=method, upscaler=upscaler, renoise_sigma=renoise_sigma,
-                           keep_audio=keep_audio)
+                           keep_audio=keep_audio, job=job)
         return report_output(result)

@@ -8,6 +8,7 @@ from comfy_api.latest import io
 from ..longmedia.comfy.stages import run_refiner
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output
+from .sampler import Job
 
 
 class LongMediaRefiner(io.ComfyNode):
@@ -18,12 +19,16 @@ class LongMediaRefiner(io.ComfyNode):
             display_name="LongMedia Refiner",
             category="LongMedia",
             description="Final low-denoise pass over the video, planned like the Sampler; the audio is kept exactly "
-                        "(masked out of denoising, then restored).",
+                        "(masked out of denoising, then restored). Connect Setup's job to refine a segmented job segment by "
+                        "segment.",
             inputs=[
                 io.Noise.Input("noise", tooltip="RandomNoise for the re-noising."),
                 io.Guider.Input("guider", tooltip="CFGGuider / BasicGuider over the H3 model."),
                 io.Sampler.Input("sampler", tooltip="Any ComfyUI sampler (KSamplerSelect)."),
                 io.Latent.Input("latent", tooltip="The previous stage's output (Sampler or Hi-Res)."),
+                Job.Input("job", optional=True,
+                          tooltip="LongMedia Setup's job. A segmented job is refined segment by segment (each "
+                                  "segment planned alone, continuing its neighbour, its audio kept)."),
                 io.Combo.Input("scheduler", options=list(comfy.samplers.SCHEDULER_NAMES), default="simple",
                                tooltip="Schedule of the refiner steps (ignored when sigmas is connected)."),
                 io.Int.Input("steps", default=4, min=1, max=1000,
@@ -42,7 +47,8 @@ class LongMediaRefiner(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, noise, guider, sampler, latent, scheduler, steps, denoise, sigmas=None, **controls) -> io.NodeOutput:
+    def execute(cls, noise, guider, sampler, latent, scheduler, steps, denoise, job=None, sigmas=None,
+                **controls) -> io.NodeOutput:
         result = run_refiner(noise, guider, sampler, latent, plan_request(controls), sigmas=sigmas,
-                             scheduler=scheduler, steps=steps, denoise=denoise)
+                             scheduler=scheduler, steps=steps, denoise=denoise, job=job)
         return report_output(result)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy.inputs import job_for_latent
+from ..longmedia.comfy.inputs import job_for_latent, request_for_job
 from ..longmedia.comfy.sampler import run_sampler
 from ..longmedia.comfy.segmented import run_segmented
 from .controls import latent_outputs, memory_inputs, plan_request
@@ -40,8 +40,9 @@ class LongMediaSampler(io.ComfyNode):
     @classmethod
     def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
         job = job_for_latent(job, latent)     # Setup's job or nothing, with the latent's canvas and length
+        request = request_for_job(plan_request(controls), job)   # planned under the job's reference_budget
         if job is not None and job.segmented:  # one pass per segment, assembled
-            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments)
+            result = run_segmented(noise, guider, sampler, sigmas, latent, request, job.segments)
         else:
-            result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
+            result = run_sampler(noise, guider, sampler, sigmas, latent, request)
         return report_output(result)

@@ -6,13 +6,17 @@ a 1-D SIGMAS tensor) so the checks run in tests without ComfyUI.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..errors import LongMediaInputError
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry, RowSpan
+from ..h3.references import REFERENCE_BUDGETS
 from ..job.job import LongMediaJob
 from ..job.preflight import check_job_value, check_latent_matches_job
+from ..planning.types import PlanRequest
 
 H3_MODEL_CLASS = "MiniMaxH3Model"
 
@@ -86,13 +90,23 @@ def text_rows(conditioning) -> int:
                                   "Connect the guider's conditioning from a text encoder.") from error
 
 
-def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, row_spans, prompt_tokens: int) -> Geometry:
-    """Geometry whose row spans are exactly those of the packed layout ((start, stop, kind), ...)."""
+def geometry_from_layout(video: torch.Tensor, audio: torch.Tensor, row_spans, prompt_tokens: int,
+                         reference_budget: str | None = None) -> Geometry:
+    """Geometry whose row spans are exactly those of the packed layout ((start, stop, kind), ...).
+
+    reference_budget: the job's (Setup's); None (no job): the stock nodes' uncapped references ("max")."""
     rows = tuple(RowSpan(kind, b - a, kind) for a, b, kind in row_spans)
     frames = L.pixel_frames(video.shape[2])
     return Geometry(width=video.shape[4] * 16, height=video.shape[3] * 16, frames=frames,
                     audio_latent_frames=audio.shape[-1], row_spans=rows, prompt_tokens=prompt_tokens,
-                    total_frames=frames)
+                    total_frames=frames, reference_budget=REFERENCE_BUDGETS[reference_budget or "max"])
+
+
+def request_for_job(request: PlanRequest, job: LongMediaJob | None) -> PlanRequest:
+    """The node's PlanRequest with Setup's reference_budget when a job is connected (what the plan counts under)."""
+    if job is None:
+        return request
+    return dataclasses.replace(request, reference_budget=job.reference_budget)
 
 
 def stock_row_spans(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple[tuple[int, int, str], ...]:
@@ -106,9 +120,23 @@ def stock_row_spans(video: torch.Tensor, audio: torch.Tensor, positive) -> tuple
     h, w = h + h % 2, w + w % 2  # patch 1x2x2 pads odd latent sizes
     try:
         layout = PackedLayout(text, t, h, w, audio.shape[-1], keyframes=keyframes, refs=refs)
-    except (KeyError, TypeError, AttributeError):  # named: guide payload not resolved yet (extra_conds does it)
-        layout = PackedLayout(text, t, h, w, audio.shape[-1])
+    except (KeyError, TypeError, AttributeError) as error:  # named: a guide or reference H3 cannot read
+        raise LongMediaInputError(
+            "guider", f"conditioning with minimax_keyframes={_described(keyframes)}, minimax_refs={_described(refs)}",
+            f"guides and references as ComfyUI's H3 nodes store them (each guide with resolved_frame_index and a "
+            f"latent and/or audio_latent; each reference block with its kind and sizes); reading them failed: "
+            f"{type(error).__name__}: {error}",
+            "Build guides with MiniMaxH3AddGuide / LongMedia Setup and references with MiniMaxH3ReferenceToVideo "
+            "or LongMedia Setup, and connect that conditioning to the guider.") from error
     return tuple(layout.segments)
+
+
+def _described(entries) -> str:
+    """A guide or reference list as its entries' keys (what a malformed one is missing shows)."""
+    if not entries:
+        return "none"
+    return "[" + ", ".join("{" + ", ".join(sorted(map(str, e))) + "}" if isinstance(e, dict) else type(e).__name__
+                           for e in entries) + "]"
 
 
 def call_row_spans(x, context, payload) -> tuple[tuple[int, int, str], ...]:

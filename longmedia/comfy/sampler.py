@@ -26,10 +26,10 @@ from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
 from ..h3.profiles import DeviceProfile, ModelProfile
-from ..job.preflight import check_conditioning_widths, check_pass_rows, check_plan_runs
+from ..job.preflight import StagePass, check_conditioning_widths, check_pass_rows, check_plan_runs
 from ..h3.geometry import Geometry
-from ..planning.planner import plan as make_plan
 from ..planning.around_blocks import stock_pass_bytes
+from ..planning.planner import plan as make_plan
 from ..planning.types import ExecutionPlan, PlanRequest
 from ..report.memory import MemorySnapshot, Reader
 from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report_for
@@ -73,9 +73,9 @@ def _refuse_pinning(patcher) -> str:
     Dynamic VRAM pins through comfy-aimdo host buffers at ops time, which has no per-model refusal.
     """
     if getattr(patcher, "is_dynamic", lambda: False)():
-        return ("RAM pinning: the plan rejects pinning this model; under dynamic VRAM that is advisory (ComfyUI "
-                "pins through comfy-aimdo host buffers at ops time, within its process-wide pinned budget, with no "
-                "per-model switch): keep the RAM the plan names free, or start ComfyUI with --disable-pinned-memory")
+        return ("RAM pinning: the plan rejects pinning this model, but that is not enforceable under dynamic VRAM "
+                "(ComfyUI pins through comfy-aimdo host buffers at ops time, within its own pinned budget, with no "
+                "per-model switch): reported only")
     if not hasattr(patcher, "pin_weight_to_device"):
         return "RAM pinning: this ComfyUI has no pin_weight_to_device: nothing to refuse"
     patcher.pin_weight_to_device = lambda key: None  # this clone only
@@ -111,20 +111,36 @@ class _Run:
         return OOMContext.from_plan(self.plan)
 
 
-def _positive(guider):
+def _conditionings(guider) -> list:
+    """Every entry of the guider's conditioning (positive first, then negative ...) as a one-entry CONDITIONING."""
     conds = getattr(guider, "original_conds", {}) or {}
-    positive = conds.get("positive") or conds.get("negative")
-    if not positive:
+    entries = [[[c.get("cross_attn"), c]] for key in ("positive", *sorted(k for k in conds if k != "positive"))
+               for c in conds.get(key) or () if isinstance(c, dict) and c.get("cross_attn") is not None]
+    if not entries:
         raise inputs.LongMediaInputError("guider", "no conditioning", "a guider with conditioning set",
-                                            "Connect positive conditioning to the guider.")
-    first = positive[0]
-    return [[first.get("cross_attn"), first]]
+                                         "Connect positive conditioning to the guider.")
+    return entries
+
+
+def longest_row_spans(guider, video, audio, keyframes: tuple | None = None):
+    """(row spans, conditioning) of the guider's longest model call: each of positive and negative runs its own
+    packed sequence (its own text length, guides and references), so the pass is planned for the longest.
+    keyframes: the guides to count instead of each conditioning's own (a segment's context guide), or None."""
+    best = None
+    for cond in _conditionings(guider):
+        if keyframes is not None:
+            cond = [[cond[0][0], {**cond[0][1], "minimax_keyframes": list(keyframes)}]]
+        spans = inputs.stock_row_spans(video, audio, cond)
+        if best is None or spans[-1][1] > best[0][-1][1]:
+            best = (spans, cond)
+    return best
 
 
 @dataclass(frozen=True)
 class CheckedPass:
     """One pass's inputs, checked before anything runs: the loaded model's profile, the pass's geometry and its
-    packed row spans, the request (with the host's attention read in) and what BlockSparseAttention left on it."""
+    packed row spans (its longest model call's), the request (with the host's attention read in) and what
+    BlockSparseAttention left on it."""
 
     profile: ModelProfile
     geometry: Geometry
@@ -133,23 +149,28 @@ class CheckedPass:
     block_sparse: object
 
 
-def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | None = None) -> CheckedPass:
+def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | None = None,
+               stage: StagePass | None = None) -> CheckedPass:
     """Check every input of one pass (before any GPU work) and read its geometry; nothing is planned yet.
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
+    stage: a Hi-Res or Refiner pass (`job.preflight.StagePass`): refusals name that node's inputs.
+    The pass is planned for the longest of its model calls (positive or negative: `longest_row_spans`), under the
+    job's reference_budget (`request.reference_budget`; None: no job, uncapped).
     """
     model = inputs.h3_diffusion_model(guider)
     video, audio = inputs.av_latents(latent)
     inputs.check_sigmas(sigmas)
     profile = ModelProfile.from_module(model, name="loaded H3")
     check_conditioning_widths(inputs.conditioning_widths(guider), profile.dims.text_dim)
-    positive = _positive(guider)
-    if keyframes is not None:
-        positive = [[positive[0][0], {**positive[0][1], "minimax_keyframes": list(keyframes)}]]
-    row_spans = inputs.stock_row_spans(video, audio, positive)
-    geometry = inputs.geometry_from_layout(video, audio, row_spans, inputs.text_rows(positive))
-    check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
-                    value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
+    row_spans, longest = longest_row_spans(guider, video, audio, keyframes)
+    geometry = inputs.geometry_from_layout(video, audio, row_spans, inputs.text_rows(longest),
+                                           request.reference_budget)
+    if stage is not None:  # a Hi-Res or Refiner pass: its refusal names that node's inputs
+        stage.check_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames)
+    else:
+        check_pass_rows(geometry.seq_len, geometry.width, geometry.height, geometry.frames, name="latent",
+                        value=f"{geometry.width}x{geometry.height}, {geometry.frames} frames")
     if request.host_attention is None:  # what the user runs ComfyUI with: auto keeps it where it can run
         request = dataclasses.replace(request, host_attention=host_attention(
             getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
@@ -165,10 +186,11 @@ def plan_pass(checked: CheckedPass, device: DeviceProfile) -> ExecutionPlan:
 
 
 def plan_for(guider, latent, sigmas, request: PlanRequest,
-             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None):
+             device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None,
+             stage: StagePass | None = None):
     """Check and plan one pass without running it (a segmented job's forecast); returns (plan, row_spans).
     Whether the plan can run is `job.preflight.check_plan_runs(plan)`."""
-    checked = check_pass(guider, latent, sigmas, request, keyframes)
+    checked = check_pass(guider, latent, sigmas, request, keyframes, stage)
     if isinstance(device_profile, DeviceProfile):
         device = device_profile
     else:
@@ -338,7 +360,7 @@ def _on_block(run: _Run):
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, *,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
-                weights: WeightAccess | None = None) -> SamplingResult:
+                weights: WeightAccess | None = None, stage: StagePass | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -346,8 +368,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     or None to plan from the boundary's own reading of the load device after it ran.
     memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
     torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
-    streamed stages and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
-    weights: how the streamed stages hold their weights; None: ComfyUI's cast context (`block_patch.comfy_weights`)."""
+    streamed phases and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
+    weights: how the streamed phases hold their weights; None: ComfyUI's cast context (`block_patch.comfy_weights`).
+    stage: a Hi-Res or Refiner pass (`job.preflight.StagePass`): its refusals name that node's inputs."""
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -355,12 +378,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     from .previews import comfy_preview_callback
 
-    checked = check_pass(guider, latent, sigmas, request)  # every input checked first
+    check_runs = stage.check_runs if stage is not None else check_plan_runs
+    checked = check_pass(guider, latent, sigmas, request, stage=stage)  # every input checked first
     row_spans = list(checked.row_spans)
     load_device = guider.model_patcher.load_device
     if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned once, refused before the boundary
         plan = plan_pass(checked, device_profile)
-        runs = check_plan_runs(plan)
+        runs = check_runs(plan)
         required = plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes
     else:  # planned once, after the boundary, from the memory it leaves
         plan, required = None, stock_pass_bytes(checked.profile, checked.geometry)
@@ -370,7 +394,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     if plan is None:
         device = device_profile() if device_profile is not None else _device_profile(load_device, boundary.after)
         plan = plan_pass(checked, device)
-        runs = check_plan_runs(plan)
+        runs = check_runs(plan)
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)

@@ -27,7 +27,7 @@ from ..planning.types import PlanRequest
 from ..report.memory import MemorySnapshot, Reader, read_memory
 from ..report.oom import phase
 from ..report.segmented import SegmentedReport, SegmentForecast, SegmentRecord
-from ..segments import seams
+from ..segments import resume, seams
 from ..segments.timeline import SegmentPlan
 from . import inputs
 from . import sampler as comfy_sampler
@@ -174,8 +174,8 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
                   seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
                   device_profile: DeviceProfile | None = None, memory_reader: Reader | None = None,
-                  observer: Observer | None = None, weights: WeightAccess | None = None
-                  ) -> comfy_sampler.SamplingResult:
+                  observer: Observer | None = None, weights: WeightAccess | None = None,
+                  passes: tuple[int, int] | None = None, done=None) -> comfy_sampler.SamplingResult:
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
@@ -184,6 +184,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     not only the positive one, so CFG guides the prompt and not the continuation.
     `memory_reader`: how every pass's residency boundary and its baseline read device memory (see `run_sampler`).
     `observer`, `weights`: handed to every pass's `run_sampler` (its diagnostics and weight access).
+    `passes`: run only passes [first, stop) (None: all); `done`: ((video, audio) output, (video, audio) denoised),
+    the job's latents a run of the earlier passes returned, which later passes continue (`segments.resume`).
     """
     import comfy.model_management
     import comfy.nested_tensor
@@ -199,9 +201,14 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     steps = int(sigmas.shape[-1]) - 1
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
+    todo = resume.check_passes(plan, passes, done is not None)
     result = denoised = None
+    if done is not None:
+        result, denoised = _job_latent(resume.resumed, plan, done)
     records = []
     for seg in plan.segments:
+        if seg.index not in todo:   # run before (its output is in `done`) or later
+            continue
         comfy.model_management.throw_exception_if_processing_interrupted()
         offset = seg.index * steps
         context = seams.context_keyframe(seg, *result) if seg.index else None

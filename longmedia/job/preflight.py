@@ -10,11 +10,13 @@ Pure functions over plain values (sizes, shapes, the plan), so tests need neithe
 * `check_conditioning_widths` (Sampler): every conditioning's hidden width against the model's text_dim.
 * `check_plan_runs` (Sampler): a plan that cannot run is an error; one that may run past its budget
   because a manual value says so is a warning for the text output.
+* `StagePass` (Hi-Res, Refiner): the same two refusals, naming an input those nodes have (`job`, `scale`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..errors import LongMediaInputError, Suggestion
 from ..h3 import lattice as L
@@ -138,3 +140,63 @@ def check_plan_runs(plan: ExecutionPlan) -> tuple[str, ...]:
         "latent", f"{g.width}x{g.height}, {g.frames} frames, {g.seq_len} packed rows",
         f"a pass that fits in some memory mode: even {plan.memory_mode} needs {need_text} of {budget}",
         f"Lower width/height or {seg}; or pick memory_mode=ultra_low_vram to run it anyway.", suggestion=advice)
+
+
+
+STAGE_NODES = {"hires": "LongMedia Hi-Res", "refiner": "LongMedia Refiner"}
+
+
+@dataclass(frozen=True)
+class StagePass:
+    """A Hi-Res or Refiner pass: its refusals name an input that node has (`job`, or Hi-Res's `scale`), never
+    Setup's segment_seconds, which these nodes do not have. job: the job connected to the node (None: none); a
+    segmented job's passes already run one segment at a time."""
+
+    stage: str
+    job: LongMediaJob | None = None
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGE_NODES:
+            raise ValueError(f"stage must be one of {', '.join(STAGE_NODES)}, got {self.stage!r}")
+
+    @property
+    def node(self) -> str:
+        return STAGE_NODES[self.stage]
+
+    def check_rows(self, rows: int, width: int, height: int, frames: int) -> int:
+        """`check_pass_rows` with this node's remedy."""
+        try:
+            return check_pass_rows(rows, width, height, frames, name="latent", value=f"{width}x{height}")
+        except LongMediaInputError as error:  # named: the hard row cap; re-said with this node's inputs
+            self._refuse(error.allowed, f"{width}x{height}, {frames} frames", None, error)
+
+    def check_runs(self, plan: ExecutionPlan) -> tuple[str, ...]:
+        """`check_plan_runs` with this node's remedy."""
+        try:
+            return check_plan_runs(plan)
+        except LongMediaInputError as error:  # named: the whole-pass refusal (input "latent"); others are this node's
+            if error.input_name != "latent":
+                raise
+            g, s = plan.geometry, plan.segment_suggestion
+            self._refuse(error.allowed, f"{g.width}x{g.height}, {g.frames} frames",
+                         s.seconds if s is not None and s.seconds > 0 else None, error)
+
+    def _refuse(self, allowed: str, size: str, seconds: float | None, cause: Exception):
+        segments = f" with segment_seconds={seconds:g}" if seconds is not None else " with segment_seconds set"
+        anyway = "pick memory_mode=ultra_low_vram to run it anyway."
+        job = self.job
+        if job is None or not job.segmented:
+            value = "not connected" if job is None else "a job of one pass"
+            lower = "lower scale, or " if self.stage == "hires" else ""
+            raise LongMediaInputError(
+                "job", value, allowed,
+                f"Connect LongMedia Setup's job, made{segments}, to {self.node}'s job input: it then runs segment "
+                f"by segment ({size} is one pass now); or {lower}{anyway}") from cause
+        passes = f"{job.segments.count} passes, the longest {size}"
+        if self.stage == "hires":
+            raise LongMediaInputError(
+                "scale", passes, allowed, f"Lower scale; or rebuild the job in Setup{segments} and connect it to "
+                f"{self.node}'s job input; or {anyway}") from cause
+        raise LongMediaInputError(
+            "job", passes, allowed, f"Rebuild the job in Setup{segments} and connect it to {self.node}'s job "
+            f"input; or {anyway}") from cause

@@ -13,6 +13,7 @@ from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
+from ..h3.references import REFERENCE_BUDGETS
 from ..limits import MAX_MB
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
@@ -48,6 +49,8 @@ class PlanRequest:
 
     host_attention: the attention the user runs ComfyUI with (detected by longmedia/comfy/host_attention.py;
     None = unknown, e.g. the CLI): attention_mode=auto keeps it where it can run in the planned path.
+    reference_budget: the job's (LongMedia Setup's reference_budget) when a job is connected; None = no job: the
+    stock nodes' references are uncapped ("max").
     """
 
     memory_mode: str = "auto"
@@ -64,9 +67,13 @@ class PlanRequest:
     step_boundary_cleanup_mb: int | None = None
     sol: SolSettings | None = None  # for sol / scheduled_sol; None = SolSettings' defaults
     host_attention: HostAttention | None = None
+    reference_budget: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
+        if self.reference_budget is not None:
+            check_choice("reference_budget", self.reference_budget, tuple(REFERENCE_BUDGETS),
+                         "Connect LongMedia Setup's job, which carries its reference_budget.")
         check_choice("attention_mode", self.attention_mode, ATTENTION_MODES, "Use auto for exact attention that fits.")
         for name, low, high, zero_ok, fix in MANUAL_CONTROLS:
             value = getattr(self, name)

@@ -18,7 +18,8 @@ from ..planning.types import ExecutionPlan
 from ..units import GIB, MIB
 from .memory import MemorySnapshot, read_memory
 
-PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent")
+PHASES = ("before_block_0", "qkv", "attention", "mlp", "final_output", "prefetch_transport", "job_latent",
+          "latent_upscale")
 _MIN_CHUNK = 512
 # ComfyUI's launch flag with no offload streams: its block prefetch queue is then never made (comfy/model_prefetch.py)
 PREFETCH_OFF_FLAG = "--disable-async-offload"
@@ -121,6 +122,11 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
         return ("seconds / width / height",
                 "the job's latent (Setup's, or the segmented Sampler's assembled output and denoised copies) did not "
                 "fit in RAM: shorten the job, lower the size, or close what else holds RAM")
+    if phase_name == "latent_upscale":
+        return ("upscaler / scale",
+                "Hi-Res's learned latent upscaler ran out of memory on the whole latent it was given: connect "
+                "LongMedia Setup's segmented job to Hi-Res's job input (it then upscales one segment at a time), "
+                "lower scale, or leave upscaler empty for the built-in resampler")
     idle = readings.cached_bytes
     total = readings.total_bytes or 0
     if idle is not None and idle > max(GIB, total // 4):

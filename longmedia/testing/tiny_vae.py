@@ -26,16 +26,18 @@ WEIGHT_SCALE = 0.2
 OUTPUT_SCALE = 0.6      # the video decoder's last projection: pixels spread over [0, 1], few clamped
 
 
-def _fill(module: torch.nn.Module, seed: int, skip: tuple[str, ...] = ()) -> None:
-    """Every parameter (and every buffer named in none of `skip`) from one seeded generator, scaled small."""
-    gen = torch.Generator().manual_seed(seed)
+def _fill(module: torch.nn.Module, seed: int, skip: tuple[str, ...] = (), draw_device: str = "cpu",
+          weight_scale: float = WEIGHT_SCALE) -> None:
+    """Every parameter (and every buffer named in none of `skip`) from one seeded generator on `draw_device`,
+    scaled small, copied into the module where it lives."""
+    gen = torch.Generator(draw_device).manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
-            scale = OUTPUT_SCALE if name.startswith("decoder.proj_out") else WEIGHT_SCALE
-            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+            scale = OUTPUT_SCALE if name.startswith("decoder.proj_out") else weight_scale
+            p.copy_(torch.randn(p.shape, generator=gen, device=draw_device) * scale)
         for name, b in module.named_buffers():
             if b.is_floating_point() and not any(name.startswith(s) for s in skip):
-                b.copy_(torch.randn(b.shape, generator=gen) * WEIGHT_SCALE)
+                b.copy_(torch.randn(b.shape, generator=gen, device=draw_device) * weight_scale)
 
 
 def _wrap(comfy_sd: ModuleType, full_size: type, tiny: torch.nn.Module):
@@ -72,3 +74,39 @@ def tiny_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: in
     with torch.no_grad():
         model.latents_std.abs_().add_(0.5)
     return _wrap(comfy_sd, cls, model)
+
+
+def full_video_vae(comfy_sd: ModuleType, minimax_vae: ModuleType, seed: int = 0, draw_device: str = "cpu"):
+    """A `comfy.sd.VAE` over ComfyUI's `MiniMaxH3VideoVAE` at full size (the real architecture and decode path)
+    with seeded random weights, scaled by 1/sqrt(fan-in) so activations stay finite through every layer; drawn on
+    `draw_device` (a GPU draws 2.4 B values in seconds), held on the CPU until ComfyUI loads it."""
+    cls = minimax_vae.MiniMaxH3VideoVAE
+    model = cls()      # ComfyUI builds it with its no-init layers: allocation only
+    _fill_fan_in(model, seed, draw_device, skip=("latents_", "pixel_"))
+    return _wrap(comfy_sd, cls, model)
+
+
+def full_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: int = 0, draw_device: str = "cpu"):
+    """A `comfy.sd.VAE` over ComfyUI's `MiniMaxH3AudioVAE` at full size with seeded random weights."""
+    cls = minimax_audio_vae.MiniMaxH3AudioVAE
+    model = cls()
+    _fill_fan_in(model, seed, draw_device)
+    with torch.no_grad():
+        model.latents_std.abs_().add_(0.5)
+    return _wrap(comfy_sd, cls, model)
+
+
+def _fill_fan_in(module: torch.nn.Module, seed: int, draw_device: str, skip: tuple[str, ...] = ()) -> None:
+    """Weights N(0, 1/fan_in), biases and norms small, other float buffers (outside `skip`) N(0, 0.2^2)."""
+    gen = torch.Generator(draw_device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            fan_in = max(1, p[0].numel()) if p.ndim > 1 else 0
+            scale = fan_in ** -0.5 if fan_in else WEIGHT_SCALE
+            value = torch.randn(p.shape, generator=gen, device=draw_device) * scale
+            if p.ndim == 1 and ("norm" in name or name.endswith("scale1") or name.endswith("scale2")):
+                value += 1.0
+            p.copy_(value)
+        for name, b in module.named_buffers():
+            if b.is_floating_point() and not any(name.startswith(s) for s in skip):
+                b.copy_(torch.randn(b.shape, generator=gen, device=draw_device) * WEIGHT_SCALE)

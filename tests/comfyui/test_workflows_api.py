@@ -187,26 +187,40 @@ def test_ref2va_hires_refiner_runs_and_keeps_the_first_pass_audio(vae_server):
     assert torch.equal(again["video"], final["video"]) and torch.equal(again["audio"], final["audio"])
 
 
-def test_t2va_30s_segmented_runs(comfy_server):
-    prompt = tiny_rewrite(load_example("t2va_30s_segmented"), "wf_t2va_30s.safetensors")
+@pytest.mark.parametrize("example", ["t2va_30s_segmented", "t2va_60s_long"])
+def test_long_examples_run_every_stage_segment_by_segment(comfy_server, example):
+    """Setup -> Sampler -> Hi-Res -> Refiner -> Decode & Save, every stage on the job. At 64 px Hi-Res's 1.25 snaps
+    back to 64 px (the /32 grid), so the test runs it at 1.5 (64 -> 96 px): the one change beyond `tiny_rewrite`."""
+    prompt = tiny_rewrite(load_example(example), f"wf_{example}.safetensors")
+    prompt[node_id(prompt, "LongMediaHiRes")]["inputs"]["scale"] = 1.5
+    prompt["save_first"] = {"class_type": "LongMediaTestSaveLatent", "inputs": {
+        "samples": [node_id(prompt, "LongMediaSampler"), 0], "filename": f"wf_{example}_first.safetensors"}}
     entry = comfy_server.run(prompt, timeout=300)
     job = entry["outputs"][node_id(prompt, "LongMediaSetup")]["longmedia_job"][0]
     assert job["segments"]["count"] == 2 and job["geometry"]["frames"] == 39
-    out = saved(comfy_server, "wf_t2va_30s.safetensors")
-    assert out["video"].shape == (1, 24, 17, 4, 4) and out["audio"].shape == (1, 32, 2, 93)   # the whole 56 frames
-    report = entry["outputs"][node_id(prompt, "LongMediaSampler")]["longmedia_report"][0]
-    assert len(report["segments"]) == 2, "the Sampler should run one pass per segment of the job"
+    first = saved(comfy_server, f"wf_{example}_first.safetensors")
+    out = saved(comfy_server, f"wf_{example}.safetensors")
+    assert first["video"].shape == (1, 24, 17, 4, 4) and first["audio"].shape == (1, 32, 2, 93)   # the whole 56 frames
+    assert out["video"].shape == (1, 24, 17, 6, 6) and torch.equal(out["audio"], first["audio"])   # audio kept
+    for stage in ("LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner"):
+        report = entry["outputs"][node_id(prompt, stage)]["longmedia_report"][0]
+        assert len(report["segments"]) == 2, f"{stage} should run one pass per segment of the job"
+    hires = entry["outputs"][node_id(prompt, "LongMediaHiRes")]["longmedia_report"][0]
+    sampler = entry["outputs"][node_id(prompt, "LongMediaSampler")]["longmedia_report"][0]
+    for ours, low in zip(hires["segments"], sampler["segments"]):   # rows x scale^2 (2x2 patches: 4 -> 9 per frame)
+        assert ours["run"]["plan"]["geometry"]["video_rows"] * 4 == low["run"]["plan"]["geometry"]["video_rows"] * 9
     # LongMedia Decode & Save ran on ComfyUI's H3 VAE classes (tiny): one mp4 of the whole job, shown as SaveVideo shows it
     shown = entry["outputs"][node_id(prompt, DECODE_SAVE)]
     (item,) = shown["images"]
     assert item["type"] == "output" and item["filename"].endswith("_00001_.mp4") and shown["animated"] == [True]
+    assert example in item["filename"]
     decode = shown["longmedia_decode"][0]
     assert decode["decode_path"] == "chunked" and decode["frames"] == 56 and decode["largest_chunk_frames"] == 17
     import av
 
     with av.open(str(comfy_server.output_path(f"{item['subfolder']}/{item['filename']}"))) as c:
         assert [s.type for s in c.streams] == ["video", "audio"]
-        assert c.streams.video[0].frames == 56 and (c.streams.video[0].width, c.streams.video[0].height) == (64, 64)
+        assert c.streams.video[0].frames == 56 and (c.streams.video[0].width, c.streams.video[0].height) == (96, 96)
 
 
 def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):

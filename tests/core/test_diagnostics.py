@@ -116,7 +116,7 @@ def test_unknown_phase_is_refused():
     with pytest.raises(UnknownPhaseError, match="before_block_0"):
         with phase("decode"):
             pass
-    assert len(PHASES) == 7
+    assert len(PHASES) == 8
 
 
 def test_context_from_a_plan():

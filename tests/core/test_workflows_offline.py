@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
 STOCK_SCHEMAS = REPO / "tests" / "data" / "stock_object_info_h3.json"
 OUR_SCHEMAS = REPO / "tests" / "data" / "longmedia_object_info.json"
-EXAMPLES = ("t2va_10s", "ref2va_hires_refiner", "t2va_30s_segmented")
+EXAMPLES = ("t2va_10s", "ref2va_hires_refiner", "t2va_30s_segmented", "t2va_60s_long")
+LONG_EXAMPLES = ("t2va_30s_segmented", "t2va_60s_long")
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "COMFY_DYNAMICCOMBO_V3"}
 FRONTEND_ONLY = {"Note", "MarkdownNote"}    # UI-only nodes: no backend class, dropped from API prompts
 FREE_COMBOS = ("image_upload", "audio_upload", "video_upload")
@@ -303,14 +304,23 @@ def test_examples_use_stock_loaders_and_our_nodes(example):
     assert nodes_of(prompt, "SaveVideo") or nodes_of(prompt, "LongMediaDecodeSave")
 
 
-def test_the_segmented_example_saves_through_bounded_decode():
-    """A long job ends in LongMedia Decode & Save (RAM of one chunk), fed by the Sampler and both H3 VAEs."""
-    prompt = load("t2va_30s_segmented.api.json")
+@pytest.mark.parametrize("example", LONG_EXAMPLES)
+def test_the_long_examples_run_every_stage_on_the_job_and_save_through_bounded_decode(example):
+    """A long job: Sampler -> Hi-Res -> Refiner, each given Setup's job (segment by segment), ending in LongMedia
+    Decode & Save (RAM of one chunk) fed by the Refiner and both H3 VAEs."""
+    prompt = load(f"{example}.api.json")
+    setup_id = next(k for k, n in prompt.items() if n["class_type"] == "LongMediaSetup")
+    (sampler,), (hires,), (refiner,) = (nodes_of(prompt, t) for t in ("LongMediaSampler", "LongMediaHiRes",
+                                                                       "LongMediaRefiner"))
+    assert sampler["job"] == hires["job"] == refiner["job"] == [setup_id, 3]
+    assert prompt[hires["latent"][0]]["class_type"] == "LongMediaSampler"
+    assert prompt[refiner["latent"][0]]["class_type"] == "LongMediaHiRes" and hires["scale"] == 1.25
     (save,) = nodes_of(prompt, "LongMediaDecodeSave")
     loaders = {k: n["inputs"]["vae_name"] for k, n in prompt.items() if n["class_type"] == "VAELoader"}
     assert "video_vae" in loaders[save["video_vae"][0]] and "audio_vae" in loaders[save["audio_vae"][0]]
-    assert prompt[save["latent"][0]]["class_type"] == "LongMediaSampler" and save["fps"] == 24.0
+    assert prompt[save["latent"][0]]["class_type"] == "LongMediaRefiner" and save["fps"] == 24.0
     assert not nodes_of(prompt, "VAEDecode") and not nodes_of(prompt, "SaveVideo")
+    assert example in save["filename_prefix"]
 
 
 def test_example_jobs_are_valid_setups():
@@ -318,6 +328,9 @@ def test_example_jobs_are_valid_setups():
     assert ten.total_frames == 243 and not ten.segmented
     thirty = setup_plan(load("t2va_30s_segmented.api.json"))
     assert thirty.segmented and thirty.segments.count >= 3 and thirty.total_frames == 736
+    sixty = setup_plan(load("t2va_60s_long.api.json"))
+    assert sixty.segmented and sixty.segments.count == 7 and sixty.total_frames == 1450     # the issue's 60 s job
+    assert sixty.geometry.frames == thirty.geometry.frames                                  # the same longest pass
     refs = load("ref2va_hires_refiner.api.json")
     plan = setup_plan(refs)
     assert plan.request.family == "ref2va" and len(plan.geometry.references) == 2

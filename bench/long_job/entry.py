@@ -1,0 +1,204 @@
+"""The long-job bench's entry point: arguments, the plan (always, on the CPU), and the parent of a GPU run (the
+checkpoint, the ballast, the stage's own process under its wall-time budget)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from longmedia.units import GIB
+
+from .job import FULL, SMOKE, STAGES, job_plan
+from .tables import PLAN_FILE, ROWS_FILE, read_rows, table
+
+REPO = Path(__file__).resolve().parents[2]
+DESCRIPTION = "A long H3 job at full depth, stage by stage in separate processes, under a real card limit."
+LENT_RAM_GIB = 128.0     # the lent single-H200 machine's RAM (what --smoke plans the GPU run with)
+PASSES_PER_PROCESS = 3   # about 400 s per process on an H200 at full depth (see the package docstring)
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.long_job", description=DESCRIPTION)
+    p.add_argument("--smoke", action="store_true", help="CPU dry run: the full job's plan and, when "
+                   "LONGMEDIA_COMFYUI_ROOT is set, every stage on the tiny checkpoint (64x64, 2 s in 1 s segments)")
+    p.add_argument("--out", type=Path, default=Path("/tmp/longmedia_long_job"),
+                   help="the stages' latents and rows (kept between device calls while the machine stays warm); "
+                        "the rows, the plan and the table are also copied to $OUT when it is set")
+    p.add_argument("--models", type=Path, default=Path("/tmp/longmedia_models"))
+    p.add_argument("--blocks", type=int, default=50, help="DiT blocks of the random INT8 H3 (50: full depth)")
+    p.add_argument("--card", type=float, default=16.0, help="the card limit the ballast leaves, GiB")
+    p.add_argument("--ram-gib", type=float, default=None, help="RAM the plan assumes (default: this machine's; "
+                   f"--smoke: {LENT_RAM_GIB:g}, the lent H200 machine's)")
+    p.add_argument("--stage", choices=STAGES, help="run this stage (its input latent must be in --out)")
+    p.add_argument("--passes", type=int, nargs=2, metavar=("FIRST", "STOP"), default=None,
+                   help="run passes [FIRST, STOP) of the stage; a later process continues from the saved latents "
+                        f"(default: all; the plan prints the calls at {PASSES_PER_PROCESS} passes per process)")
+    p.add_argument("--prepare", action="store_true", help="only write the checkpoint (its own device call)")
+    p.add_argument("--stage-budget-s", type=float, default=550.0, help="wall-time limit of one stage process")
+    p.add_argument("--table", type=Path, help="only print the table of this long_job.jsonl")
+    p.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
+    p.add_argument("--unet", default="", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _ram_gib() -> float:
+    import psutil
+
+    return psutil.virtual_memory().total / GIB
+
+
+def print_plan(a, job) -> dict:
+    """The job's plan on the card (LongMedia's planners, no GPU): passes, rows, modes, RAM, estimated times."""
+    plan = job_plan(job, a.card, a.ram_gib or _ram_gib(), a.blocks)
+    segs = job.segments()
+    print(f"job: {job.width}x{job.height}, {job.seconds:g} s -> {segs.pixel_frames} frames in {segs.count} segments "
+          f"(segment_seconds {job.segment_seconds:g}, context {job.context_frames}); Hi-Res x{job.hires_scale:g}; "
+          f"steps per pass: Sampler {job.sampler_steps}, Hi-Res {job.hires_steps}, Refiner {job.refiner_steps}; "
+          f"{a.blocks} blocks INT8 on a {a.card:g} GiB card", flush=True)
+    for stage, row in plan.items():
+        rows = f", {row['seq_len']} rows per pass ({row['width']}x{row['height']}, {row['pass_frames']} frames), " \
+               f"{row['memory_mode']}, predicted peak {row['predicted_peak_bytes'] / GIB:.2f} GiB" if "seq_len" in row else ""
+        print(f"  {stage}: {row['plan_stage']}: RAM {row['ram_need_bytes'] / GIB:.2f} GiB, VRAM "
+              f"{row['vram_need_bytes'] / GIB:.2f} / {row['vram_usable_bytes'] / GIB:.2f} GiB, about "
+              f"{row['estimated_s']:.0f} s on a card of this class{rows}", flush=True)
+    return plan
+
+
+def calls(a, job) -> list[str]:
+    """The device calls that make the whole table, each one stage process under the budget."""
+    count = job.segments().count
+    out = [f"python -m bench.long_job --prepare --blocks {a.blocks}"]
+    for stage in STAGES[:3]:
+        for first in range(0, count, PASSES_PER_PROCESS):
+            stop = min(count, first + PASSES_PER_PROCESS)
+            out.append(f"python -m bench.long_job --stage {stage} --passes {first} {stop} --out {a.out}")
+    out.append(f"python -m bench.long_job --stage decode --out {a.out}")
+    return out
+
+
+def _gpu_and_comfyui() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and bool(os.environ.get("LONGMEDIA_COMFYUI_ROOT"))
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    if a.table:
+        plan_path = a.table.parent / PLAN_FILE
+        print(table(read_rows(a.table), json.loads(plan_path.read_text()) if plan_path.is_file() else None))
+        return 0
+    if a.child:
+        from .stage import stage_main
+
+        return stage_main(a)
+    if a.smoke:
+        return smoke(a)
+    job = FULL
+    a.out.mkdir(parents=True, exist_ok=True)
+    plan = print_plan(a, job)
+    (a.out / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+    if not _gpu_and_comfyui():
+        print("bench.long_job: the stages need a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent "
+              "GPU machine `. tools/gpu/bootstrap.sh`). The calls that make the table:\n  " + "\n  ".join(calls(a, job)))
+        return 2
+    unet = checkpoint(a)
+    if a.prepare or unet is None:
+        return 0 if unet else 1
+    if a.stage is None:
+        print("name a stage (--stage); the calls that make the table:\n  " + "\n  ".join(calls(a, job)))
+        return 2
+    from ..cards.entry import _ballast
+
+    ballast = _ballast(a.card)
+    try:
+        code = run_stage(a, unet)
+    finally:
+        ballast.kill()
+        ballast.wait()
+    text = table(read_rows(a.out / ROWS_FILE), plan)
+    print(text)
+    copy_out(a, text)
+    return code
+
+
+def copy_out(a, text: str) -> None:
+    """The rows, the plan and the table into $OUT (the device tool brings that folder back), when it is set."""
+    import shutil
+
+    dest = os.environ.get("OUT")
+    if not dest or Path(dest).resolve() == a.out.resolve():
+        return
+    for name in (ROWS_FILE, PLAN_FILE):
+        if (a.out / name).is_file():
+            shutil.copyfile(a.out / name, Path(dest) / name)
+    (Path(dest) / "long_job_table.md").write_text(text + "\n")
+
+
+def checkpoint(a) -> str | None:
+    """The random full-width INT8 H3 with --blocks blocks in --models (written once; a warm machine keeps it)."""
+    from longmedia.testing.full_h3 import default_filename
+
+    name = default_filename("int8", a.blocks)
+    if (a.models / name).is_file():
+        return name
+    t0 = time.perf_counter()
+    gen = subprocess.run([sys.executable, "-m", "longmedia.testing.full_h3", str(a.models), "--blocks", str(a.blocks),
+                          "--variant", "int8"], cwd=REPO, capture_output=True, text=True, check=False)
+    print(f"checkpoint ({time.perf_counter() - t0:.0f} s): {gen.stdout.strip()} {gen.stderr[-2000:]}", flush=True)
+    return name if gen.returncode == 0 else None
+
+
+def run_stage(a, unet: str) -> int:
+    """The stage in its own process (ComfyUI started there as main.py does), killed past --stage-budget-s."""
+    from ..cards import comfy_process
+
+    passes = a.passes or (0, 0)
+    cmd = [sys.executable, "-P", "-m", "bench.long_job", "--child", a.stage, "--passes", *map(str, passes),
+           "--out", str(a.out), "--models", str(a.models), "--blocks", str(a.blocks), "--card", str(a.card),
+           "--unet", unet] + (["--smoke"] if a.smoke else [])
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=a.stage_budget_s, env=comfy_process.child_env(REPO))
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        code = 124
+        print(f"stage {a.stage}: past its {a.stage_budget_s:g} s budget, stopped (rows so far are kept)", flush=True)
+    print(f"stage {a.stage} passes {passes[0]}..{passes[1] or 'end'}: exit {code} after "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return code
+
+
+def smoke(a) -> int:
+    """The full job's plan (no GPU needed), then, with a ComfyUI checkout, every stage on the tiny checkpoint on
+    the CPU: the sampler in two processes (passes 0..1, then the rest), then Hi-Res, Refiner and the decode."""
+    a.ram_gib = a.ram_gib or LENT_RAM_GIB
+    plan = print_plan(a, FULL)
+    assert FULL.segments().count == 7 and all(row["fits"] for row in plan.values()), plan
+    print("the calls that make the GPU table:\n  " + "\n  ".join(calls(a, FULL)), flush=True)
+    if not os.environ.get("LONGMEDIA_COMFYUI_ROOT"):
+        print("bench.long_job --smoke: the plan only (no LONGMEDIA_COMFYUI_ROOT: the stages were not run)")
+        return 0
+    from longmedia.testing.tiny_h3 import write_tiny_h3
+
+    if a.out == parse([]).out:   # a fresh folder: the smoke never continues a GPU run's latents
+        a.out = Path(tempfile.mkdtemp(prefix="long_job_smoke_"))
+    a.models = a.out / "models"
+    a.models.mkdir(parents=True, exist_ok=True)
+    unet = write_tiny_h3(a.models, variant="fp32").name
+    count = SMOKE.segments().count
+    for stage, passes in (("sampler", (0, 1)), ("sampler", (1, count)), ("hires", None), ("refiner", None),
+                          ("decode", None)):
+        a.stage, a.passes = stage, passes
+        if run_stage(a, unet) != 0:
+            print(table(read_rows(a.out / ROWS_FILE)))
+            return 1
+    print(table(read_rows(a.out / ROWS_FILE)))
+    print(f"bench.long_job --smoke: every stage ran on the CPU; rows in {a.out / ROWS_FILE}")
+    return 0

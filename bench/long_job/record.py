@@ -1,0 +1,107 @@
+"""Per-pass measurement inside a stage's process: device-timed model calls (bench/cards/step_clock.py's marks) and
+the process's device and host memory of each pass, written as a row when the pass ends.
+
+A pass starts at its PREPARE_SAMPLING (after LongMedia's residency boundary, before the model loads); it ends when
+the next pass starts or the stage ends. Wrappers go on the guider's model_options, which every pass's guider copies
+(LongMedia copies model_options, never replaces them). With cfg 1 and euler, each step is one model call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+WRAPPER_KEY = "longmedia_bench_long_job"
+
+
+def host_rss() -> tuple[int, int]:
+    """(RSS now, its peak since `reset_host_peak`) of this process, bytes (Linux /proc)."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(rest.split()[0]) * 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def reset_host_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")     # VmHWM := the current RSS
+
+
+@dataclass(frozen=True)
+class CpuMark:
+    """A CPU-clock mark (the --smoke run on the CPU has no CUDA events)."""
+
+    at: float
+
+    @classmethod
+    def now(cls) -> "CpuMark":
+        return cls(time.perf_counter())
+
+    def seconds_until(self, later: "CpuMark") -> float:
+        return later.at - self.at
+
+
+class NoDeviceMemory:
+    """DeviceMemory's interface on the CPU: nothing to read."""
+
+    source = "none (CPU)"
+
+    def reset(self) -> None:
+        pass
+
+    def peak(self) -> dict:
+        return {"process_bytes": None, "process_source": self.source}
+
+    def close(self) -> None:
+        pass
+
+
+class PassRecorder:
+    """Rows of the passes of one stage process; `emit(row)` gets each as its pass ends."""
+
+    def __init__(self, stage: str, first_pass: int, memory, emit: Callable[[dict], None], new_mark):
+        self.stage, self.next_index, self.memory, self.emit, self.new_mark = stage, first_pass, memory, emit, new_mark
+        self.calls: list[tuple[object, object]] = []
+        self.index: int | None = None
+        self.started = 0.0
+
+    def install(self, model_options: dict) -> None:
+        import comfy.patcher_extension as ext
+
+        def prepare_sampling(executor, model, *args, **kwargs):
+            self.pass_started()
+            return executor(model, *args, **kwargs)
+
+        def diffusion_model(executor, x, timestep, context, transformer_options, *args, **kwargs):
+            before = self.new_mark()
+            out = executor(x, timestep, context, transformer_options, *args, **kwargs)
+            self.calls.append((before, self.new_mark()))
+            return out
+
+        ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, model_options,
+                                 is_model_options=True)
+        ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, model_options,
+                                 is_model_options=True)
+
+    def pass_started(self) -> None:
+        self.finish()
+        self.index, self.next_index = self.next_index, self.next_index + 1
+        self.calls, self.started = [], time.perf_counter()
+        self.memory.reset()
+
+    def finish(self) -> None:
+        """Close the pass running now (if any) into its row."""
+        if self.index is None:
+            return
+        seconds = [a.seconds_until(b) for a, b in self.calls]
+        rss, rss_peak = host_rss()
+        peak = self.memory.peak()
+        self.emit({"kind": "pass", "stage": self.stage, "segment": self.index, "model_calls": len(seconds),
+                   "call_s": seconds, "s_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None,
+                   "pass_wall_s": time.perf_counter() - self.started,
+                   "process_peak_bytes": peak.get("process_bytes"), "process_source": peak.get("process_source"),
+                   "host_rss_bytes": rss, "host_rss_peak_bytes": rss_peak})
+        self.index = None

@@ -1,0 +1,124 @@
+"""One stage's process: ComfyUI started in main.py's order, the bench's nodes registered, the stage's prompt run
+through ComfyUI's PromptExecutor, a row per pass (`record.PassRecorder`) and one for the stage in OUT."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ..cards import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
+from .job import FULL, SMOKE
+from .record import CpuMark, NoDeviceMemory, PassRecorder, host_rss, reset_host_peak
+from .tables import append_row
+
+
+def stage_prompt(a, job, unet: str) -> dict:
+    """The stage's API prompt (decode: the decode node alone)."""
+    work = str(a.out.resolve())
+    if a.child == "decode":
+        return {"run": {"class_type": "LongMediaLongJobDecode", "inputs": {"work_dir": work, "tiny": a.smoke,
+                                                                           "seed": 3}}}
+    steps = {"sampler": job.sampler_steps, "hires": job.hires_schedule_steps, "refiner": 1}[a.child]
+    return {
+        "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
+        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["unet", 0], "shift_video": 12.0,
+                                                                   "shift_audio": 3.0}},
+        "pos": {"class_type": "LongMediaLongJobConditioning", "inputs": {"tokens": job.positive_tokens, "seed": 1,
+                                                                          "tiny": a.smoke}},
+        "neg": {"class_type": "LongMediaLongJobConditioning", "inputs": {"tokens": job.negative_tokens, "seed": 2,
+                                                                          "tiny": a.smoke}},
+        "guider": {"class_type": "CFGGuider", "inputs": {"model": ["shift", 0], "positive": ["pos", 0],
+                                                         "negative": ["neg", 0], "cfg": 1.0}},
+        "sampler": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "sigmas": {"class_type": "BasicScheduler", "inputs": {"model": ["shift", 0], "scheduler": "simple",
+                                                              "steps": steps, "denoise": 1.0}},
+        "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": job.seed + STAGE_SEED[a.child]}},
+        "run": {"class_type": "LongMediaLongJobStage", "inputs": {
+            "noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
+            "positive": ["pos", 0], "negative": ["neg", 0], "stage": a.child, "job_json": json.dumps(job.to_dict()),
+            "card_gib": a.card, "work_dir": work, "pass_first": a.passes[0], "pass_stop": a.passes[1]}},
+    }
+
+
+STAGE_SEED = {"sampler": 0, "hires": 100, "refiner": 200, "decode": 300}
+
+
+def stage_main(a) -> int:
+    start = comfy_process.start_comfyui(["--cpu"] if a.smoke else [])
+    import torch
+
+    comfy_process.load_builtin_nodes()
+    import comfy.model_management as mm
+    import execution
+    import folder_paths
+
+    from ..cards.measure import executor_class
+    from ..cards.prompts import Server
+    from ..cards.step_clock import CudaMark
+    from . import nodes
+
+    cuda = torch.cuda.is_available() and not a.smoke
+    memory = comfy_process.DeviceMemory() if cuda else NoDeviceMemory()
+    job = SMOKE if a.smoke else FULL
+    base = {"stage": a.child, "passes": list(a.passes), "card_gib": a.card, "blocks": a.blocks, "smoke": a.smoke,
+            "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "job": job.to_dict()}
+
+    def emit(row: dict) -> None:
+        row = base | row
+        append_row(a.out, row)
+        print(json.dumps({k: row.get(k) for k in ("kind", "stage", "segment", "s_per_step", "process_peak_bytes",
+                                                   "host_rss_peak_bytes", "result")}), flush=True)
+
+    recorders = []
+
+    def recorder_for(stage: str, first: int) -> PassRecorder:
+        recorders.append(PassRecorder(stage, first, memory, emit, CudaMark.now if cuda else CpuMark.now))
+        return recorders[-1]
+
+    nodes.register(recorder_for)
+    folder_paths.add_model_folder_path("diffusion_models", str(a.models))
+    executor = executor_class(execution)(Server(), cache_type=execution.CacheType.CLASSIC,
+                                         cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+    stage_memory = comfy_process.DeviceMemory() if cuda else NoDeviceMemory()
+    unet = a.unet
+    reset_host_peak()
+    rss_before, _ = host_rss()
+    stage_memory.reset()
+    t0 = time.perf_counter()
+    executor.execute(stage_prompt(a, job, unet), f"long-job-{a.child}", {"client_id": "bench"}, ["run"])
+    if cuda:
+        torch.cuda.synchronize()
+    for r in recorders:
+        r.finish()
+    rss, rss_peak = host_rss()
+    row = {"kind": "stage", "wall_s": time.perf_counter() - t0, "host_rss_before_bytes": rss_before,
+           "host_rss_peak_bytes": rss_peak, "host_rss_after_bytes": rss,
+           "process_peak_bytes": stage_memory.peak().get("process_bytes"),
+           "torch_peak_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
+           "result": "ok" if executor.success else "error"}
+    if not executor.success:
+        err = next((d for ev, d in executor.status_messages if ev == "execution_error"), {})
+        row["error"] = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"[:4000]
+    ui = executor.history_result.get("outputs", {}).get("run", {}) if executor.success else {}
+    if ui.get("report"):
+        rep = json.loads(ui["report"][0])
+        row["segments"] = [{"segment": s["index"], "seed": s["seed"], "pass_frames": s["pass_frames"],
+                            "context_frames": s["context_frames"], "sample_seconds": s["sample_seconds"],
+                            "seconds_per_step": s["seconds_per_step"], "torch_peak_bytes": s["peak_bytes"],
+                            "seq_len": s["run"]["plan"]["geometry"]["seq_len"],
+                            "width": s["run"]["plan"]["geometry"]["width"],
+                            "height": s["run"]["plan"]["geometry"]["height"],
+                            "memory_mode": s["run"]["plan"]["memory_mode"],
+                            "attention_backend": s["run"].get("attention_backend"),
+                            "predicted_peak_bytes": s["run"]["plan"].get("predicted_peak_bytes")}
+                           for s in rep.get("segments", [])]
+        row["notes"] = rep.get("notes")
+        row["seams"] = (ui.get("seams") or [None])[0]
+        row["segment_count"] = (ui.get("segments") or [None])[0]
+    if ui.get("decode"):
+        row["decode"] = ui["decode"][0]
+    emit(row)
+    memory.close()
+    stage_memory.close()
+    mm.unload_all_models()
+    return 0 if executor.success else 1

@@ -1,0 +1,40 @@
+"""`python -m bench.long_job --smoke` with ComfyUI: every stage of the long-job bench in its own process on the CPU
+(tiny checkpoint, 64x64, 2 s in 1 s segments; the Sampler split over two processes, continuing the saved latents),
+through ComfyUI's PromptExecutor, with a row per pass and per stage."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.cards.comfy_process import child_env
+from bench.long_job.tables import ROWS_FILE, read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_smoke_runs_every_stage_and_writes_its_rows(comfyui_root, tmp_path):
+    out = tmp_path / "long_job"
+    env = child_env(REPO, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": str(comfyui_root)})
+    proc = subprocess.run([sys.executable, "-P", "-m", "bench.long_job", "--smoke", "--out", str(out)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = read_rows(out / ROWS_FILE)
+    stages = [r for r in rows if r["kind"] == "stage"]
+    assert [(r["stage"], r["passes"]) for r in stages] == [("sampler", [0, 1]), ("sampler", [1, 2]),
+                                                           ("hires", [0, 0]), ("refiner", [0, 0]), ("decode", [0, 0])]
+    assert all(r["result"] == "ok" and r["host_rss_peak_bytes"] > 0 for r in stages)
+    passes = [(r["stage"], r["segment"]) for r in rows if r["kind"] == "pass"]
+    assert passes == [("sampler", 0), ("sampler", 1), ("hires", 0), ("hires", 1), ("refiner", 0), ("refiner", 1),
+                      ("decode", 0)]
+    for r in rows:
+        if r["kind"] == "pass" and r["stage"] != "decode":
+            assert r["model_calls"] >= 1 and r["s_per_step"] > 0
+    hires = next(r for r in stages if r["stage"] == "hires")
+    assert [s["width"] for s in hires["segments"]] == [96, 96] and len(hires["seams"]["video"]) == 1
+    decode = next(r for r in stages if r["stage"] == "decode")["decode"]
+    assert decode["frames"] == 56 and (decode["width"], decode["height"]) == (96, 96)
+    assert (out / decode["subfolder"] / decode["filename"]).is_file()
+    assert "stage | seg | s/step (device)" in proc.stdout and "every stage ran on the CPU" in proc.stdout

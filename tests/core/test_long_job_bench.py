@@ -1,0 +1,43 @@
+"""bench.long_job's CPU side: the 60 s job's plan and the device calls its --smoke prints, without ComfyUI."""
+
+from __future__ import annotations
+
+import json
+
+from bench.long_job import entry
+from bench.long_job.job import FULL, SMOKE, job_plan
+from bench.long_job.tables import table
+
+
+def test_the_smoke_plans_the_issue_s_job_and_lists_the_calls(monkeypatch, capsys):
+    monkeypatch.delenv("LONGMEDIA_COMFYUI_ROOT", raising=False)
+    assert entry.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "1344x768, 60 s -> 1450 frames in 7 segments" in out and "50 blocks INT8 on a 16 GiB card" in out
+    assert "1664x960" in out                                    # Hi-Res x1.25 on the /32 grid
+    calls = [line.strip() for line in out.splitlines() if line.strip().startswith("python -m bench.long_job")]
+    assert calls[0].startswith("python -m bench.long_job --prepare")
+    assert [c.split("--passes ")[1].split(" --")[0] for c in calls if "--passes" in c] == ["0 3", "3 6", "6 7"] * 3
+    assert calls[-1].startswith("python -m bench.long_job --stage decode")
+
+
+def test_the_plan_has_every_stage_per_pass():
+    plan = job_plan(FULL, 16, 128, 50)
+    assert list(plan) == ["sampler", "hires", "refiner", "decode"] and all(r["fits"] for r in plan.values())
+    assert plan["sampler"]["passes"] == plan["hires"]["passes"] == 7
+    assert plan["hires"]["seq_len"] > plan["sampler"]["seq_len"]        # rows x ~1.25^2 per pass
+    assert FULL.hires_schedule_steps == 2 and SMOKE.segments().count == 2
+    json.dumps(plan)
+
+
+def test_the_table_joins_pass_rows_stage_rows_and_seams():
+    rows = [{"kind": "pass", "stage": "hires", "segment": s, "s_per_step": 90.0 + s, "process_peak_bytes": 15 << 30}
+            for s in range(2)]
+    rows.append({"kind": "stage", "stage": "hires", "passes": [0, 0], "result": "ok", "wall_s": 400.0,
+                 "host_rss_peak_bytes": 30 << 30, "process_peak_bytes": 15 << 30,
+                 "segments": [{"segment": 1, "seq_len": 121116, "memory_mode": "low_vram",
+                               "predicted_peak_bytes": 14 << 30, "torch_peak_bytes": 12 << 30}],
+                 "seams": {"video": [1.01], "audio": [0.93], "inside_video_max": 1.1, "inside_audio_max": 1.3}})
+    text = table(rows, {"hires": {"ram_need_bytes": 24 << 30, "estimated_s": 3300.0}})
+    assert "hires | 1 | 91.00 | 15.00 | 12.00 | 14.00 | 121116 | low_vram | 1.01 / 0.93" in text
+    assert "hires | 0..end | ok | 400.00 | 15.00 | 30.00 | 24.00 | 3300.00 | 1.10 / 1.30" in text
