@@ -5,12 +5,16 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..longmedia.comfy.inputs import job_for_latent
-from ..longmedia.comfy.sampler import run_sampler
-from ..longmedia.comfy.segmented import run_segmented
+from ..longmedia.comfy.segmented import run_job
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output
 
 Job = io.Custom("LONGMEDIA_JOB")
+Retakes = io.Custom("LONGMEDIA_RETAKES")
+SEEDS_HELP = ("Per-segment seeds of a segmented job, in segment order: a seed, or auto (the noise seed + the "
+              "segment index). `auto, auto, 1234` retakes segment 2 with seed 1234. Empty: every segment auto.")
+RETAKES_HELP = ("LongMedia Retakes: finished segments are kept, so after a change to segment k (its seed, its "
+                "prompt) segments before k are reused and k and every later one are sampled again.")
 
 
 class LongMediaSampler(io.ComfyNode):
@@ -29,6 +33,8 @@ class LongMediaSampler(io.ComfyNode):
                 io.Sigmas.Input("sigmas", tooltip="The schedule (BasicScheduler, SplitSigmas ...): non-increasing."),
                 io.Latent.Input("latent", tooltip="The H3 AV latent (LongMedia Setup or EmptyMiniMaxH3LatentAV)."),
                 Job.Input("job", optional=True, tooltip="LongMedia Setup's job (geometry, references, segments)."),
+                io.String.Input("segment_seeds", default="", optional=True, tooltip=SEEDS_HELP),
+                Retakes.Input("retakes", optional=True, tooltip=RETAKES_HELP),
                 *memory_inputs(),
             ],
             outputs=[
@@ -38,10 +44,9 @@ class LongMediaSampler(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
+    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, segment_seeds="", retakes=None,
+                **controls) -> io.NodeOutput:
         job = job_for_latent(job, latent)     # Setup's job or nothing, with the latent's canvas and length
-        if job is not None and job.segmented:  # one pass per segment, assembled
-            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments)
-        else:
-            result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
+        result = run_job(noise, guider, sampler, sigmas, latent, plan_request(controls), job,
+                         segment_seeds=segment_seeds, retakes=retakes)
         return report_output(result)
