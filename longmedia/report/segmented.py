@@ -139,7 +139,7 @@ class SegmentedReport:
         for s in self.segments:
             p = s.run.plan
             said = f"{s.source}, " + (f"prompt {self.prompts[s.index]!r}, " if self.prompts is not None else "")
-            lines.append(f"segment {s.index}: {said}seed {s.seed}, {s.pass_frames} frames ({s.context_frames} context), "
+            lines.append(f"segment {s.index}: seed {s.seed}, {said}{s.pass_frames} frames ({s.context_frames} context), "
                          f"{s.seconds_per_step:.3f} s/step, baseline {_gib(s.baseline.allocated_bytes)}, "
                          f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.memory_mode}, "
                          f"attention {s.run.attention_backend}")
