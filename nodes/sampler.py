@@ -33,9 +33,10 @@ class LongMediaSampler(io.ComfyNode):
                 io.Sigmas.Input("sigmas", tooltip="The schedule (BasicScheduler, SplitSigmas ...): non-increasing."),
                 io.Latent.Input("latent", tooltip="The H3 AV latent (LongMedia Setup or EmptyMiniMaxH3LatentAV)."),
                 Job.Input("job", optional=True, tooltip="LongMedia Setup's job (geometry, references, segments)."),
+                *memory_inputs(),
+                # after every older input, so workflows saved before them keep their widget values in place
                 io.String.Input("segment_seeds", default="", optional=True, tooltip=SEEDS_HELP),
                 Retakes.Input("retakes", optional=True, tooltip=RETAKES_HELP),
-                *memory_inputs(),
             ],
             outputs=[
                 *latent_outputs(),

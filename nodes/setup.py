@@ -105,12 +105,13 @@ class LongMediaSetup(io.ComfyNode):
                                       "frames shown to Qwen, as the stock H3 nodes do."),
                 io.String.Input("prompt", multiline=True, dynamic_prompts=True, default="", optional=True,
                                 tooltip="The prompt when clip is connected (refer to <Picture 1>, <Video 1>, <Audio 1>)."),
-                io.String.Input("segment_prompts", multiline=True, default="", optional=True,
-                                tooltip=SEGMENT_PROMPTS_HELP),
                 io.Vae.Input("vae", optional=True, tooltip="H3 video VAE: encodes first/last frames and picture/video references."),
                 io.Vae.Input("audio_vae", optional=True, tooltip="H3 audio VAE: encodes audio references and soundtracks."),
                 io.Combo.Input("ref_image_size", options=["match", "max"], default="match", optional=True, advanced=True,
                                tooltip="Stock picture sizing: match = the video's area, max = 2048 short edge (slow)."),
+                # after every older widget, so workflows saved before it keep their values in place
+                io.String.Input("segment_prompts", multiline=True, default="", optional=True,
+                                tooltip=SEGMENT_PROMPTS_HELP),
                 *media,
             ],
             outputs=[
