@@ -293,7 +293,9 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
     assert "segments 2 passes" in sampler and "drift s/step" in sampler, sampler
     assert "(largest pass, #" in sampler and "pass\tframes\tcontext\trows" in sampler, sampler
     setup = panels["LongMediaSetup"]["text"]
-    assert "pass\tframes\tcontext\tnew -> result" in setup and "seed" not in setup and " | " not in setup, setup
+    # Setup's segment table, with each segment's seed and "sampled" / "reused" from the Sampler's run of its job
+    assert "pass\tframes\tcontext\tnew -> result\tstart\tduration\tseed\trun" in setup and " | " not in setup, setup
+    assert "\tsampled" in setup and "prompt" not in setup, setup
     assert screenshot(page, shots / f"{page.renderer}_report.png", capsys).stat().st_size > 20_000
     if page.renderer == "classic":
         doc_screenshot(page, "plan_panel.png", ["LongMediaSampler", "LongMediaHiRes"], 0.8, capsys)

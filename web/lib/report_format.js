@@ -63,6 +63,10 @@ function notesOf(run) {
   return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
 }
 
+function isReused(segment) {
+  return segment?.source === "reused";
+}
+
 // A segmented Sampler run (kind "segmented_run"): entry.segment_plan is the segment plan, each entry.segments[i].run
 // a run report (kind "run"). The rows
 // describe the largest pass (the most packed rows: the one that sets the memory), labelled; a table lists all.
@@ -79,13 +83,16 @@ function formatSegmented(entry) {
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
   rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
   const table = {
-    head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak"],
+    head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak", "seed", "run"],
     rows: segs.map((s) => [`#${s.index}`, String(s.pass_frames), String(s.context_frames), String(rowsOf(s) || "?"),
-                           s.run?.plan?.memory_mode ?? "", typeof s.seconds_per_step === "number"
-                             ? s.seconds_per_step.toFixed(2) : "", s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a"]),
+                           s.run?.plan?.memory_mode ?? "", typeof s.seconds_per_step === "number" && !isReused(s)
+                             ? s.seconds_per_step.toFixed(2) : "", s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a",
+                           String(s.seed ?? ""), s.source ?? "sampled"]),
+    titles: segs.map((s) => (entry.prompts ? `prompt: ${entry.prompts[s.index] ?? ""}` : "")),
   };
   const tail = [];
   if (segs.length > 1) tail.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
+  if (entry.retakes?.line) tail.push(["retakes", String(entry.retakes.line).replace(/^retakes: /, "")]);
   const runs = segs.map((s) => s.run ?? {});
   const warnings = [...new Set(runs.flatMap(warningsOf))];
   const notes = [...new Set(runs.flatMap(notesOf)), ...(entry.notes ?? []).map(String)];
@@ -95,7 +102,8 @@ function formatSegmented(entry) {
 // Setup's summary: text lines, with its segment table ("a | b | c" lines, the first one the header) as a table
 // of the columns a reader needs (the latent and audio ranges go to each row's tooltip).
 const SETUP_COLUMNS = { "seg": "pass", "pass frames": "frames", "context": "context",
-                        "new frames -> result frames": "new -> result" };
+                        "new frames -> result frames": "new -> result", "start": "start", "duration": "duration",
+                        "prompt": "prompt" };
 
 export function splitSummary(lines) {
   const text = [];
@@ -115,6 +123,23 @@ export function splitSummary(lines) {
   return { lines: text, table };
 }
 
+// Setup's segment table after a Sampler run: each segment's seed and whether it was sampled or reused.
+function withRuns(table, runs) {
+  const byIndex = new Map(runs.map((r) => [String(r.index), r]));
+  table.head.push("seed", "run");
+  table.rows.forEach((cells, i) => {
+    const run = byIndex.get(String(cells[0]));
+    cells.push(run ? String(run.seed) : "", run ? run.source ?? "sampled" : "");
+    if (run && table.titles) table.titles[i] += `\nseed: ${run.seed}\nrun: ${run.source ?? "sampled"}`;
+  });
+}
+
+/** A segmented Sampler report's per-segment runs, for the Setup whose job it ran (its segment table). */
+export function segmentRuns(entry) {
+  if (entry?.kind !== "segmented_run" || !Array.isArray(entry.segments)) return undefined;
+  return entry.segments.map((s) => ({ index: s.index, seed: s.seed, source: s.source ?? "sampled" }));
+}
+
 /** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). Its `kind`
  * says what it is: "segmented_run" (a segmented Sampler run), "run" (one pass: its `plan` is the ExecutionPlan),
  * anything else a summary of text lines. */
@@ -125,6 +150,7 @@ export function formatReport(entry) {
   const plan = entry?.plan;
   if (entry?.kind !== "run" || !plan || typeof plan !== "object") {
     const { lines, table } = splitSummary((entry?.summary ?? []).map(String));
+    if (table && Array.isArray(entry?.segment_runs)) withRuns(table, entry.segment_runs);
     return { rows: [], warnings: [], notes: [], reasons: [], lines, table };
   }
   const rows = planRows(plan, entry, entry.measured_peak_bytes);
