@@ -43,8 +43,8 @@ def job_digest(guider, sampler, sigmas, request, latent: dict, noise, plan, cont
                ) -> tuple[str, tuple[weakref.ref, ...]]:
     """The digest of what every segment of the run shares, and the pins it made (raises Uncacheable)."""
     f = _fingerprint()
-    own = {k: v for k, v in vars(guider).items() if k not in _GUIDER_OWN}
-    noise_kind = {k: v for k, v in vars(noise).items() if k != "seed"}
+    own = {k: v for k, v in getattr(guider, "__dict__", {}).items() if k not in _GUIDER_OWN}
+    noise_kind = {k: v for k, v in getattr(noise, "__dict__", {}).items() if k != "seed"}
     digest = f.digest({
         "model": guider.model_patcher, "guider": (type(guider), own), "guider_options": guider.model_options,
         "sampler": sampler, "sigmas": sigmas, "request": request,

@@ -193,10 +193,14 @@ class Fingerprint:
         if size > MAX_HASH_BYTES or t.is_sparse or type(t) is not torch.Tensor and not _plain_subclass(t):
             self._pin(h, t)
             return
+        try:
+            flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        except (RuntimeError, NotImplementedError):  # named: storage torch cannot read back (meta, odd layouts)
+            self._pin(h, t)
+            return
         h.update(f"tensor:{t.dtype}:{tuple(t.shape)};".encode())
-        flat = t.detach().to("cpu").contiguous().reshape(-1)
         if flat.numel():
-            h.update(memoryview(flat.view(torch.uint8).numpy()))
+            h.update(memoryview(flat.numpy()))
 
 
 def _plain_subclass(t: torch.Tensor) -> bool:
