@@ -33,11 +33,10 @@ from ..report.oom import phase
 from ..report.segmented import SegmentedReport, SegmentForecast, SegmentRecord
 from ..segments import seams
 from ..segments.prompts import SegmentPrompts, short_prompt
-from ..segments.retakes import RetakeCache, RetakeChain
+from ..segments.retakes import RetakeCache
 from ..segments.timeline import SegmentPlan
-from . import inputs
+from . import directing, inputs
 from . import sampler as comfy_sampler
-from . import segment_keys
 from .memory_facts import comfy_reading
 
 WRAPPER_KEY = "longmedia_segmented"
@@ -65,42 +64,6 @@ def _routed(plan: SegmentPlan, conds: dict) -> dict:
             for key, entries in conds.items()}
 
 
-def _with_text(entry: dict, text) -> dict:
-    """A converted conditioning entry with the text of CONDITIONING `text` (its first entry's tensor and keys);
-    the entry's guides stay."""
-    tensor, extra = text[0][0], text[0][1]
-    out = dict(entry)
-    out.update({k: v for k, v in extra.items() if k != "minimax_keyframes"})
-    out["cross_attn"] = tensor
-    return out
-
-
-def _check_prompts(prompts: SegmentPrompts | None, conds: dict, plan: SegmentPlan) -> None:
-    """Per-segment prompts fit the plan, and the guider's positive is Setup's (segment 0's prompt), before any pass."""
-    if prompts is None:
-        return
-    if prompts.count != plan.count:
-        raise LongMediaInputError("job", f"{prompts.count} segment prompts", f"{plan.count} (one per segment of the "
-                                  "job's plan)", "Connect the job of the Setup that made this latent.")
-    first, want = conds["positive"][0].get("cross_attn"), prompts.conditioning[0][0][0]
-    if first is not want and not (getattr(first, "shape", None) == want.shape and torch.equal(first, want)):
-        raise LongMediaInputError("guider", "positive conditioning other than Setup's",
-                                  "Setup's positive output (its job carries a prompt per segment)",
-                                  "Connect Setup's positive to the guider, or clear Setup's segment_prompts.")
-
-
-def _longest_prompt(guider, prompts: SegmentPrompts | None):
-    """`guider`, or a copy whose positive text is the longest segment prompt's (the rows every pass is planned for)."""
-    if prompts is None:
-        return guider
-    longest = max(prompts.conditioning, key=lambda c: c[0][0].shape[1])
-    g = copy.copy(guider)
-    conds = dict(guider.original_conds)
-    conds["positive"] = [_with_text(conds["positive"][0], longest)] + list(conds["positive"][1:])
-    g.original_conds = conds
-    return g
-
-
 def _segment_conds(conds: dict, routed: dict, index: int, context: dict | None, context_keys, text) -> dict:
     """This pass's conditioning: its guides (the context first), and its own prompt's text (`text`) on positive."""
     new = {}
@@ -110,7 +73,7 @@ def _segment_conds(conds: dict, routed: dict, index: int, context: dict | None, 
             frames = ([context] if context is not None and key in context_keys else []) + list(routed[key][j][index])
             entry = {k: v for k, v in c.items() if k != "minimax_keyframes"}
             if text is not None and key == "positive" and j == 0:
-                entry = _with_text(entry, text)
+                entry = directing.with_text(entry, text)
             if frames:
                 entry["minimax_keyframes"] = frames
             new[key].append(entry)
@@ -210,7 +173,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
     segment prompt's text rows (when the job has per-segment prompts)."""
     import comfy.nested_tensor
 
-    guider = _longest_prompt(guider, prompts)
+    guider = directing.longest_prompt(guider, prompts)
     video, audio = inputs.av_latents(latent)
     out = []
     for seg in plan.segments:
@@ -222,29 +185,6 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
         out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
                                    p.predicted_peak_bytes, p.fits))
     return tuple(out)
-
-
-def _job_chain(retakes: RetakeCache | None, guider, sampler, sigmas, request, latent, noise, plan,
-               context_keys) -> RetakeChain:
-    """This run's walk through the retake cache (off without a cache, or when the job has no digest)."""
-    if retakes is None:
-        return RetakeChain(None, None)
-    try:
-        digest, pins = segment_keys.job_digest(guider, sampler, sigmas, request, latent, noise, plan, context_keys)
-    except segment_keys.Uncacheable as error:  # named: a key part with no digest; the run samples every segment
-        return RetakeChain(retakes, None, off_reason=str(error))
-    return RetakeChain(retakes, digest, pins)
-
-
-def _segment_key(chain: RetakeChain, seed: int, pass_latents, conds: dict) -> tuple[str | None, tuple]:
-    if chain.job is None:
-        return chain.key(None), ()
-    try:
-        digest, pins = segment_keys.segment_digest(seed, pass_latents, conds)
-    except segment_keys.Uncacheable as error:  # named: this segment and every later one sample
-        chain.off_reason = str(error)
-        return chain.key(None), ()
-    return chain.key(digest), pins
 
 
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
@@ -270,7 +210,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
 
     video, audio = _check_inputs(guider, sigmas, latent, plan)
     conds = _conditioning(guider)
-    _check_prompts(prompts, conds, plan)
+    directing.check_prompts(prompts, conds, plan)
     seed_list = seams.segment_seeds(plan.count, int(getattr(noise, "seed", 0) or 0), seeds)
     forecast = forecast_segments(guider, sigmas, latent, request, plan, device_profile, prompts)
     for row in forecast:  # listed before the first pass runs
@@ -280,7 +220,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     steps = int(sigmas.shape[-1]) - 1
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
-    chain = _job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys)
+    chain = directing.job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys)
     result = denoised = None
     records = []
     for seg in plan.segments:
@@ -290,7 +230,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         text = prompts.conditioning[seg.index] if prompts is not None else None
         new_conds = _segment_conds(conds, routed, seg.index, context, context_keys, text)
         pass_v, pass_a = _job_latent(seams.pass_latents, seg, video, audio)
-        key, pins = _segment_key(chain, seed_list[seg.index], (pass_v, pass_a), new_conds)
+        key, pins = directing.segment_key(chain, seed_list[seg.index], (pass_v, pass_a), new_conds)
         hit = chain.lookup(seg.index, key)
         if hit is not None:
             out_v, out_a, den_v, den_a = hit.tensors
