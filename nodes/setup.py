@@ -23,7 +23,7 @@ REFERENCE_HELP = {"pictures": "Picture reference <Picture N> (ref2va; numbered i
                   "videos": "Video reference <Video N>: frames at 24 fps (ref2va).",
                   "video_audios": "Soundtrack of ref_video_N (needs audio_vae).",
                   "audios": "Audio reference <Audio N> (needs audio_vae)."}
-SEGMENT_PROMPTS_HELP = ("A prompt per segment (needs clip; t2va / fl2va), one per line: either a list (line i is "
+SEGMENT_PROMPTS_HELP = ("A prompt per segment (needs clip), one per line: either a list (line i is "
                         "segment i) or a schedule of `<seconds>s: <prompt>` lines (`0s: ...`, `10s: ...`). Missing "
                         "entries repeat the previous prompt; empty = every segment uses prompt.")
 FRAME_HELP = {"first_frame": "fl2va: the first frame.", "last_frame": "fl2va: the last frame."}

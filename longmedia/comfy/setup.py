@@ -194,23 +194,25 @@ def _longest_prompt_tokens(clip, prompt: str, segment_prompts: str) -> int:
     return max(_prompt_tokens(clip, t) for t in texts)
 
 
-def _text_encoder(clip, family: str, width: int, height: int, first_frame, last_frame):
-    """text -> the CONDITIONING Setup's family path encodes for it, text only (fl2va: the frames shown to Qwen,
-    as MiniMaxH3ImageToVideo shows them; its guides stay on Setup's positive)."""
-    from comfy_extras.nodes_minimax_h3 import _resize
+class _PresentingClip:
+    """Setup's clip as the stock H3 node uses it, remembering how it presented the frames or references to Qwen
+    (the keywords of its `tokenize` call), so every segment prompt is encoded with the same presentation."""
 
-    images = []
-    if family == "fl2va":
-        if first_frame is not None:
-            images.append(_resize(first_frame[:1], width, height, "disabled"))
-        if last_frame is not None:
-            images.append(_resize(last_frame[:1], width, height, "center"))
+    def __init__(self, clip) -> None:
+        self.clip = clip
+        self.presentation: dict = {}
 
-    def encode(text: str):
-        tokens = clip.tokenize(text, images=images) if images else clip.tokenize(text)
-        return clip.encode_from_tokens_scheduled(tokens)
+    def tokenize(self, text, **kwargs):
+        self.presentation = dict(kwargs)
+        return self.clip.tokenize(text, **kwargs)
 
-    return encode
+    def __getattr__(self, name):
+        return getattr(self.clip, name)
+
+    def encode(self, text: str):
+        """CONDITIONING of `text`, presented as the stock node presented segment 0's prompt (text only: the
+        guides and references stay on Setup's positive)."""
+        return self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **self.presentation))
 
 
 def _segment_prompts(texts: tuple[str, ...], first_cond, encode) -> SegmentPrompts:
@@ -255,6 +257,7 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     plan = plan_setup(request)
     if plan.prompts is not None:
         prompt = plan.prompts[0]
+        clip = _PresentingClip(clip)
     with phase("job_latent", reader=comfy_reading()):   # counted above; RAM can still run out meanwhile
         latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":
@@ -274,8 +277,7 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
                 cond = h3.MiniMaxH3AddGuide.execute(cond, latent, index, vae=vae, image=image).result[0]
     job = plan.job()
     if plan.prompts is not None:
-        encode = _text_encoder(clip, family, width, height, first_frame, last_frame)
-        job = dataclasses.replace(job, prompts=_segment_prompts(plan.prompts, cond, encode))
+        job = dataclasses.replace(job, prompts=_segment_prompts(plan.prompts, cond, clip.encode))
     return SetupResult(cond, negative, latent, job, plan, (_decode_note(plan),))
 
 

@@ -249,16 +249,13 @@ def _node_inputs() -> Iterator[None]:
 
 
 def _check_segment_prompts(r: SetupRequest) -> None:
-    """Per-segment prompts need Setup's own text encoder, and a family whose text carries no references."""
+    """Per-segment prompts need Setup's own text encoder (every segment's prompt through the same one)."""
     if not isinstance(r.segment_prompts, str) or not r.segment_prompts.strip():
         return
     if r.conditioning != "clip":
         raise LongMediaInputError(SEGMENT_PROMPTS, "given with positive connected",
                                   "segment prompts encoded by Setup's clip (the same text encoder for every segment)",
                                   "Disconnect positive and connect the CLIP to Setup, or clear segment_prompts.")
-    if r.family == "ref2va":
-        raise LongMediaInputError(SEGMENT_PROMPTS, "given with family='ref2va'", "family t2va or fl2va",
-                                  "Clear segment_prompts for a ref2va job (its prompt names the references).")
 
 
 def plan_setup(r: SetupRequest) -> SetupPlan:

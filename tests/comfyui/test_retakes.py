@@ -109,6 +109,34 @@ def test_four_prompts_condition_their_own_segments(env, story, monkeypatch):
     assert video.shape[2] == job.segments.video_latent_frames and torch.isfinite(video).all() and video.std() > 0.05
 
 
+@pytest.mark.parametrize("family", ["fl2va", "ref2va"])
+def test_segment_prompts_see_the_frames_or_references_as_the_stock_node_shows_them(env, family):
+    """fl2va and ref2va: every segment prompt is encoded with the frames / references presented to Qwen exactly as
+    the stock node presents them for one prompt (its conditioning's text equals the stock node's for that prompt)."""
+    import comfy_extras.nodes_minimax_h3 as h3n
+    from test_stage_nodes import TinyAudioVAE, TinyVideoVAE
+
+    g = torch.Generator().manual_seed(8)
+    picture = torch.rand(1, 64, 64, 3, generator=g)
+    vae = TinyVideoVAE()
+    prompts = ("<Picture 1> walks in snow", "<Picture 1> reaches the river") if family == "ref2va" else PROMPTS[:2]
+    kw = ({"references": {"ref_image_1": picture}, "audio_vae": TinyAudioVAE()} if family == "ref2va"
+          else {"first_frame": picture})
+    made = setup(env, prompts=prompts, family=family, vae=vae, **kw)
+    assert made.job.prompts.texts[:2] == prompts and made.job.prompts.conditioning[0] is made.positive
+    for text, cond in zip(prompts, made.job.prompts.conditioning[:2]):
+        if family == "ref2va":
+            stock = h3n.MiniMaxH3ReferenceToVideo.execute(clip=env["clip"], vae=vae, audio_vae=None, prompt=text,
+                                                          width=W, height=H, length=made.plan.pass_frames,
+                                                          ref_images={"ref_image_1": picture}).result[0]
+        else:
+            stock = h3n.MiniMaxH3ImageToVideo.execute(env["clip"], vae, text, W, H, made.plan.total_frames,
+                                                      first_frame=picture).result[0]
+        assert torch.equal(cond[0][0], stock[0][0])
+    plain = tc.encode_prompt(env["clip"], prompts[1])[0][0]       # the text alone, nothing presented
+    assert plain.shape[1] < made.job.prompts.conditioning[1][0][0].shape[1]
+
+
 def test_a_retake_of_segment_2_samples_it_and_the_next_only(env, story, monkeypatch, tmp_path):
     cache = RetakeCache(64 * MIB, 64 * MIB, tmp_path)
     first = run(env, story, cache)

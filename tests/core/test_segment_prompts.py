@@ -79,14 +79,10 @@ def test_setup_plan_resolves_prompts_and_shows_them_in_its_table():
     assert plan.job().to_dict()["prompts"] is None     # Setup's ComfyUI side adds the encoded prompts
 
 
-@pytest.mark.parametrize("kw,match", [({"conditioning": "positive"}, "positive connected"),
-                                      ({"family": "ref2va"}, "ref2va")])
-def test_setup_refuses_segment_prompts_it_cannot_encode(kw, match):
-    base = dict(conditioning="clip", segment_prompts="a\nb", segment_seconds=10.0)
-    base.update(kw)
-    with pytest.raises(LongMediaInputError, match=match) as info:
-        plan_setup(SetupRequest(64, 64, 39.0, **base))
-    assert info.value.input_name in ("segment_prompts", "ref_image_1")
+def test_setup_refuses_segment_prompts_without_its_own_text_encoder():
+    with pytest.raises(LongMediaInputError, match="positive connected") as info:
+        plan_setup(SetupRequest(64, 64, 39.0, conditioning="positive", segment_prompts="a\nb", segment_seconds=10.0))
+    assert info.value.input_name == "segment_prompts"
 
 
 def test_segment_seeds_pin_any_segment():
