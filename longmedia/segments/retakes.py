@@ -56,13 +56,15 @@ class RetakeReport:
     off_reason: str | None = None         # why this run could not use the cache (it sampled everything)
 
     def line(self) -> str:
-        if self.off_reason:
+        if self.off_reason and not self.reused:
             return f"retakes: not used this run ({self.off_reason}); every segment sampled"
         reused = ", ".join(str(i) for i in self.reused) or "none"
         sampled = ", ".join(str(i) for i in self.sampled) or "none"
+        off = f"; later segments not cached ({self.off_reason})" if self.off_reason else ""
         return (f"retakes: reused segments {reused}; sampled {sampled}; cache {self.entries} segments, "
                 f"{self.ram_bytes / MIB:.1f} MiB in RAM (bound {self.ram_bound_bytes / MIB:.0f} MiB) + "
-                f"{self.disk_bytes / MIB:.1f} MiB in the temp folder (bound {self.disk_bound_bytes / MIB:.0f} MiB)")
+                f"{self.disk_bytes / MIB:.1f} MiB in the temp folder (bound {self.disk_bound_bytes / MIB:.0f} MiB)"
+                f"{off}")
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,23 @@ def test_what_has_no_value_and_no_weak_reference_is_uncacheable():
 
     with pytest.raises(Uncacheable, match="Slotted"):
         Fingerprint().digest(Slotted())
+
+
+def test_a_segment_without_a_digest_samples_it_and_every_later_one_and_says_why():
+    cache = RetakeCache(64 * MIB, 0)
+    first = RetakeChain(cache, "job")
+    key = first.key("s0")
+    first.lookup(0, key)
+    first.store(key, (torch.randn(3),), "segment 0")
+    chain = RetakeChain(cache, "job")
+    keys = [chain.key("s0")]
+    assert chain.lookup(0, keys[0]).record == "segment 0"
+    chain.off_reason = "a Slotted value in segment 1"
+    keys += [chain.key(None), chain.key("s2")]
+    assert keys[1:] == [None, None]
+    assert chain.lookup(1, None) is None and chain.lookup(2, None) is None and chain.sampled == [1, 2]
+    assert chain.reused == [0]
+    line = chain.report().line()
+    assert "later segments not cached (a Slotted value in segment 1)" in line
+    off = RetakeChain(cache, None, off_reason="no digest for the model")
+    assert off.key("s0") is None and off.report().line().startswith("retakes: not used this run (no digest")
