@@ -82,13 +82,20 @@ function formatSegmented(entry) {
   const p = entry.segment_plan ?? {};
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
   rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
+  // the mode column only when passes differ (the rows above name it); "run" (sampled / reused) with a retake cache
+  const modes = new Set(segs.map((s) => s.run?.plan?.memory_mode ?? ""));
+  const columns = [["pass", (s) => `#${s.index}`], ["frames", (s) => String(s.pass_frames)],
+                   ["context", (s) => String(s.context_frames)], ["rows", (s) => String(rowsOf(s) || "?")],
+                   ...(modes.size > 1 ? [["mode", (s) => s.run?.plan?.memory_mode ?? ""]] : []),
+                   ["s/step", (s) => (typeof s.seconds_per_step === "number" && !isReused(s)
+                     ? s.seconds_per_step.toFixed(2) : "")],
+                   ["peak", (s) => (s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a")],
+                   ...(entry.retakes ? [["run", (s) => s.source ?? "sampled"]] : [])];
   const table = {
-    head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak", "seed", "run"],
-    rows: segs.map((s) => [`#${s.index}`, String(s.pass_frames), String(s.context_frames), String(rowsOf(s) || "?"),
-                           s.run?.plan?.memory_mode ?? "", typeof s.seconds_per_step === "number" && !isReused(s)
-                             ? s.seconds_per_step.toFixed(2) : "", s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a",
-                           String(s.seed ?? ""), s.source ?? "sampled"]),
-    titles: segs.map((s) => (entry.prompts ? `prompt: ${entry.prompts[s.index] ?? ""}` : "")),
+    head: columns.map(([name]) => name),
+    rows: segs.map((s) => columns.map(([, cell]) => cell(s))),
+    titles: segs.map((s) => [`seed: ${s.seed}`, `run: ${s.source ?? "sampled"}`,
+                             ...(entry.prompts ? [`prompt: ${entry.prompts[s.index] ?? ""}`] : [])].join("\n")),
   };
   const tail = [];
   if (segs.length > 1) tail.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
@@ -100,10 +107,14 @@ function formatSegmented(entry) {
 }
 
 // Setup's summary: text lines, with its segment table ("a | b | c" lines, the first one the header) as a table
-// of the columns a reader needs (the latent and audio ranges go to each row's tooltip).
-const SETUP_COLUMNS = { "seg": "pass", "pass frames": "frames", "context": "context",
-                        "new frames -> result frames": "new -> result", "start": "start", "duration": "duration",
-                        "prompt": "prompt" };
+// of the columns a reader needs: where each segment starts, how long it is, its prompt (frames, context and the
+// latent and audio ranges go to each row's tooltip); after a Sampler run, its seed and "sampled" / "reused".
+const SETUP_COLUMNS = { "seg": "pass", "start": "start", "duration": "duration", "prompt": "prompt" };
+const PANEL_PROMPT_CHARS = 28;
+
+function shortened(text) {
+  return text.length > PANEL_PROMPT_CHARS ? `${text.slice(0, PANEL_PROMPT_CHARS - 1)}\u2026` : text;
+}
 
 export function splitSummary(lines) {
   const text = [];
@@ -115,7 +126,7 @@ export function splitSummary(lines) {
     if (cells.length < 3) { text.push(line); continue; }
     if (!head) { head = cells; continue; }
     const keep = head.map((h, i) => (h in SETUP_COLUMNS ? i : -1)).filter((i) => i >= 0);
-    rows.push(keep.map((i) => cells[i] ?? ""));
+    rows.push(keep.map((i) => (head[i] === "prompt" ? shortened(cells[i] ?? "") : cells[i] ?? "")));
     titles.push(head.map((h, i) => `${h}: ${cells[i] ?? ""}`).join("\n"));
   }
   if (!head) return { lines: text };
@@ -124,12 +135,14 @@ export function splitSummary(lines) {
 }
 
 // Setup's segment table after a Sampler run: each segment's seed and whether it was sampled or reused.
+// ("run" and "seed" go before the prompt, which is the widest column and the one a narrow panel may cut.)
 function withRuns(table, runs) {
   const byIndex = new Map(runs.map((r) => [String(r.index), r]));
-  table.head.push("seed", "run");
+  const at = table.head.includes("prompt") ? table.head.indexOf("prompt") : table.head.length;
+  table.head.splice(at, 0, "run", "seed");
   table.rows.forEach((cells, i) => {
     const run = byIndex.get(String(cells[0]));
-    cells.push(run ? String(run.seed) : "", run ? run.source ?? "sampled" : "");
+    cells.splice(at, 0, run ? run.source ?? "sampled" : "", run ? String(run.seed) : "");
     if (run && table.titles) table.titles[i] += `\nseed: ${run.seed}\nrun: ${run.source ?? "sampled"}`;
   });
 }
