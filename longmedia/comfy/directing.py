@@ -69,11 +69,13 @@ def job_chain(retakes: RetakeCache | None, guider, sampler, sigmas, request, lat
     return RetakeChain(retakes, digest, pins)
 
 
-def segment_key(chain: RetakeChain, seed: int, pass_latents, conds: dict) -> tuple[str | None, tuple]:
+def segment_key(chain: RetakeChain, segment, seed: int, pass_latents, conds: dict) -> tuple[str | None, tuple]:
+    """The next pass's key in `chain` and its pins (None once a key part has no digest: this pass and every later
+    one sample)."""
     if chain.job is None:
         return chain.key(None), ()
     try:
-        digest, pins = segment_keys.segment_digest(seed, pass_latents, conds)
+        digest, pins = segment_keys.segment_digest(segment, seed, pass_latents, conds)
     except segment_keys.Uncacheable as error:  # named: this segment and every later one sample
         chain.off_reason = str(error)
         return chain.key(None), ()

@@ -4,9 +4,9 @@ The job's digest (once per run): the model (the loaded module by identity, pinne
 `patches_uuid` and every patch's key and strengths; its object patches, weight wrappers, hook patches and
 model_options by value), the guider (its class, its own settings such as cfg, its model_options), the
 sampler, the sigmas, the plan request, the latent's other keys, the noise's kind, the segment plan and which
-conditioning lists carry the context. A segment's digest: its seed, its pass latent and its conditioning as
-the pass gets it (its prompt, its guides, and the context guide: the previous segment's final latents). The
-conditioning's `uuid` (new on every set_conds) is left out. `segments/retakes.py` chains them.
+conditioning lists carry the context. A segment's digest: where it sits, its seed, its pass latent and its
+conditioning as the pass gets it (its prompt, its guides, and the context guide: the previous segment's final
+latents). The conditioning's `uuid` (new on every set_conds) is left out. `segments/retakes.py` chains them.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ def job_digest(guider, sampler, sigmas, request, latent: dict, noise, plan, cont
     return digest, tuple(f.pins)
 
 
-def segment_digest(seed: int, pass_latents: tuple[torch.Tensor, ...], conds: dict
+def segment_digest(segment, seed: int, pass_latents: tuple[torch.Tensor, ...], conds: dict
                    ) -> tuple[str, tuple[weakref.ref, ...]]:
-    """The digest of one segment's own inputs (raises Uncacheable): seed, pass latent, its conditioning."""
+    """The digest of one segment's own inputs (raises Uncacheable): where it sits, seed, pass latent, conditioning."""
     f = _fingerprint()
     plain = {key: [{k: v for k, v in entry.items() if k != "uuid"} for entry in entries]
              for key, entries in conds.items()}
-    return f.digest({"seed": seed, "latent": pass_latents, "conds": plain}), tuple(f.pins)
+    return f.digest({"segment": segment, "seed": seed, "latent": pass_latents, "conds": plain}), tuple(f.pins)

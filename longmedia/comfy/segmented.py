@@ -230,7 +230,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         text = prompts.conditioning[seg.index] if prompts is not None else None
         new_conds = _segment_conds(conds, routed, seg.index, context, context_keys, text)
         pass_v, pass_a = _job_latent(seams.pass_latents, seg, video, audio)
-        key, pins = directing.segment_key(chain, seed_list[seg.index], (pass_v, pass_a), new_conds)
+        key, pins = directing.segment_key(chain, seg, seed_list[seg.index], (pass_v, pass_a), new_conds)
         hit = chain.lookup(seg.index, key)
         if hit is not None:
             out_v, out_a, den_v, den_a = hit.tensors
