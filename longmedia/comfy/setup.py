@@ -206,7 +206,9 @@ class _PresentingClip:
         self.presentation = dict(kwargs)
         return self.clip.tokenize(text, **kwargs)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):   # only for names this class lacks: the rest is the clip's
+        if name == "clip":
+            raise AttributeError(name)
         return getattr(self.clip, name)
 
     def encode(self, text: str):
