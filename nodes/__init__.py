@@ -5,13 +5,15 @@ from comfy_api.latest import ComfyExtension, io
 from .decode_save import LongMediaDecodeSave
 from .hires import LongMediaHiRes
 from .refiner import LongMediaRefiner
+from .retakes import LongMediaRetakes
 from .sampler import LongMediaSampler
 from .setup import LongMediaSetup
 
 
 class LongMediaExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [LongMediaSetup, LongMediaSampler, LongMediaHiRes, LongMediaRefiner, LongMediaDecodeSave]
+        return [LongMediaSetup, LongMediaSampler, LongMediaHiRes, LongMediaRefiner, LongMediaDecodeSave,
+                LongMediaRetakes]
 
 
 async def comfy_entrypoint() -> LongMediaExtension:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..longmedia.comfy.inputs import job_for_latent, request_for_job
-from ..longmedia.comfy.sampler import run_sampler
-from ..longmedia.comfy.segmented import run_segmented
+from ..longmedia.comfy.segmented import run_job
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output
 
 Job = io.Custom("LONGMEDIA_JOB")
+Retakes = io.Custom("LONGMEDIA_RETAKES")
+SEEDS_HELP = ("Per-segment seeds of a segmented job, in segment order: a seed, or auto (the noise seed + the "
+              "segment index). `auto, auto, 1234` retakes segment 2 with seed 1234. Empty: every segment auto.")
+RETAKES_HELP = ("LongMedia Retakes: finished segments are kept, so after a change to segment k (its seed, its "
+                "prompt) segments before k are reused and k and every later one are sampled again.")
 
 
 class LongMediaSampler(io.ComfyNode):
@@ -30,6 +34,9 @@ class LongMediaSampler(io.ComfyNode):
                 io.Latent.Input("latent", tooltip="The H3 AV latent (LongMedia Setup or EmptyMiniMaxH3LatentAV)."),
                 Job.Input("job", optional=True, tooltip="LongMedia Setup's job (geometry, references, segments)."),
                 *memory_inputs(),
+                # after every older input, so workflows saved before them keep their widget values in place
+                io.String.Input("segment_seeds", default="", optional=True, tooltip=SEEDS_HELP),
+                Retakes.Input("retakes", optional=True, tooltip=RETAKES_HELP),
             ],
             outputs=[
                 *latent_outputs(),
@@ -38,11 +45,10 @@ class LongMediaSampler(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
+    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, segment_seeds="", retakes=None,
+                **controls) -> io.NodeOutput:
         job = job_for_latent(job, latent)     # Setup's job or nothing, with the latent's canvas and length
         request = request_for_job(plan_request(controls), job)   # planned under the job's reference_budget
-        if job is not None and job.segmented:  # one pass per segment, assembled
-            result = run_segmented(noise, guider, sampler, sigmas, latent, request, job.segments)
-        else:
-            result = run_sampler(noise, guider, sampler, sigmas, latent, request)
+        result = run_job(noise, guider, sampler, sigmas, latent, request, job,
+                         segment_seeds=segment_seeds, retakes=retakes)
         return report_output(result)

@@ -23,6 +23,9 @@ REFERENCE_HELP = {"pictures": "Picture reference <Picture N> (ref2va; numbered i
                   "videos": "Video reference <Video N>: frames at 24 fps (ref2va).",
                   "video_audios": "Soundtrack of ref_video_N (needs audio_vae).",
                   "audios": "Audio reference <Audio N> (needs audio_vae)."}
+SEGMENT_PROMPTS_HELP = ("A prompt per segment (needs clip), one per line: either a list (line i is "
+                        "segment i) or a schedule of `<seconds>s: <prompt>` lines (`0s: ...`, `10s: ...`). Missing "
+                        "entries repeat the previous prompt; empty = every segment uses prompt.")
 FRAME_HELP = {"first_frame": "fl2va: the first frame.", "last_frame": "fl2va: the last frame."}
 
 
@@ -106,6 +109,9 @@ class LongMediaSetup(io.ComfyNode):
                 io.Vae.Input("audio_vae", optional=True, tooltip="H3 audio VAE: encodes audio references and soundtracks."),
                 io.Combo.Input("ref_image_size", options=["match", "max"], default="match", optional=True, advanced=True,
                                tooltip="Stock picture sizing: match = the video's area, max = 2048 short edge (slow)."),
+                # after every older widget, so workflows saved before it keep their values in place
+                io.String.Input("segment_prompts", multiline=True, default="", optional=True,
+                                tooltip=SEGMENT_PROMPTS_HELP),
                 *media,
             ],
             outputs=[
@@ -128,7 +134,7 @@ class LongMediaSetup(io.ComfyNode):
     @classmethod
     def execute(cls, width, height, seconds, family, reference_budget, segment_seconds, context_frames,
                 positive=None, negative=None, clip=None, prompt="", vae=None, audio_vae=None, ref_image_size="match",
-                **media) -> io.NodeOutput:
+                segment_prompts="", **media) -> io.NodeOutput:
         family, media = setup_media(family, media)
         first_frame, last_frame = (media.pop(name, None) for name in FRAME_INPUTS)
         if negative is None:
@@ -138,6 +144,6 @@ class LongMediaSetup(io.ComfyNode):
                            reference_budget=reference_budget, segment_seconds=segment_seconds,
                            context_frames=context_frames, ref_image_size=ref_image_size, clip=clip,
                            prompt=prompt, vae=vae, audio_vae=audio_vae, first_frame=first_frame,
-                           last_frame=last_frame, references=media)
+                           last_frame=last_frame, references=media, segment_prompts=segment_prompts)
         return io.NodeOutput(result.positive, result.negative, result.latent, result.job,
                              ui={"text": [result.summary], "longmedia_job": [result.job.to_dict()]})

@@ -27,7 +27,7 @@ STAGES = (
     ("Models", ("UNETLoader", "CLIPLoader", "VAELoader", "MarkdownNote")),
     ("Prompt and pictures", ("CLIPTextEncode", "LoadImage")),
     ("Job", ("LongMediaSetup",)),
-    ("Sampling settings", ("CFGGuider", "KSamplerSelect", "BasicScheduler", "RandomNoise")),
+    ("Sampling settings", ("CFGGuider", "KSamplerSelect", "BasicScheduler", "RandomNoise", "LongMediaRetakes")),
     ("LongMedia stages", ("LongMediaSampler", "LongMediaHiRes", "LongMediaRefiner")),
     ("Decode and save", ("VAEDecode", "VAEDecodeAudio", "CreateVideo", "SaveVideo", "LongMediaDecodeSave")),
 )

@@ -12,13 +12,23 @@
 import { app } from "../../scripts/app.js";
 import { applyVisibility, autoLabel, classifyInputs, showAuto, watchShowAdvanced } from "./lib/controls.js";
 import { shrinkToContent } from "./lib/nodes.js";
-import { formatReport, splitSummary } from "./lib/report_format.js";
+import { formatReport, segmentRuns, splitSummary } from "./lib/report_format.js";
 import { markStale, REPORT_WIDGET, reportOf, showReport } from "./lib/report_panel.js";
 import { applySetupSockets, dynamicName, hasDynamicFamily, migrateFlatSockets, setupSockets }
   from "./lib/setup_sockets.js";
 
 const EXTENSION_NAME = "LongMedia.Nodes";
 const NODE_PREFIX = "LongMedia";
+
+// After a segmented Sampler run, the Setup whose job it ran shows each segment's seed and "sampled" / "reused"
+// in its segment table (its own summary is kept as `longmediaSetupSummary`, so a later run replaces the columns).
+function showRunsOnSetup(node, report) {
+  const runs = segmentRuns((Array.isArray(report) ? report : [report])[0]);
+  const slot = (node.inputs ?? []).findIndex((i) => i?.name === "job");
+  const setup = runs && slot >= 0 ? node.getInputNode?.(slot) : null;
+  if (setup?.type !== "LongMediaSetup" || !setup.longmediaSetupSummary) return;
+  showReport(setup, [{ ...setup.longmediaSetupSummary, segment_runs: runs }]);
+}
 
 // Every control's callback: the mode controls re-apply visibility, Setup's family its sockets, a manual
 // control its "auto" label, and any change after a run marks the plan panel stale.
@@ -44,6 +54,7 @@ app.registerExtension({
   dynamicName,
   formatReport,
   hasDynamicFamily,
+  segmentRuns,
   setupSockets,
   splitSummary,
 
@@ -96,7 +107,11 @@ app.registerExtension({
     proto.onExecuted = function (output, ...rest) {
       const result = onExecuted?.apply(this, [output, ...rest]);
       const report = reportOf(output);
-      if (report) showReport(this, report);
+      if (report) {
+        if (this.type === "LongMediaSetup") this.longmediaSetupSummary = report[0];
+        showReport(this, report);
+        showRunsOnSetup(this, report);
+      }
       return result;
     };
   },
@@ -117,7 +132,10 @@ app.registerExtension({
       const report = reportOf(output);
       if (!report || locator.includes(":")) continue;
       const node = graph?.getNodeById?.(Number(locator)) ?? graph?.getNodeById?.(locator);
-      if (node?.type?.startsWith(NODE_PREFIX)) showReport(node, report);
+      if (!node?.type?.startsWith(NODE_PREFIX)) continue;
+      if (node.type === "LongMediaSetup") node.longmediaSetupSummary = report[0];
+      showReport(node, report);
+      showRunsOnSetup(node, report);
     }
   },
 });

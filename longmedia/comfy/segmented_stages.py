@@ -109,7 +109,8 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
                 pass_a[..., :m] = context["audio_latent"].to(pass_a.dtype)
         probe = segmented._Probe(guider.model_patcher.load_device)
         segmented._show_pass(seg, plan.count)
-        g = segmented._segment_guider(guider, conds, routed, seg.index, context, context_keys, probe,
+        g = segmented._segment_guider(guider, segmented._segment_conds(conds, routed, seg.index, context,
+                                                                        context_keys, None), probe,
                                       functools.partial(segmented._overall_step, offset=seg.index * steps,
                                                         total=total),
                                       memory_reader if memory_reader is not None else read_memory)

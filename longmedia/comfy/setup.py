@@ -8,6 +8,7 @@ first when the reference budget says so (`setup_job.ReferencePrep`). ComfyUI is 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import LongMediaInputError
@@ -24,6 +25,7 @@ from ..job.setup_plan import (
     plan_setup,
 )
 from ..report.oom import phase
+from ..segments.prompts import SegmentPrompts, parse_segment_prompts
 from .inputs import text_rows
 from .memory_facts import comfy_reading
 
@@ -200,11 +202,58 @@ def _prompt_tokens(clip, prompt: str) -> int:
     return len(next(iter(tokens.values()))[0])
 
 
+def _longest_prompt_tokens(clip, prompt: str, segment_prompts: str) -> int:
+    """Tokens of the longest prompt a segment can get: every segment_prompts entry, and the prompt box when some
+    segment may use it (no entries, or a schedule that starts after 0 s)."""
+    entries = parse_segment_prompts(segment_prompts)
+    texts = [e.text for e in entries]
+    if not entries or entries[0].seconds not in (None, 0.0):
+        texts.append(prompt)
+    return max(_prompt_tokens(clip, t) for t in texts)
+
+
+class _PresentingClip:
+    """Setup's clip as the stock H3 node uses it, remembering how it presented the frames or references to Qwen
+    (the keywords of its `tokenize` call), so every segment prompt is encoded with the same presentation."""
+
+    def __init__(self, clip) -> None:
+        self.clip = clip
+        self.presentation: dict = {}
+
+    def tokenize(self, text, **kwargs):
+        self.presentation = dict(kwargs)
+        return self.clip.tokenize(text, **kwargs)
+
+    def __getattr__(self, name):   # only for names this class lacks: the rest is the clip's
+        if name == "clip":
+            raise AttributeError(name)
+        return getattr(self.clip, name)
+
+    def encode(self, text: str):
+        """CONDITIONING of `text`, presented as the stock node presented segment 0's prompt (text only: the
+        guides and references stay on Setup's positive)."""
+        return self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **self.presentation))
+
+
+def _segment_prompts(texts: tuple[str, ...], first_cond, encode) -> SegmentPrompts:
+    """Every segment's CONDITIONING: segment 0's prompt (and any segment repeating it) is Setup's positive itself;
+    each other distinct prompt is encoded once."""
+    encoded = {texts[0]: first_cond}
+    for text in texts:
+        if text not in encoded:
+            encoded[text] = encode(text)
+    return SegmentPrompts(texts, tuple(encoded[t] for t in texts))
+
+
 def run_setup(positive, negative, *, width: int, height: int, seconds: float, family: str = "t2va",
               reference_budget: str = "low", segment_seconds: float = 0.0, context_frames: int = 22,
               ref_image_size: str = "match", clip=None, prompt: str = "", vae=None, audio_vae=None,
-              first_frame=None, last_frame=None, references: dict | None = None) -> SetupResult:
-    """Validate everything, then build conditioning, the whole job's AV latent and the LongMediaJob."""
+              first_frame=None, last_frame=None, references: dict | None = None,
+              segment_prompts: str = "") -> SetupResult:
+    """Validate everything, then build conditioning, the whole job's AV latent and the LongMediaJob.
+
+    segment_prompts: a prompt per segment (a list, or a `0s: ...` schedule; `segments/prompts.py`), encoded by
+    `clip`; Setup's positive is segment 0's, and the job carries every segment's (`LongMediaJob.prompts`)."""
     import comfy_extras.nodes_minimax_h3 as h3
 
     _rows("negative", negative)
@@ -219,12 +268,16 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     request = SetupRequest(
         width=width, height=height, seconds=seconds, family=family, reference_budget=reference_budget,
         segment_seconds=segment_seconds, context_frames=context_frames, ref_image_size=ref_image_size,
-        prompt_tokens=_rows("positive", positive) if clip is None else _prompt_tokens(clip, prompt),
+        prompt_tokens=_rows("positive", positive) if clip is None else _longest_prompt_tokens(clip, prompt,
+                                                                                             segment_prompts),
         conditioning="positive" if clip is None else "clip", first_frame=first_frame is not None,
         last_frame=last_frame is not None, references=media_inputs(refs), have_vae=vae is not None,
         have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()),
-        ram_available_bytes=_ram_available())
+        ram_available_bytes=_ram_available(), prompt=prompt, segment_prompts=segment_prompts)
     plan = plan_setup(request)
+    if plan.prompts is not None:
+        prompt = plan.prompts[0]
+        clip = _PresentingClip(clip)
     with phase("job_latent", reader=comfy_reading()):   # counted above; RAM can still run out meanwhile
         latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
     if family == "ref2va":
@@ -242,7 +295,10 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         for image, index in ((first_frame, 0), (last_frame, -1)):
             if image is not None:
                 cond = h3.MiniMaxH3AddGuide.execute(cond, latent, index, vae=vae, image=image).result[0]
-    return SetupResult(cond, negative, latent, plan.job(), plan, (_decode_note(plan),))
+    job = plan.job()
+    if plan.prompts is not None:
+        job = dataclasses.replace(job, prompts=_segment_prompts(plan.prompts, cond, clip.encode))
+    return SetupResult(cond, negative, latent, job, plan, (_decode_note(plan),))
 
 
 def _decode_note(plan: SetupPlan) -> str:

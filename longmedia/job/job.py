@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..h3.geometry import Geometry
+from ..segments.prompts import SegmentPrompts
 from ..segments.timeline import SegmentPlan
 
 
@@ -20,6 +21,7 @@ class LongMediaJob:
     family: t2va / fl2va / ref2va.
     reference_budget: low / medium / high / max (the caps are in geometry.reference_budget).
     notes: what Setup changed or capped, in plain words (snapped sizes, trimmed references).
+    prompts: every segment's prompt and CONDITIONING when Setup's segment_prompts gave them, else None.
     """
 
     geometry: Geometry
@@ -27,6 +29,7 @@ class LongMediaJob:
     reference_budget: str = "low"
     segments: SegmentPlan | None = None
     notes: tuple[str, ...] = ()
+    prompts: SegmentPrompts | None = None
 
     @property
     def segmented(self) -> bool:
@@ -35,4 +38,4 @@ class LongMediaJob:
     def to_dict(self) -> dict:
         return {"kind": "job", "geometry": self.geometry.to_dict(), "family": self.family, "reference_budget": self.reference_budget,
                 "segments": self.segments.to_dict() if self.segments is not None else None,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "prompts": self.prompts.to_dict() if self.prompts is not None else None}

@@ -16,6 +16,8 @@ from ..h3 import lattice as L
 from ..h3.geometry import Geometry
 from ..h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from ..limits import MAX_EDGE_PX, MAX_SECONDS, MAX_TEXT_TOKENS, MIN_SECONDS
+from ..segments.prompts import NAME as SEGMENT_PROMPTS
+from ..segments.prompts import segment_prompt_texts, short_prompt
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES, MAX_SEGMENT_SECONDS, SegmentPlan, plan_segments
 from .geometry import build_geometry
 from .job import LongMediaJob
@@ -59,7 +61,7 @@ class SetupRequest:
     segment_seconds: float = 0.0
     context_frames: int = DEFAULT_CONTEXT_FRAMES
     ref_image_size: str = "match"
-    prompt_tokens: int = 1
+    prompt_tokens: int = 1          # the longest prompt's tokens (with segment_prompts: the longest segment's)
     conditioning: str = "positive"  # positive: CONDITIONING connected; clip: Setup encodes `prompt` itself
     first_frame: bool = False
     last_frame: bool = False
@@ -68,6 +70,8 @@ class SetupRequest:
     have_audio_vae: bool = False
     unused_prompt: bool = False     # text in Setup's prompt box while positive is connected
     ram_available_bytes: int | None = None   # RAM available for the job latent (None = check the hard cap only)
+    prompt: str = ""                # Setup's prompt box (segments before a schedule's first time use it)
+    segment_prompts: str = ""       # per-segment prompts: a list or a `0s: ...` schedule (segments/prompts.py)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class SetupPlan:
     segments: SegmentPlan | None
     preps: tuple[ReferencePrep, ...]
     notes: tuple[str, ...]
+    prompts: tuple[str, ...] | None = None     # every segment's prompt (segment_prompts), else None
 
     @property
     def total_frames(self) -> int:
@@ -114,7 +119,8 @@ class SetupPlan:
                  f"packed rows per pass: {g.seq_len} (text {g.text_rows}, video {g.video_rows}, audio {g.audio_rows}, "
                  f"guides {g.cond_rows}, references {g.reference_rows})"]
         if self.segmented:
-            lines += self.segments.describe()
+            shown = tuple(short_prompt(p) for p in self.prompts) if self.prompts is not None else None
+            lines += self.segments.describe(shown)
         return tuple(lines) + tuple(n for n in self.notes if not n.startswith(("duration ", "segments: ")))
 
     def job(self) -> LongMediaJob:
@@ -242,6 +248,16 @@ def _node_inputs() -> Iterator[None]:
         raise LongMediaInputError(name, error.value, allowed, fix) from error
 
 
+def _check_segment_prompts(r: SetupRequest) -> None:
+    """Per-segment prompts need Setup's own text encoder (every segment's prompt through the same one)."""
+    if not isinstance(r.segment_prompts, str) or not r.segment_prompts.strip():
+        return
+    if r.conditioning != "clip":
+        raise LongMediaInputError(SEGMENT_PROMPTS, "given with positive connected",
+                                  "segment prompts encoded by Setup's clip (the same text encoder for every segment)",
+                                  "Disconnect positive and connect the CLIP to Setup, or clear segment_prompts.")
+
+
 def plan_setup(r: SetupRequest) -> SetupPlan:
     """Validate `r` (before any GPU work) and resolve the job: geometry, segments, reference preparation, notes."""
     _check_edge("width", r.width)
@@ -252,6 +268,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     check_int("prompt tokens", r.prompt_tokens, 0, MAX_TEXT_TOKENS, "Shorten the prompt.")
     _check_context(r.context_frames)
     _check_sources(r)
+    _check_segment_prompts(r)
     refs = _ordered(r.references)
     specs = tuple(_spec(m) for m in refs)
     total = L.frames_for_seconds(seconds)
@@ -266,6 +283,7 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
         geometry = build_geometry(r.width, r.height, seconds=seconds, text_tokens=r.prompt_tokens, references=specs,
                                   keyframes=keyframes, reference_budget=r.reference_budget,
                                   ref_image_size=r.ref_image_size, passes=segments)
+    prompts = segment_prompt_texts(r.segment_prompts, segments, r.prompt) if r.segment_prompts.strip() else None
     check_pass_rows(geometry.seq_len, r.width, r.height, geometry.frames,
                     name="segment_seconds" if segments is not None else "seconds",
                     value=seg if segments is not None else seconds)
@@ -285,10 +303,14 @@ def plan_setup(r: SetupRequest) -> SetupPlan:
     if keyframes and not in_prompt:
         lines.append("first/last frame anchored as guides (stock MiniMaxH3AddGuide): Qwen does not see them; connect "
                      "clip + prompt instead of positive to present them as MiniMaxH3ImageToVideo does")
+    if prompts is not None:
+        lines.append(f"segment prompts: {len(set(prompts))} distinct over {len(prompts)} segment"
+                     f"{'s' if len(prompts) != 1 else ''}; every pass is planned for the longest "
+                     f"({r.prompt_tokens} tokens)")
     if r.unused_prompt:
         lines.append("Setup's prompt box is unused: positive is connected (the box is encoded only with clip)")
     lines += [f"{m.name}: {m.frames} images in the batch, the first is used" for m in refs
               if m.kind == "picture" and m.frames > 1]
     for m, res in zip(refs, geometry.references):
         lines += [f"{m.name}: {note}" for note in res.capped]
-    return SetupPlan(r, geometry, segments, preps, tuple(lines))
+    return SetupPlan(r, geometry, segments, preps, tuple(lines), prompts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from ..segments.retakes import RetakeReport
 from ..segments.timeline import SegmentPlan
 from ..units import GIB, MIB
 from .memory import MemorySnapshot
@@ -32,7 +33,11 @@ class SegmentForecast:
 
 @dataclass(frozen=True)
 class SegmentRecord:
-    """One pass: where it sits, its seed, time per sampler step, memory after loading, and its run report."""
+    """One pass: where it sits, its seed, time per sampler step, memory after loading, and its run report.
+
+    source: "sampled" this run, or "reused" from the retake cache (then `run`, `baseline` are the run that sampled
+    it, and `sample_seconds` is 0: nothing was sampled for it this run). prompt: its own prompt, when the job has
+    per-segment prompts."""
 
     index: int
     seed: int
@@ -44,6 +49,12 @@ class SegmentRecord:
     sample_seconds: float                 # the sampler loop of this pass (model load excluded)
     baseline: MemorySnapshot              # device memory right after prepare_sampling (boundary + model load)
     run: RunReport
+    source: str = "sampled"
+    prompt: str | None = None
+
+    @property
+    def reused(self) -> bool:
+        return self.source == "reused"
 
     @property
     def seconds_per_step(self) -> float:
@@ -75,6 +86,8 @@ class SegmentedReport:
     segments: tuple[SegmentRecord, ...]
     context_on: tuple[str, ...]           # conditioning lists that carried the context guide
     notes: tuple[str, ...] = ()
+    retakes: RetakeReport | None = None   # the retake cache after this run (None: no cache connected)
+    prompts: tuple[str, ...] | None = None   # every segment's prompt, shortened (per-segment prompts only)
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -82,11 +95,12 @@ class SegmentedReport:
 
     @property
     def comparable(self) -> tuple[SegmentRecord, ...]:
-        """Passes with the geometry of the second one (later passes; a trimmed last pass differs)."""
-        if len(self.segments) < 2:
-            return self.segments
-        key = (self.segments[1].pass_frames, self.segments[1].context_frames)
-        return tuple(s for s in self.segments if (s.pass_frames, s.context_frames) == key)
+        """Passes sampled this run with the geometry of the second one (later passes; a trimmed last pass differs)."""
+        sampled = tuple(s for s in self.segments if not s.reused) or self.segments
+        if len(sampled) < 2:
+            return sampled
+        key = (sampled[1].pass_frames, sampled[1].context_frames)
+        return tuple(s for s in sampled if (s.pass_frames, s.context_frames) == key)
 
     @property
     def step_time_ratio(self) -> float | None:
@@ -103,7 +117,8 @@ class SegmentedReport:
     @property
     def baseline_spread_bytes(self) -> int:
         """Largest difference of allocated memory after loading, over all passes (0 = no growth)."""
-        values = [s.baseline.allocated_bytes for s in self.segments if s.baseline.allocated_bytes is not None]
+        values = [s.baseline.allocated_bytes for s in self.segments
+                  if s.baseline.allocated_bytes is not None and not s.reused]
         return max(values) - min(values) if values else 0
 
     def to_dict(self) -> dict:
@@ -112,7 +127,9 @@ class SegmentedReport:
         return {"kind": "segmented_run", "segment_plan": plan, "segments": [s.to_dict() for s in self.segments],
                 "context_on": list(self.context_on), "notes": list(self.notes),
                 "measured_peak_bytes": self.measured_peak_bytes, "step_time_ratio": self.step_time_ratio,
-                "peak_ratio": self.peak_ratio, "baseline_spread_bytes": self.baseline_spread_bytes}
+                "peak_ratio": self.peak_ratio, "baseline_spread_bytes": self.baseline_spread_bytes,
+                "retakes": (asdict(self.retakes) | {"line": self.retakes.line()}) if self.retakes is not None else None,
+                "prompts": list(self.prompts) if self.prompts is not None else None}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), default=str)
@@ -121,7 +138,8 @@ class SegmentedReport:
         lines = list(self.segment_plan.describe())[:1]
         for s in self.segments:
             p = s.run.plan
-            lines.append(f"segment {s.index}: seed {s.seed}, {s.pass_frames} frames ({s.context_frames} context), "
+            said = f"{s.source}, " + (f"prompt {self.prompts[s.index]!r}, " if self.prompts is not None else "")
+            lines.append(f"segment {s.index}: seed {s.seed}, {said}{s.pass_frames} frames ({s.context_frames} context), "
                          f"{s.seconds_per_step:.3f} s/step, baseline {_gib(s.baseline.allocated_bytes)}, "
                          f"peak {s.peak_bytes / GIB:.2f} GiB, memory mode {p.memory_mode}, "
                          f"attention {s.run.attention_backend}")
@@ -130,6 +148,8 @@ class SegmentedReport:
                      f"{_ratio_text(self.step_time_ratio)}, peak {_ratio_text(self.peak_ratio)}; baseline spread "
                      f"{self.baseline_spread_bytes / MIB:.1f} MiB")
         lines.append("context guide on: " + ", ".join(self.context_on))
+        if self.retakes is not None:
+            lines.append(self.retakes.line())
         lines.extend(self.notes)
         return tuple(lines)
 

@@ -25,7 +25,7 @@ from .timeline import Segment, SegmentPlan
 
 __all__ = ["SeamError", "job_latent_shapes", "check_job_latent", "pass_latents", "new_content",
            "context_latents", "context_keyframe", "route_keyframes", "check_pass_output", "empty_result",
-           "place", "assemble", "segment_seeds"]
+           "place", "assemble", "segment_seeds", "parse_segment_seeds"]
 
 
 class SeamError(RuntimeError):
@@ -164,18 +164,42 @@ def assemble(plan: SegmentPlan, passes: Sequence[tuple[torch.Tensor, torch.Tenso
     return result
 
 
-def segment_seeds(count: int, seed: int, pinned: Sequence[int] | None = None) -> tuple[int, ...]:
-    """Seeds of `count` passes: `pinned` first, then the noise's seed for pass 0 (as stock sampling uses it) and
-    seed + index for later passes, wrapped into [0, MAX_PASS_SEED] (mod 2**64 - 1) so seed + 1 stays a seed."""
+def segment_seeds(count: int, seed: int, pinned: Sequence[int | None] | None = None, *,
+                  name: str = "seeds") -> tuple[int, ...]:
+    """Seeds of `count` passes: `pinned[i]` for pass i where given (None: derived), else the noise's seed for
+    pass 0 (as stock sampling uses it) and seed + index for later passes, wrapped into [0, MAX_PASS_SEED]
+    (mod 2**64 - 1) so seed + 1 stays a seed. `name`: the input the pinned seeds came from, for errors."""
     pinned = tuple(pinned or ())
     if len(pinned) > count:
-        raise LongMediaInputError("seeds", pinned, f"at most {count} pinned seeds (one per segment)",
+        raise LongMediaInputError(name, pinned, f"at most {count} pinned seeds (one per segment)",
                                   "Drop the extra seeds.")
     for i, s in enumerate(pinned):
         high = MAX_SEED if i == 0 else MAX_PASS_SEED
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= high:
-            raise LongMediaInputError(f"seeds[{i}]", s, f"an integer from 0 to {high}",
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= high):
+            raise LongMediaInputError(f"{name}[{i}]", s, f"an integer from 0 to {high}",
                                       "Use ComfyUI seeds; a later pass's seed must leave room for ComfyUI's seed + 1.")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise LongMediaInputError("noise_seed", seed, f"an integer from 0 to {MAX_SEED}", "Use a RandomNoise seed.")
-    return pinned + tuple(seed if i == 0 else (seed + i) % (MAX_PASS_SEED + 1) for i in range(len(pinned), count))
+    derived = tuple(seed if i == 0 else (seed + i) % (MAX_PASS_SEED + 1) for i in range(count))
+    return tuple(pinned[i] if i < len(pinned) and pinned[i] is not None else derived[i] for i in range(count))
+
+
+AUTO_SEED = ("auto", "-", "*")
+
+
+def parse_segment_seeds(text: str, name: str = "segment_seeds") -> tuple[int | None, ...]:
+    """Pinned seeds from text: one entry per segment in order, separated by commas, spaces or lines; `auto`
+    (or `-`) leaves that segment's derived seed. Empty text pins nothing. Ranges are checked by `segment_seeds`."""
+    if not isinstance(text, str):
+        raise LongMediaInputError(name, type(text).__name__, "text such as `auto, auto, 1234`",
+                                  "Type one seed or `auto` per segment.")
+    out: list[int | None] = []
+    for i, token in enumerate(t for t in text.replace(",", " ").split() if t):
+        if token.lower() in AUTO_SEED:
+            out.append(None)
+        elif token.isdigit():
+            out.append(int(token))
+        else:
+            raise LongMediaInputError(f"{name}[{i}]", token, "a whole number from 0 or `auto`",
+                                      "Type one seed or `auto` per segment, e.g. `auto, auto, 1234`.")
+    return tuple(out)

@@ -217,19 +217,21 @@ class SegmentPlan:
         """Extra frames passed through the model for contexts, as a fraction of the result."""
         return self.generated_frames / self.pixel_frames - 1.0
 
-    def describe(self) -> tuple[str, ...]:
-        """Plain-text report lines: a summary, then one row per segment."""
+    def describe(self, prompts: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """Plain-text report lines: a summary, then one row per segment (`prompts`: each segment's prompt, shown
+        already shortened by the caller)."""
         head = (f"{self.count} segment{'s' if self.count != 1 else ''}: {self.pixel_frames} frames "
                 f"({self.seconds:.2f} s, {self.video_latent_frames} video / {self.audio_latent_frames} audio "
                 f"latent frames{'' if self.audio else ', audio discarded'}), context {self.context_frames} frames, "
                 f"{self.context_overhead:.1%} re-generated")
         rows = [head, "seg | pass frames | context | new frames -> result frames | video latents -> result "
-                      "| audio -> result"]
+                      "| audio -> result | start | duration" + (" | prompt" if prompts is not None else "")]
         for s in self.segments:
             rows.append(f"{s.index} | {s.pass_frames} ({s.seconds:.2f} s) | {s.context_frames} | "
                         f"{s.new_frames} -> [{s.new_start}, {s.pass_end}) | {s.latent_frames} "
                         f"-> [{s.video_latent_range[0]}, {s.video_latent_range[1]}) | {s.audio_frames} "
-                        f"-> [{s.audio_range[0]}, {s.audio_range[1]})")
+                        f"-> [{s.audio_range[0]}, {s.audio_range[1]}) | {L.seconds_for_frames(s.new_start):.2f} s | "
+                        f"{s.new_seconds:.2f} s" + (f" | {prompts[s.index]}" if prompts is not None else ""))
         return tuple(rows)
 
     def to_dict(self) -> dict:

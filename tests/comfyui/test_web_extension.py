@@ -171,17 +171,17 @@ def test_a_latent_with_nan_is_the_panel_s_first_warning(page):
 def test_controls_follow_the_modes(page):
     mark = page.mark()
     seen = page.eval("window.longmediaTest.modeWalk()")
-    base = ["memory_mode", "attention_mode"]
-    assert seen["auto"] == base, seen
-    assert seen["low_vram"] == base + list(MANUAL_FIELDS), seen
-    assert seen["scheduled_sol"] == base + list(SOL_INPUTS), seen
-    assert seen["sol+ultra"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS), seen
-    assert seen["show_advanced"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS), seen
-    assert seen["hide_advanced"] == base, seen
-    assert seen["reloaded_low_vram"] == base + list(MANUAL_FIELDS), seen
+    base, seeds = ["memory_mode", "attention_mode"], ["segment_seeds"]   # the per-segment seeds always show
+    assert seen["auto"] == base + seeds, seen
+    assert seen["low_vram"] == base + list(MANUAL_FIELDS) + seeds, seen
+    assert seen["scheduled_sol"] == base + list(SOL_INPUTS) + seeds, seen
+    assert seen["sol+ultra"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS) + seeds, seen
+    assert seen["show_advanced"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS) + seeds, seen
+    assert seen["hide_advanced"] == base + seeds, seen
+    assert seen["reloaded_low_vram"] == base + list(MANUAL_FIELDS) + seeds, seen
     # hiding never changes what is saved or sent: every control keeps its value in the workflow and the prompt
-    assert seen["serialized"] == ["auto", "auto", 1.3, 0.8, "cosine", 16384, 0.2, "exact_kv"] + [-1] * 10
-    assert seen["prompt_inputs"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS)
+    assert seen["serialized"] == ["auto", "auto", 1.3, 0.8, "cosine", 16384, 0.2, "exact_kv"] + [-1] * 10 + [""]
+    assert seen["prompt_inputs"] == base + list(SOL_INPUTS) + list(MANUAL_FIELDS) + seeds
     assert seen["options"] == [list(MEMORY_MODES), list(ATTENTION_MODES)]
     # -1 reads "auto": the canvas draws the value so; Nodes 2.0 draws the number itself, so the label says it
     for name, (label, plain, shown, in_dom) in zip(MANUAL_FIELDS, seen["auto_labels"]):
@@ -293,7 +293,9 @@ def test_report_panels_after_a_real_run(page, comfy_server, shots, capsys):
     assert "segments 2 passes" in sampler and "drift s/step" in sampler, sampler
     assert "(largest pass, #" in sampler and "pass\tframes\tcontext\trows" in sampler, sampler
     setup = panels["LongMediaSetup"]["text"]
-    assert "pass\tframes\tcontext\tnew -> result" in setup and "seed" not in setup and " | " not in setup, setup
+    # Setup's segment table, with each segment's seed and "sampled" / "reused" from the Sampler's run of its job
+    assert "pass\tstart\tduration\trun\tseed" in setup and " | " not in setup, setup
+    assert "\tsampled\t" in setup and "prompt" not in setup, setup
     assert screenshot(page, shots / f"{page.renderer}_report.png", capsys).stat().st_size > 20_000
     if page.renderer == "classic":
         doc_screenshot(page, "plan_panel.png", ["LongMediaSampler", "LongMediaHiRes"], 0.8, capsys)

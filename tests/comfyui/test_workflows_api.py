@@ -19,6 +19,8 @@ import torch
 from safetensors.torch import load_file
 from test_stage_nodes import FRAMES, SECONDS, H, TinyVideoVAE, W
 
+from longmedia.segments.prompts import parse_segment_prompts
+
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "data" / "longmedia_object_info.json"
 PACK_MODULE = f"custom_nodes.{harness.PACK_LINK_NAME}"
@@ -42,7 +44,8 @@ def tiny_rewrite(prompt: dict, out_name: str, images: dict[str, str] | None = No
     * VAEDecode / VAEDecodeAudio / CreateVideo / SaveVideo -> removed; LongMediaTestSaveLatent ("save")
       writes the latent the decoders (or Decode & Save) read to output/`out_name`.
     * LongMediaSetup -> 64x64; 10 s -> 0.9 s (22 frames); a segmented job -> 2.0 s in 1.0 s segments
-      (56 frames: a 39-frame pass, then 17 new frames behind 22 context frames).
+      (56 frames: a 39-frame pass, then 17 new frames behind 22 context frames); with n > 2 segment_prompts,
+      (39 + 34 (n - 2) + 17) / 24 s (n segments), and a time schedule becomes the list of its prompts.
     * BasicScheduler 3 steps, LongMediaRefiner 2 steps.
     * LoadImage -> the file names in `images` (old name -> tiny picture the test wrote into input/).
     """
@@ -72,8 +75,12 @@ def tiny_rewrite(prompt: dict, out_name: str, images: dict[str, str] | None = No
             inputs["image"] = (images or {})[inputs["image"]]
         elif ctype == "LongMediaSetup":
             segmented = inputs["segment_seconds"] > 0
-            inputs.update(width=TINY_SIDE, height=TINY_SIDE, seconds=2.0 if segmented else 0.9,
+            prompts = [e.text for e in parse_segment_prompts(inputs.get("segment_prompts", ""))]
+            seconds = (39 + 34 * (len(prompts) - 2) + 17) / 24 if len(prompts) > 2 else 2.0
+            inputs.update(width=TINY_SIDE, height=TINY_SIDE, seconds=seconds if segmented else 0.9,
                           segment_seconds=1.0 if segmented else 0.0)
+            if prompts:
+                inputs["segment_prompts"] = "\n".join(prompts)
         if ctype in TINY_STEPS:
             inputs["steps"] = TINY_STEPS[ctype]
     (source,) = decoded.items()
@@ -223,6 +230,36 @@ def test_long_examples_run_every_stage_segment_by_segment(comfy_server, example)
         assert c.streams.video[0].frames == 56 and (c.streams.video[0].width, c.streams.video[0].height) == (96, 96)
 
 
+def test_t2va_story_retake_reuses_the_segments_before_the_retake(comfy_server):
+    """The three-prompt story: queued with every seed auto, then as saved (segment 2 retaken with seed 7): the
+    Retakes node's cache (kept by ComfyUI's output cache between the queues) serves segments 0 and 1, and the
+    video equals a run of the same seeds without the cache bit for bit."""
+    retake = tiny_rewrite(load_example("t2va_story_retake"), "wf_story_retake.safetensors")
+    sampler, setup = node_id(retake, "LongMediaSampler"), node_id(retake, "LongMediaSetup")
+    assert retake[sampler]["inputs"]["segment_seeds"] == "auto, auto, 7"
+    first = copy.deepcopy(retake)
+    first[sampler]["inputs"]["segment_seeds"] = ""
+    first["save"]["inputs"]["filename"] = "wf_story_first.safetensors"
+    entry = comfy_server.run(first, timeout=400)
+    job = entry["outputs"][setup]["longmedia_job"][0]
+    assert job["segments"]["count"] == 3 and len(set(job["prompts"]["texts"])) == 3
+    assert "| start | duration | prompt" in entry["outputs"][setup]["text"][0]
+    report = entry["outputs"][sampler]["longmedia_report"][0]
+    assert [s["source"] for s in report["segments"]] == ["sampled"] * 3
+    entry = comfy_server.run(retake, timeout=400)
+    report = entry["outputs"][sampler]["longmedia_report"][0]
+    assert [s["source"] for s in report["segments"]] == ["reused", "reused", "sampled"]
+    assert report["segments"][2]["seed"] == 7 and report["retakes"]["reused"] == [0, 1]
+    assert report["segments"][0]["sample_seconds"] == 0.0 < report["segments"][2]["sample_seconds"]
+    fresh = copy.deepcopy(retake)
+    del fresh[sampler]["inputs"]["retakes"], fresh[node_id(fresh, "LongMediaRetakes")]
+    fresh["save"]["inputs"]["filename"] = "wf_story_fresh.safetensors"
+    comfy_server.run(fresh, timeout=400)
+    a, b, c = (saved(comfy_server, f"wf_story_{n}.safetensors") for n in ("retake", "fresh", "first"))
+    assert all(torch.equal(a[k], b[k]) for k in ("video", "audio"))
+    assert torch.equal(a["video"][:, :, :22], c["video"][:, :, :22]) and not torch.equal(a["video"], c["video"])
+
+
 def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
     """A 3-pass job: the Sampler's websocket `progress` events form one bar over passes x steps, never going back."""
     prompt = tiny_rewrite(load_example("t2va_30s_segmented"), "wf_progress.safetensors")
@@ -246,7 +283,8 @@ def test_every_node_has_help_the_info_tab_finds(comfy_server):
     import urllib.request
 
     ours = [k for k, v in comfy_server.object_info().items() if v.get("python_module") == PACK_MODULE]
-    assert sorted(ours) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler", "LongMediaSetup"]
+    assert sorted(ours) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner", "LongMediaRetakes", "LongMediaSampler",
+                           "LongMediaSetup"]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     for node in ours:
         title = comfy_server.object_info()[node]["display_name"]

@@ -38,7 +38,8 @@ def test_node_help_copies_match_their_en_md():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     copies = tool.copies()
-    assert sorted(p.stem for p in copies) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner", "LongMediaSampler",
+    assert sorted(p.stem for p in copies) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner", "LongMediaRetakes",
+                                              "LongMediaSampler",
                                               "LongMediaSetup"]
     for path, text in copies.items():
         assert path.read_text(encoding="utf-8") == text, f"{path.name} drifted: run python tools/gen_node_docs.py"

@@ -74,6 +74,10 @@ function notesOf(run) {
   return [...(run.guard_events ?? []), ...(run.notes ?? [])].map(String);
 }
 
+function isReused(segment) {
+  return segment?.source === "reused";
+}
+
 // A segmented Sampler run (kind "segmented_run"): entry.segment_plan is the segment plan, each entry.segments[i].run
 // a run report (kind "run"). The rows
 // describe the largest pass (the most packed rows: the one that sets the memory), labelled; a table lists all.
@@ -89,14 +93,24 @@ function formatSegmented(entry) {
   const p = entry.segment_plan ?? {};
   const length = typeof p.seconds === "number" ? `, ${p.seconds.toFixed(1)} s in all` : "";
   rows.push(["segments", `${plural(segs.length, "pass")}${length}`]);
+  // the mode column only when passes differ (the rows above name it); "run" (sampled / reused) with a retake cache
+  const modes = new Set(segs.map((s) => s.run?.plan?.memory_mode ?? ""));
+  const columns = [["pass", (s) => `#${s.index}`], ["frames", (s) => String(s.pass_frames)],
+                   ["context", (s) => String(s.context_frames)], ["rows", (s) => String(rowsOf(s) || "?")],
+                   ...(modes.size > 1 ? [["mode", (s) => s.run?.plan?.memory_mode ?? ""]] : []),
+                   ["s/step", (s) => (typeof s.seconds_per_step === "number" && !isReused(s)
+                     ? s.seconds_per_step.toFixed(2) : "")],
+                   ["peak", (s) => (s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a")],
+                   ...(entry.retakes ? [["run", (s) => s.source ?? "sampled"]] : [])];
   const table = {
-    head: ["pass", "frames", "context", "rows", "mode", "s/step", "peak"],
-    rows: segs.map((s) => [`#${s.index}`, String(s.pass_frames), String(s.context_frames), String(rowsOf(s) || "?"),
-                           s.run?.plan?.memory_mode ?? "", typeof s.seconds_per_step === "number"
-                             ? s.seconds_per_step.toFixed(2) : "", s.peak_bytes > 0 ? gib(s.peak_bytes) : "n/a"]),
+    head: columns.map(([name]) => name),
+    rows: segs.map((s) => columns.map(([, cell]) => cell(s))),
+    titles: segs.map((s) => [`seed: ${s.seed}`, `run: ${s.source ?? "sampled"}`,
+                             ...(entry.prompts ? [`prompt: ${entry.prompts[s.index] ?? ""}`] : [])].join("\n")),
   };
   const tail = [];
   if (segs.length > 1) tail.push(["drift", `s/step ${ratio(entry.step_time_ratio)}, peak ${ratio(entry.peak_ratio)}`]);
+  if (entry.retakes?.line) tail.push(["retakes", String(entry.retakes.line).replace(/^retakes: /, "")]);
   const runs = segs.map((s) => s.run ?? {});
   const warnings = [...new Set(runs.flatMap(warningsOf))];
   const notes = [...new Set(runs.flatMap(notesOf)), ...(entry.notes ?? []).map(String)];
@@ -104,9 +118,14 @@ function formatSegmented(entry) {
 }
 
 // Setup's summary: text lines, with its segment table ("a | b | c" lines, the first one the header) as a table
-// of the columns a reader needs (the latent and audio ranges go to each row's tooltip).
-const SETUP_COLUMNS = { "seg": "pass", "pass frames": "frames", "context": "context",
-                        "new frames -> result frames": "new -> result" };
+// of the columns a reader needs: where each segment starts, how long it is, its prompt (frames, context and the
+// latent and audio ranges go to each row's tooltip); after a Sampler run, its seed and "sampled" / "reused".
+const SETUP_COLUMNS = { "seg": "pass", "start": "start", "duration": "duration", "prompt": "prompt" };
+const PANEL_PROMPT_CHARS = 28;
+
+function shortened(text) {
+  return text.length > PANEL_PROMPT_CHARS ? `${text.slice(0, PANEL_PROMPT_CHARS - 1)}\u2026` : text;
+}
 
 export function splitSummary(lines) {
   const text = [];
@@ -118,12 +137,31 @@ export function splitSummary(lines) {
     if (cells.length < 3) { text.push(line); continue; }
     if (!head) { head = cells; continue; }
     const keep = head.map((h, i) => (h in SETUP_COLUMNS ? i : -1)).filter((i) => i >= 0);
-    rows.push(keep.map((i) => cells[i] ?? ""));
+    rows.push(keep.map((i) => (head[i] === "prompt" ? shortened(cells[i] ?? "") : cells[i] ?? "")));
     titles.push(head.map((h, i) => `${h}: ${cells[i] ?? ""}`).join("\n"));
   }
   if (!head) return { lines: text };
   const table = { head: head.filter((h) => h in SETUP_COLUMNS).map((h) => SETUP_COLUMNS[h]), rows, titles };
   return { lines: text, table };
+}
+
+// Setup's segment table after a Sampler run: each segment's seed and whether it was sampled or reused.
+// ("run" and "seed" go before the prompt, which is the widest column and the one a narrow panel may cut.)
+function withRuns(table, runs) {
+  const byIndex = new Map(runs.map((r) => [String(r.index), r]));
+  const at = table.head.includes("prompt") ? table.head.indexOf("prompt") : table.head.length;
+  table.head.splice(at, 0, "run", "seed");
+  table.rows.forEach((cells, i) => {
+    const run = byIndex.get(String(cells[0]));
+    cells.splice(at, 0, run ? run.source ?? "sampled" : "", run ? String(run.seed) : "");
+    if (run && table.titles) table.titles[i] += `\nseed: ${run.seed}\nrun: ${run.source ?? "sampled"}`;
+  });
+}
+
+/** A segmented Sampler report's per-segment runs, for the Setup whose job it ran (its segment table). */
+export function segmentRuns(entry) {
+  if (entry?.kind !== "segmented_run" || !Array.isArray(entry.segments)) return undefined;
+  return entry.segments.map((s) => ({ index: s.index, seed: s.seed, source: s.source ?? "sampled" }));
 }
 
 /** One report dict -> { rows: [[label, text]], warnings, notes, reasons, lines } (plain strings only). Its `kind`
@@ -136,6 +174,7 @@ export function formatReport(entry) {
   const plan = entry?.plan;
   if (entry?.kind !== "run" || !plan || typeof plan !== "object") {
     const { lines, table } = splitSummary((entry?.summary ?? []).map(String));
+    if (table && Array.isArray(entry?.segment_runs)) withRuns(table, entry.segment_runs);
     return { rows: [], warnings: [], notes: [], reasons: [], lines, table };
   }
   const rows = planRows(plan, entry, entry.measured_peak_bytes);

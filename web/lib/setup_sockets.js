@@ -1,4 +1,4 @@
-// Setup's sockets by family, and its prompt box while `positive` is connected.
+// Setup's sockets by family, and its prompt boxes while `positive` is connected.
 //
 // Where ComfyUI has the V3 schema's dynamic inputs, Setup's `family` is a DynamicCombo (COMFY_DYNAMICCOMBO_V3)
 // and the frontend itself adds the family's sockets: family.first_frame / family.last_frame for fl2va, and for
@@ -117,15 +117,22 @@ function relayoutInputs(node, slots) {
   for (const { link, to } of [...down, ...up]) link.target_slot = to;
 }
 
-// The prompt box is not used while positive conditioning is connected: hidden on the classic canvas, and
-// disabled, which Nodes 2.0 reads from the widget's state (it does not re-read the hidden flag).
+// The prompt boxes (prompt, segment_prompts: Setup encodes them with its clip) are not used while positive
+// conditioning is connected: hidden on the classic canvas, and disabled, which Nodes 2.0 reads from the widget's
+// state (it does not re-read the hidden flag).
+const PROMPT_BOXES = ["prompt", "segment_prompts"];
+
 function applyPromptBox(node, linked) {
-  const prompt = widgetByName(node, "prompt");
   const positive = linked.includes("positive");
-  if (!prompt || (!!prompt.hidden === positive && !!prompt.disabled === positive)) return false;
-  setState(prompt, positive, false);
-  prompt.disabled = positive;
-  return true;
+  let changed = false;
+  for (const name of PROMPT_BOXES) {
+    const box = widgetByName(node, name);
+    if (!box || (!!box.hidden === positive && !!box.disabled === positive)) continue;
+    setState(box, positive, false);
+    box.disabled = positive;
+    changed = true;
+  }
+  return changed;
 }
 
 /** Setup: add and remove its frame/reference sockets to match the family (a connected socket always stays),

@@ -1,0 +1,225 @@
+"""Directing a long job on the tiny H3 checkpoints: a prompt per segment, pinned seeds, and retakes.
+
+A 4-segment job with 4 prompts (Setup encodes each with the tiny text encoder) runs; changing segment 2's seed
+(the third) samples segments 2 and 3 only, and the output equals a fresh run with the same per-segment inputs
+bit for bit; another model, a LoRA-style weight patch, another sampler or other sigmas invalidate every segment.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from testnodes import tiny_text_encoder as tc
+
+from longmedia.comfy import segmented
+from longmedia.errors import LongMediaInputError
+from longmedia.planning.types import PlanRequest
+from longmedia.segments.retakes import RetakeCache
+from longmedia.testing.tiny_h3 import TINY_DIMS
+from longmedia.units import MIB
+
+W = H = 64
+STEPS, SEED = 2, 5
+SEGMENT_SECONDS, CONTEXT = 39 / 24, 22        # a 39-frame first pass, then 34 new frames behind 22 context frames
+SECONDS = (39 + 3 * 34) / 24                  # 141 frames: 4 segments
+PROMPTS = ("a red fox trots through fresh snow", "the fox stops and sniffs the cold air",
+           "the fox leaps onto a frozen river, ice cracking under its paws", "the fox runs into the pine forest")
+NORMAL = PlanRequest(memory_mode="normal", attention_mode="existing")
+
+
+@pytest.fixture(scope="module")
+def env(comfy_inprocess, tiny_checkpoints):
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+
+    from longmedia.comfy import setup as comfy_setup
+
+    clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
+    return {"samplers": comfy.samplers, "ncs": ncs, "clip": clip, "setup": comfy_setup, "sd": comfy.sd,
+            "neg": tc.encode_prompt(clip, ""), "path": str(tiny_checkpoints["fp32"]),
+            "model": comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))}
+
+
+def setup(env, prompts=PROMPTS, **kw):
+    return env["setup"].run_setup(None, env["neg"], width=W, height=H, seconds=SECONDS, segment_seconds=SEGMENT_SECONDS,
+                                  context_frames=CONTEXT, clip=env["clip"], prompt="",
+                                  segment_prompts="\n".join(prompts), **kw)
+
+
+@pytest.fixture(scope="module")
+def story(env):
+    return setup(env)
+
+
+def run(env, made, cache=None, *, seeds=None, model=None, sampler="euler", scheduler="simple"):
+    """One segmented run with fresh ComfyUI objects (guider, sampler, sigmas, noise), as a new queue makes them."""
+    samplers = env["samplers"]
+    model = model or env["model"]
+    guider = samplers.CFGGuider(model)
+    guider.set_conds(made.positive, made.negative)
+    guider.set_cfg(3.0)
+    sigmas = samplers.calculate_sigmas(model.get_model_object("model_sampling"), scheduler, STEPS).cpu()
+    return segmented.run_segmented(env["ncs"].Noise_RandomNoise(SEED), guider, samplers.sampler_object(sampler),
+                                   sigmas, made.latent, NORMAL, made.job.segments, seeds=seeds,
+                                   prompts=made.job.prompts, retakes=cache)
+
+
+class Passes:
+    """Counts the passes sampled and records the positive text each one got."""
+
+    def __init__(self, monkeypatch):
+        self.texts = []
+        real = segmented.comfy_sampler.run_sampler
+
+        def run_sampler(noise, guider, *args, **kwargs):
+            self.texts.append(guider.original_conds["positive"][0]["cross_attn"])
+            return real(noise, guider, *args, **kwargs)
+
+        monkeypatch.setattr(segmented.comfy_sampler, "run_sampler", run_sampler)
+
+
+def latents(result):
+    return [*result.output["samples"].unbind(), *result.denoised["samples"].unbind()]
+
+
+def identical(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(latents(a), latents(b), strict=True))
+
+
+def test_four_prompts_condition_their_own_segments(env, story, monkeypatch):
+    job = story.job
+    assert job.segmented and job.segments.count == 4 and job.prompts.texts == PROMPTS
+    passes = Passes(monkeypatch)
+    result = run(env, story)
+    assert len(passes.texts) == 4
+    for text, prompt in zip(passes.texts, PROMPTS):    # each pass: its own prompt through the same text encoder
+        assert torch.equal(text, tc.encode_prompt(env["clip"], prompt)[0][0])
+    assert len({t.shape[1] for t in passes.texts}) > 1       # the prompts differ in length ...
+    longest = max(t.shape[1] for t in passes.texts)
+    assert job.geometry.text_rows == longest                  # ... and Setup planned every pass for the longest
+    forecast = result.report.forecast
+    actual = [s.run.plan.geometry.seq_len for s in result.report.segments]
+    assert all(f.seq_len == a + longest - t.shape[1] for f, a, t in zip(forecast, actual, passes.texts))
+    assert [s.prompt for s in result.report.segments] == list(PROMPTS)
+    assert all(s.source == "sampled" for s in result.report.segments) and result.report.retakes is None
+    summary = setup(env).summary
+    assert "| start | duration | prompt" in summary and "the fox leaps onto a frozen river, ice \u2026" in summary
+    video, audio = result.output["samples"].unbind()
+    assert video.shape[2] == job.segments.video_latent_frames and torch.isfinite(video).all() and video.std() > 0.05
+
+
+@pytest.mark.parametrize("family", ["fl2va", "ref2va"])
+def test_segment_prompts_see_the_frames_or_references_as_the_stock_node_shows_them(env, family):
+    """fl2va and ref2va: every segment prompt is encoded with the frames / references presented to Qwen exactly as
+    the stock node presents them for one prompt (its conditioning's text equals the stock node's for that prompt)."""
+    import comfy_extras.nodes_minimax_h3 as h3n
+    from test_stage_nodes import TinyAudioVAE, TinyVideoVAE
+
+    g = torch.Generator().manual_seed(8)
+    picture = torch.rand(1, 64, 64, 3, generator=g)
+    vae = TinyVideoVAE()
+    prompts = ("<Picture 1> walks in snow", "<Picture 1> reaches the river") if family == "ref2va" else PROMPTS[:2]
+    kw = ({"references": {"ref_image_1": picture}, "audio_vae": TinyAudioVAE()} if family == "ref2va"
+          else {"first_frame": picture})
+    made = setup(env, prompts=prompts, family=family, vae=vae, **kw)
+    assert made.job.prompts.texts[:2] == prompts and made.job.prompts.conditioning[0] is made.positive
+    for text, cond in zip(prompts, made.job.prompts.conditioning[:2]):
+        if family == "ref2va":
+            stock = h3n.MiniMaxH3ReferenceToVideo.execute(clip=env["clip"], vae=vae, audio_vae=None, prompt=text,
+                                                          width=W, height=H, length=made.plan.pass_frames,
+                                                          ref_images={"ref_image_1": picture}).result[0]
+        else:
+            stock = h3n.MiniMaxH3ImageToVideo.execute(env["clip"], vae, text, W, H, made.plan.total_frames,
+                                                      first_frame=picture).result[0]
+        assert torch.equal(cond[0][0], stock[0][0])
+    plain = tc.encode_prompt(env["clip"], prompts[1])[0][0]       # the text alone, nothing presented
+    assert plain.shape[1] < made.job.prompts.conditioning[1][0][0].shape[1]
+
+
+def test_a_retake_of_segment_2_samples_it_and_the_next_only(env, story, monkeypatch, tmp_path):
+    cache = RetakeCache(64 * MIB, 64 * MIB, tmp_path)
+    first = run(env, story, cache)
+    assert [s.source for s in first.report.segments] == ["sampled"] * 4
+    passes = Passes(monkeypatch)
+    retake = run(env, story, cache, seeds=(None, None, 777))
+    assert len(passes.texts) == 2                                     # only segments 2 and 3 were sampled
+    segs = retake.report.segments
+    assert [s.source for s in segs] == ["reused", "reused", "sampled", "sampled"]
+    assert [s.seed for s in segs] == [SEED, SEED + 1, 777, SEED + 3]
+    assert [s.sample_seconds == 0.0 for s in segs] == [True, True, False, False]   # the time shows it
+    assert retake.report.retakes.reused == (0, 1) and retake.report.retakes.sampled == (2, 3)
+    assert any(line.startswith("retakes: reused segments 0, 1; sampled 2, 3") for line in retake.report.summary_lines())
+    assert retake.report.to_dict()["retakes"]["entries"] == 6
+    assert retake.report.retakes.ram_bytes > 0 and retake.report.retakes.ram_bound_bytes == 64 * MIB
+    fresh = run(env, story, seeds=(None, None, 777))                  # no cache: every segment sampled
+    assert identical(retake, fresh)
+    a, b = first.output["samples"].unbind()[0], retake.output["samples"].unbind()[0]
+    cut = story.job.segments.segments[2].video_latent_range[0]
+    assert torch.equal(a[:, :, :cut], b[:, :, :cut]) and not torch.equal(a[:, :, cut:], b[:, :, cut:])
+    again = run(env, story, cache, seeds=(None, None, 777))          # nothing changed: everything reused
+    assert [s.source for s in again.report.segments] == ["reused"] * 4 and identical(again, fresh)
+
+
+def test_a_changed_prompt_resamples_from_its_segment(env, story, tmp_path):
+    cache = RetakeCache(64 * MIB, 0, tmp_path)
+    run(env, story, cache)
+    edited = setup(env, prompts=PROMPTS[:3] + ("the fox curls up to sleep",))   # Setup runs again
+    result = run(env, edited, cache)
+    assert [s.source for s in result.report.segments] == ["reused", "reused", "reused", "sampled"]
+    assert identical(result, run(env, edited))
+
+
+@pytest.mark.parametrize("change", ["model", "lora", "sampler", "sigmas"])
+def test_model_patches_sampler_and_sigmas_invalidate_every_segment(env, story, tmp_path, change):
+    cache = RetakeCache(64 * MIB, 0, tmp_path)
+    run(env, story, cache)
+    same = run(env, story, cache, model=env["model"].clone())        # a clone of the same weights is the same model
+    assert [s.source for s in same.report.segments] == ["reused"] * 4
+    kw = {}
+    if change == "model":
+        kw["model"] = env["sd"].load_diffusion_model(env["path"])    # the same file, loaded again: another model
+    elif change == "lora":
+        patched = env["model"].clone()
+        key = next(k for k in patched.model.state_dict() if k.endswith("blocks.0.attn.to_q.weight")
+                   or k.endswith(".weight") and "blocks.0" in k)
+        weight = patched.model.state_dict()[key]
+        diff = torch.randn(weight.shape, generator=torch.Generator().manual_seed(11)) * 0.01
+        assert patched.add_patches({key: (diff,)}, 1.0) == [key]
+        kw["model"] = patched
+    elif change == "sampler":
+        kw["sampler"] = "dpmpp_2m"
+    else:
+        kw["scheduler"] = "beta"
+    result = run(env, story, cache, **kw)
+    assert [s.source for s in result.report.segments] == ["sampled"] * 4, change
+
+
+def test_bad_direction_is_refused_before_any_sampling(env, story, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("sampling started")
+
+    monkeypatch.setattr(segmented.comfy_sampler, "run_sampler", never)
+    with pytest.raises(LongMediaInputError, match="at most 4") as info:
+        setup(env, prompts=PROMPTS + ("one too many",))
+    assert info.value.input_name == "segment_prompts"
+    with pytest.raises(LongMediaInputError) as info:
+        setup(env, prompts=("0s: snow", "2 sec: river"))
+    assert info.value.input_name == "segment_prompts line 2"
+    made = story
+    samplers = env["samplers"]
+    guider = samplers.CFGGuider(env["model"])
+    guider.set_conds(made.positive, made.negative)
+    sigmas = samplers.calculate_sigmas(env["model"].get_model_object("model_sampling"), "simple", STEPS).cpu()
+    args = (env["ncs"].Noise_RandomNoise(SEED), guider, samplers.sampler_object("euler"), sigmas, made.latent, NORMAL)
+    with pytest.raises(LongMediaInputError) as info:
+        segmented.run_job(*args, made.job, segment_seeds=f"auto auto {2 ** 64}")
+    assert info.value.input_name == "segment_seeds[2]"
+    with pytest.raises(LongMediaInputError) as info:
+        segmented.run_job(*args, made.job, segment_seeds="1 2 3 4 5")
+    assert info.value.input_name == "segment_seeds"
+    other = samplers.CFGGuider(env["model"])
+    other.set_conds(tc.encode_prompt(env["clip"], "something else"), made.negative)
+    with pytest.raises(LongMediaInputError) as info:
+        segmented.run_job(args[0], other, *args[2:], made.job)
+    assert info.value.input_name == "guider"
