@@ -34,6 +34,7 @@ from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 from ..report.segmented import SegmentedReport
 from . import inputs
+from .attention_speeds import attention_speeds
 from .host_attention import host_attention
 from .host_features import host_features
 from .memory_facts import comfy_reading, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
@@ -146,6 +147,10 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
         request = dataclasses.replace(request, host_attention=host_attention(
             getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
             diffusion_model=model))
+    if request.attention_speeds is None:  # the exact backends' speed on this device (probed once, cached on disk)
+        request = dataclasses.replace(request, attention_speeds=attention_speeds(
+            guider.model_patcher.load_device, attention_mode=request.attention_mode, head_dim=profile.dims.head_dim,
+            seq_len=geometry.seq_len))
     plan = make_plan(profile, device, geometry, request)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
     return reconcile_block_sparse(plan, evidence), row_spans

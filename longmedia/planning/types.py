@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..attention.host import HostAttention
 from ..attention.schedule import SolSettings
+from ..attention.speeds import MeasuredSpeeds
 from ..errors import check_choice, check_int
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings
@@ -48,6 +49,8 @@ class PlanRequest:
 
     host_attention: the attention the user runs ComfyUI with (detected by longmedia/comfy/host_attention.py;
     None = unknown, e.g. the CLI): attention_mode=auto keeps it where it can run in the planned path.
+    attention_speeds: the exact backends' speeds measured on the device (longmedia/comfy/attention_speeds.py);
+    None = not measured (the CLI): the static rank orders them.
     """
 
     memory_mode: str = "auto"
@@ -64,6 +67,7 @@ class PlanRequest:
     step_boundary_cleanup_mb: int | None = None
     sol: SolSettings | None = None  # for sol / scheduled_sol; None = SolSettings' defaults
     host_attention: HostAttention | None = None
+    attention_speeds: MeasuredSpeeds | None = None
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
