@@ -93,6 +93,8 @@ class _Run:
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
         self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
+        self.sampler_step = 0  # sampler steps completed (the sampler's callback), i.e. the step now running
+        self.warmup_s = 0.0
         self.guards = guards_for_device(plan.guards, device,
                                         release=vbar_release(patcher))
 
@@ -238,6 +240,10 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         fix = bootstrap_triton()  # Windows embedded Python: Triton's compiler finds its headers (this process)
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
+        if run.cuda:
+            warmed = _warm_up(plan, run.device)
+            run.warmup_s = warmed.seconds
+            run.notes.extend(warmed.lines())
     blocks = g.model_patcher.model.diffusion_model.blocks
     if blocks and getattr(blocks[0].attn, "to_gate_compress", None) is not None:
         run.notes.append("VSA gate (gate_compress checkpoint): left unused, as ComfyUI's dense attention leaves it; "
@@ -288,12 +294,25 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         run.sample_device_used()
         sigma = float(timestep.flatten()[0]) / 1000.0
         run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak),
-                                    run.step_device_used))
+                                    run.step_device_used, run.sampler_step))
         run.guards.on_step_end(len(run.steps) - 1)
         return out
 
     ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, opts, is_model_options=True)
     return streamed
+
+
+def _warm_up(plan: ExecutionPlan, device: torch.device):
+    """Compile the plan's Triton attention kernels on its call shapes before the first step (attention/warmup.py)."""
+    from ..attention.backends import default_registry
+    from ..attention.warmup import warm_up
+
+    choice = plan.attention.choice
+    return warm_up((choice.backend, choice.exact_backend), default_registry(), seq_len=plan.geometry.seq_len,
+                   query_chunk=plan.chunks.qkv_chunk_tokens, heads=plan.model.dims.heads,
+                   group=plan.chunks.heads_per_group, head_dim=plan.model.dims.head_dim, dtype=torch.bfloat16,
+                   device=device, capability=plan.device.compute_capability,
+                   free_bytes=int(torch.cuda.mem_get_info(device)[0]))
 
 
 def _on_block(run: _Run):
@@ -362,9 +381,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                                                      latent.get("downscale_ratio_temporal", None))
     x0_output: dict = {}
     callback = comfy_preview_callback(g.model_patcher, sigmas.shape[-1] - 1, x0_output)
+
+    def counted(step: int, x0, x, total_steps: int):
+        run.sampler_step = step + 1  # model calls after this belong to the next step
+        return callback(step, x0, x, total_steps)
     try:
         out_samples = g.sample(noise.generate_noise(latent), samples, sampler, sigmas,
-                               denoise_mask=latent.get("noise_mask"), callback=callback,
+                               denoise_mask=latent.get("noise_mask"), callback=counted,
                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
     except LongMediaOOM:
         raise
@@ -386,7 +409,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
                        predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
-                       host=host_features())
+                       host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1))
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)
