@@ -6,7 +6,7 @@ released before free memory is measured (a seed-only rerun plans from the same s
 enters through official seams on copies: the guider is copied with a cloned ModelPatcher and a cloned
 `model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override into
 `transformer_options`, and a DIFFUSION_MODEL wrapper (per-call measurement, the call's own packed
-table, and `prefetch_dynamic_vbars`, which can only be changed there) into the copied model_options.
+table, and `prefetch_dynamic_vbars`, which can only be changed there) onto the cloned patcher, innermost.
 With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is
 touched.
 """
@@ -298,7 +298,11 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         run.guards.on_step_end(len(run.steps) - 1)
         return out
 
-    ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, opts, is_model_options=True)
+    # on the cloned patcher, not in model_options: ComfyUI appends a patcher's wrappers after model_options' when
+    # sampling starts (sampler_helpers.prepare_model_patcher), and in the clone ours follow every wrapper another node
+    # put on the model, so ours runs innermost and sees only the calls that reach the model: a step cache's
+    # (EasyCache's) skipped calls return before it, and the report counts them as skipped steps
+    g.model_patcher.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model)
     return streamed
 
 
