@@ -215,7 +215,7 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
 
 
 def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = NO_OBSERVER,
-             weights: WeightAccess | None = None) -> tuple[int, ...]:
+             weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = ()) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
@@ -241,7 +241,7 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
         if run.cuda:
-            warmed = _warm_up(plan, run.device)
+            warmed = _warm_up(plan, run.device, seq_lens)
             run.warmup_s = warmed.seconds
             run.notes.extend(warmed.lines())
     blocks = g.model_patcher.model.diffusion_model.blocks
@@ -306,17 +306,33 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
     return streamed
 
 
-def _warm_up(plan: ExecutionPlan, device: torch.device):
+def prompt_seq_lens(guider, latent, plan: ExecutionPlan) -> tuple[int, ...]:
+    """Packed rows of the positive and the negative prompt's calls (their text lengths differ, and so may the
+    kernels Triton compiles for them); the plan's own length where a prompt's table cannot be read."""
+    lengths = {plan.geometry.seq_len}
+    video, audio = inputs.av_latents(latent)
+    for name in ("positive", "negative"):
+        conds = (getattr(guider, "original_conds", {}) or {}).get(name)
+        if conds:
+            table = inputs.stock_row_spans(video, audio, [[conds[0].get("cross_attn"), conds[0]]])
+            lengths.add(int(table[-1][1]))
+    return tuple(sorted(lengths))
+
+
+def _warm_up(plan: ExecutionPlan, device: torch.device, seq_lens: tuple[int, ...]):
     """Compile the plan's Triton attention kernels on its call shapes before the first step (attention/warmup.py)."""
     from ..attention.backends import default_registry
-    from ..attention.warmup import warm_up
+    from ..attention.warmup import Warmup, warm_up
 
     choice = plan.attention.choice
-    return warm_up((choice.backend, choice.exact_backend), default_registry(), seq_len=plan.geometry.seq_len,
-                   query_chunk=plan.chunks.qkv_chunk_tokens, heads=plan.model.dims.heads,
-                   group=plan.chunks.heads_per_group, head_dim=plan.model.dims.head_dim, dtype=torch.bfloat16,
-                   device=device, capability=plan.device.compute_capability,
-                   free_bytes=int(torch.cuda.mem_get_info(device)[0]))
+    done = [warm_up((choice.backend, choice.exact_backend), default_registry(), seq_len=seq,
+                    query_chunk=plan.chunks.qkv_chunk_tokens, heads=plan.model.dims.heads,
+                    group=plan.chunks.heads_per_group, head_dim=plan.model.dims.head_dim, dtype=torch.bfloat16,
+                    device=device, capability=plan.device.compute_capability,
+                    free_bytes=int(torch.cuda.mem_get_info(device)[0]))
+            for seq in seq_lens]
+    return Warmup(sum(w.seconds for w in done), tuple(c for w in done for c in w.calls),
+                  "; ".join(dict.fromkeys(w.note for w in done if w.note)))
 
 
 def _on_block(run: _Run):
@@ -378,7 +394,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
-    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights)
+    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights,
+                        prompt_seq_lens(guider, latent, plan) if run.cuda else ())
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),
