@@ -42,5 +42,10 @@ def attention_speeds(load_device, *, attention_mode: str, head_dim: int, seq_len
         return MeasuredSpeeds.none(f"{ENV_VAR}={env}", head_dim=head_dim, dtype=dtype_name, seq_len=seq_len)
     from ..attention.backends import default_registry
 
-    return probe_speeds(default_registry(), speed_cache() if cache is None else cache, device=load_device,
-                        head_dim=head_dim, dtype=dtype, seq_len=seq_len)
+    speeds = probe_speeds(default_registry(), speed_cache() if cache is None else cache, device=load_device,
+                          head_dim=head_dim, dtype=dtype, seq_len=seq_len)
+    if speeds.seconds and not speeds.cached:  # timed now: hand the probe's freed blocks back before models load
+        import comfy.model_management
+
+        comfy.model_management.soft_empty_cache()
+    return speeds
