@@ -3,8 +3,9 @@
 Triton compiles a kernel once per process, device and specialisation: its constexpr arguments, and for integer
 arguments whether each equals 1 or is divisible by 16 (pointers: 16-byte alignment). A Sol or exact-kernel call
 over the plan's shapes (the first and the ragged last query chunk, each head-group size) therefore compiles every
-variant the steps will launch. Heads do not change the variant except through that rule, so the warm calls use the
-fewest heads of the same class (1, 16, or 2) and stay small: K/V of 2 heads at 109k keys are 112 MB. Below
+variant the steps will launch. Heads change the variant only through that rule (the head count and strides that are
+multiples of it), so the warm calls use the fewest heads with the same residue mod 16 and stay small: K/V of 8
+heads (for 56) at 109k keys are 448 MB. Below
 compute capability 9.0 Sol autotunes on its first call and keeps the pick per key (heads are not in the key), so
 there the warm call uses the planned heads where free memory allows. Sol's tau is not a kernel argument at all
 (routing runs in torch), so changing tau never recompiles. Compiled kernels go to Triton's on-disk cache
@@ -46,8 +47,11 @@ class Warmup:
 
 
 def specialisation_heads(heads: int) -> int:
-    """The fewest heads Triton specialises like `heads` (1; divisible by 16; anything else)."""
-    return 1 if heads == 1 else 16 if heads % 16 == 0 else 2
+    """The fewest heads Triton specialises like `heads`: the same residue mod 16 (so every stride that is a multiple
+    of the head count, the routing mask's batch stride among them, is divisible by 16 exactly when the real one is),
+    and 1 only where `heads` is 1. 56 heads warm as 8, 48 as 16, 17 as 17."""
+    h = heads % 16 or 16
+    return heads if h == 1 and heads != 1 else h
 
 
 def query_calls(seq_len: int, query_chunk: int) -> tuple[tuple[int, int], ...]:

@@ -58,7 +58,11 @@ def test_call_shapes_cover_the_first_and_ragged_last_chunk_and_each_group():
     assert warmup.query_calls(300, 0) == ((0, 300),) and warmup.query_calls(300, 512) == ((0, 300),)
     assert warmup.head_groups(56, 0) == (56,) and warmup.head_groups(56, 8) == (8,)
     assert warmup.head_groups(56, 12) == (12, 8)
-    assert [warmup.specialisation_heads(h) for h in (1, 2, 8, 16, 48, 56)] == [1, 2, 2, 16, 16, 2]
+    assert [warmup.specialisation_heads(h) for h in (1, 2, 8, 16, 48, 56, 17, 33)] == [1, 2, 8, 16, 16, 8, 17, 33]
+    for heads in range(1, 80):  # every multiple of the head count is divisible by 16 exactly when the real one is
+        h = warmup.specialisation_heads(heads)
+        assert h <= max(heads, 17) and (h == 1) == (heads == 1)
+        assert all((h * x % 16 == 0) == (heads * x % 16 == 0) for x in range(1, 64))
 
 
 def test_warm_up_runs_the_planned_shapes_once(monkeypatch):
@@ -77,9 +81,9 @@ def test_warm_up_runs_the_planned_shapes_once(monkeypatch):
     reg = reg.replace("sol", factory=counting)
     got = warmup.warm_up(("sol", "sdpa_cudnn"), reg, seq_len=300, query_chunk=128, heads=56, group=0, head_dim=64,
                          dtype=torch.float16, device="cpu", capability=(9, 0), sync=lambda: None)
-    assert [c[:4] for c in calls] == [(0, 128, 300, 2), (256, 44, 300, 2)]
-    assert calls[0][4] == (2 * 64 * 128, 64, 2 * 64, 1)  # the executor's layout: [rows, heads * head_dim] storage
-    assert got.calls == (("sol", 0, 128, 300, 2), ("sol", 256, 44, 300, 2)) and got.seconds > 0
+    assert [c[:4] for c in calls] == [(0, 128, 300, 8), (256, 44, 300, 8)]  # 56 heads warm as 8
+    assert calls[0][4] == (8 * 64 * 128, 64, 8 * 64, 1)  # the executor's layout: [rows, heads * head_dim] storage
+    assert got.calls == (("sol", 0, 128, 300, 8), ("sol", 256, 44, 300, 8)) and got.seconds > 0
     assert "kernel warm-up before the first step" in got.lines()[0]
     assert warmup.warm_up(("sdpa_cudnn",), reg, seq_len=300, query_chunk=128, heads=56, group=0, head_dim=64,
                           dtype=torch.float16, device="cpu", capability=(9, 0)).calls == ()
@@ -92,4 +96,4 @@ def test_below_sm90_sol_autotunes_on_the_planned_heads_where_memory_allows():
               capability=(8, 6), sync=lambda: None)
     assert warmup.warm_up(("sol",), reg, free_bytes=1 << 30, **kw).calls[0][4] == 56 and calls == [56]
     tight = warmup.warm_up(("sol",), reg, free_bytes=1 << 20, **kw)
-    assert tight.calls[0][4] == 2 and "autotunes on 2 heads, not 56" in tight.note
+    assert tight.calls[0][4] == 8 and "autotunes on 8 heads, not 56" in tight.note
