@@ -74,7 +74,7 @@ def _views(rows: int, heads: int, head_dim: int, dtype: torch.dtype, device: tor
     """[1, heads, rows, head_dim] views of a [rows, heads * head_dim] buffer, as the executor's q, K and V."""
     g = torch.Generator(device=device).manual_seed(seed)
     buf = torch.randn(rows, heads * head_dim, generator=g, device=device, dtype=dtype)
-    return buf.view(1, rows, heads, head_dim).transpose(1, 2)
+    return buf.view(1, rows, heads, head_dim)[0].transpose(0, 1).unsqueeze(0)  # as streamed_block._query_rows
 
 
 def warm_up(names: tuple[str, ...], registry: BackendRegistry, *, seq_len: int, query_chunk: int, heads: int,

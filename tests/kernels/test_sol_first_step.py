@@ -82,7 +82,7 @@ def test_warm_up_runs_the_planned_shapes_once(monkeypatch):
     got = warmup.warm_up(("sol", "sdpa_cudnn"), reg, seq_len=300, query_chunk=128, heads=56, group=0, head_dim=64,
                          dtype=torch.float16, device="cpu", capability=(9, 0), sync=lambda: None)
     assert [c[:4] for c in calls] == [(0, 128, 300, 8), (256, 44, 300, 8)]  # 56 heads warm as 8
-    assert calls[0][4] == (8 * 64 * 128, 64, 8 * 64, 1)  # the executor's layout: [rows, heads * head_dim] storage
+    assert calls[0][4] == (8 * 64, 64, 8 * 64, 1)  # the executor's views of [rows, heads * head_dim] storage
     assert got.calls == (("sol", 0, 128, 300, 8), ("sol", 256, 44, 300, 8)) and got.seconds > 0
     assert "kernel warm-up before the first step" in got.lines()[0]
     assert warmup.warm_up(("sdpa_cudnn",), reg, seq_len=300, query_chunk=128, heads=56, group=0, head_dim=64,
