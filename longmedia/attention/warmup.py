@@ -90,8 +90,21 @@ def warm_up(names: tuple[str, ...], registry: BackendRegistry, *, seq_len: int, 
         return Warmup(0.0, (), "no CUDA device")
     sync = sync if sync is not None else (lambda: torch.cuda.synchronize(device))
     autotuned = capability is not None and tuple(capability) < AUTOTUNED_BELOW and "sol" in wanted
-    note = ""
+    notes: list[str] = []
     calls, start = [], time.perf_counter()
+    try:
+        _run(wanted, registry, calls, seq_len=seq_len, query_chunk=query_chunk, heads=heads, group=group,
+             head_dim=head_dim, dtype=dtype, device=device, autotuned=autotuned, free_bytes=free_bytes, notes=notes)
+    except torch.OutOfMemoryError as err:  # named: no room now; step 1 compiles what is left, in its planned memory
+        notes.append(f"stopped for want of memory ({str(err).splitlines()[0][:120]}): step 1 compiles the rest")
+    sync()
+    return Warmup(time.perf_counter() - start, tuple(calls), "; ".join(notes))
+
+
+def _run(wanted: tuple[str, ...], registry: BackendRegistry, calls: list, *, seq_len: int, query_chunk: int,
+         heads: int, group: int, head_dim: int, dtype: torch.dtype, device: torch.device, autotuned: bool,
+         free_bytes: int | None, notes: list[str]) -> None:
+    """The warm calls of `warm_up`, each appended to `calls` once it ran."""
     for size in head_groups(heads, group):
         h = specialisation_heads(size)
         if autotuned:
@@ -99,8 +112,8 @@ def warm_up(names: tuple[str, ...], registry: BackendRegistry, *, seq_len: int, 
             if free_bytes is None or need < free_bytes // 2:
                 h = size
             else:
-                note = (f"Sol autotunes on {h} heads, not {size}: {need / 2**30:.2f} GiB would not leave half of "
-                        f"{free_bytes / 2**30:.2f} GiB free")
+                notes.append(f"Sol autotunes on {h} heads, not {size}: {need / 2**30:.2f} GiB would not leave half "
+                             f"of {free_bytes / 2**30:.2f} GiB free")
         k = _views(seq_len, h, head_dim, dtype, device, 1)
         v = _views(seq_len, h, head_dim, dtype, device, 2)
         for name in wanted:
@@ -111,5 +124,3 @@ def warm_up(names: tuple[str, ...], registry: BackendRegistry, *, seq_len: int, 
                 calls.append((name, a, rows, seq_len, h))
                 del q
         del k, v
-    sync()
-    return Warmup(time.perf_counter() - start, tuple(calls), note)

@@ -97,3 +97,14 @@ def test_below_sm90_sol_autotunes_on_the_planned_heads_where_memory_allows():
     assert warmup.warm_up(("sol",), reg, free_bytes=1 << 30, **kw).calls[0][4] == 56 and calls == [56]
     tight = warmup.warm_up(("sol",), reg, free_bytes=1 << 20, **kw)
     assert tight.calls[0][4] == 8 and "autotunes on 8 heads, not 56" in tight.note
+
+
+def test_no_room_stops_the_warm_up_with_a_note_and_step_one_compiles_the_rest():
+    def oom(ctx):
+        def fn(q, k, v, *, q_offset=0):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return fn
+    reg = default_registry().replace("sol", factory=oom)
+    got = warmup.warm_up(("sol",), reg, seq_len=300, query_chunk=0, heads=56, group=0, head_dim=64,
+                         dtype=torch.float16, device="cpu", capability=(9, 0), sync=lambda: None)
+    assert got.calls == () and "stopped for want of memory (CUDA out of memory" in got.note
