@@ -23,8 +23,10 @@ from longmedia.attention.schedule import SolSettings, tau_at
 GOALS = {"exact": 0.62, "sol": 0.20, "sol_first_over_steady": 1.3, "scheduled_sol": 0.40}
 
 
-def schedule_taus(steps: int, settings: SolSettings = SolSettings()) -> tuple[float | None, ...]:
-    """tau of each step of a `steps`-step schedule (None = exact), as scheduled_sol runs it: progress = i / (steps-1)."""
+def schedule_taus(steps: int, settings: SolSettings | None = None) -> tuple[float | None, ...]:
+    """tau of each step of a `steps`-step schedule (None = exact), as scheduled_sol runs it: progress = i / (steps-1);
+    settings None = scheduled_sol's defaults."""
+    settings = SolSettings() if settings is None else settings
     n = max(1, steps - 1)
     return tuple(tau_at(i / n, settings) for i in range(steps))
 
@@ -39,7 +41,7 @@ def sol_cost(tau: float, at: dict[float, float]) -> float:
 
 
 def scheduled_average(exact_s: float, sol_at: dict[float, float], steps: int = 20,
-                      settings: SolSettings = SolSettings()) -> tuple[float, tuple[float, ...]]:
+                      settings: SolSettings | None = None) -> tuple[float, tuple[float, ...]]:
     """(mean seconds per step, each step's seconds) of scheduled_sol over `steps` steps."""
     per = tuple(exact_s if tau is None else sol_cost(tau, sol_at) for tau in schedule_taus(steps, settings))
     return sum(per) / len(per), per

@@ -114,13 +114,12 @@ def measure_speeds(registry: BackendRegistry, specs: list[BackendSpec], *, devic
             if fell_back:
                 skipped.append((spec.name, "its pinned kernel refused the probe's inputs"))
                 continue
-            seconds.append((spec.name, float(timer(spec.name, lambda fn=fn: fn(q, k, v, q_offset=0)))))
+            seconds.append((spec.name, float(timer(spec.name, lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, q_offset=0)))))
         # RuntimeError: the backend's build or kernel failed here (BackendUnavailableError, CUDA OOM, a refusal)
         except RuntimeError as err:
             first = str(err).splitlines()[0][:160] if str(err) else ""
             room = NO_ROOM if isinstance(err, torch.OutOfMemoryError) else ""
             skipped.append((spec.name, f"{room}{type(err).__name__}: {first}"))
-    del q, k, v
     return MeasuredSpeeds(device=label, head_dim=head_dim, dtype=str(dtype).removeprefix("torch."), length_class=cls,
                           rows=rows, heads=heads, seconds=tuple(seconds), skipped=tuple(skipped))
 

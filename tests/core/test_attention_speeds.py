@@ -8,8 +8,8 @@ import json
 
 import pytest
 import torch
-
 from attention_fakes import fake_spec
+
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.registry import BackendRegistry
 from longmedia.attention.speed_probe import NO_ROOM, SpeedCache, probe_speeds

@@ -7,8 +7,8 @@ import types
 
 import pytest
 import torch
-
 from attention_fakes import rand_qkv
+
 from longmedia.attention import flash4
 from longmedia.attention.backends import default_registry
 from longmedia.attention.dispatcher import resolve_attention
