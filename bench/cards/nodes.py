@@ -132,12 +132,16 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     hands out copies and releases the cast at once (`probes.weight_access`)."""
     import contextlib
 
+    from longmedia.attention.schedule import SolSettings
     from longmedia.comfy.sampler import run_sampler
     from longmedia.comfy.segmented import run_segmented
     from longmedia.planning.types import PlanRequest
     from longmedia.segments.timeline import plan_segments
 
-    request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode, **(controls or {}))
+    controls = dict(controls or {})
+    if isinstance(controls.get("sol"), dict):  # Sol settings by name, as the Sampler node's sol_* inputs set them
+        controls["sol"] = SolSettings(**controls["sol"])
+    request = PlanRequest(memory_mode=memory_mode, attention_mode=attention_mode, **controls)
     if prefetch_off:
         guider = _prefetch_forced_off(guider)
     with contextlib.ExitStack() as stack:

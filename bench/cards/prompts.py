@@ -22,6 +22,9 @@ CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMedia
     "longmedia_sync_release": ("auto", {"weights": "sync_release"}),
     "longmedia_owned_weights": ("auto", {"weights": "owned"}),
     "longmedia_unordered": ("auto", {"weights": "unordered"}),
+    "longmedia_sol": ("sol", {}),  # Sol at its defaults (tau_start 1.3), as a main row: device-timed, --latents
+    "longmedia_sol_tau08": ("sol", {"request_json": json.dumps({"sol": {"tau_start": 0.8}})}),  # scheduled_sol's end
+    "longmedia_scheduled_sol": ("scheduled_sol", {}),
 }
 CONTROLS_HELP = ("longmedia_prefetch_off: ComfyUI's block prefetch forced off in every model call, as LongMedia's "
                  "plan did when every weight stays resident (the control of that change); longmedia_guards_off: "
@@ -32,7 +35,9 @@ CONTROLS_HELP = ("longmedia_prefetch_off: ComfyUI's block prefetch forced off in
                  "comfy-aimdo's pages, an offload cast buffer; its checks sync the device twice per block); "
                  "longmedia_sync_release: the device synchronized before each held weight goes back to ComfyUI; "
                  "longmedia_owned_weights: each weight copied and its cast released at once; longmedia_unordered: "
-                 "held weights handed back as before the fix (no offload-stream wait: ComfyUI's uncast alone)")
+                 "held weights handed back as before the fix (no offload-stream wait: ComfyUI's uncast alone); "
+                 "longmedia_sol / longmedia_scheduled_sol: attention_mode sol / scheduled_sol at their defaults; "
+                 "longmedia_sol_tau08: sol at tau 0.8 (scheduled_sol's last tau; bench/schedule_average.py)")
 
 
 def base_sampler(name: str) -> str:

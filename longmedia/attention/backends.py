@@ -14,6 +14,7 @@ from types import ModuleType
 
 import torch
 
+from .flash4 import flash4_spec
 from .kitchen import kitchen_backends
 from .protocol import AttentionFn, merge_heads
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext
@@ -258,9 +259,10 @@ def _sdpa_spec(name: str, kernel: str | None, rank: int, **fields) -> BackendSpe
 
 
 def builtin_backends() -> tuple[BackendSpec, ...]:
-    """Declarations of every built-in backend: exact ones fastest first, then Sol, then `existing`, then
-    comfy-kitchen's kernels (kitchen.py; approximate, probed for the package)."""
+    """Declarations of every built-in backend: exact ones fastest first (flash-attn-4 where installed, flash4.py),
+    then Sol, then `existing`, then comfy-kitchen's kernels (kitchen.py; approximate, probed for the package)."""
     return (
+        flash4_spec(),
         _sdpa_spec("sdpa_cudnn", "CUDNN_ATTENTION", 0, dtypes=HALF, head_dims=(32, 64, 96, 128),
                    min_capability=(9, 0),
                    description="torch SDPA pinned to cuDNN; used from Hopper on, where it was measured fastest"),

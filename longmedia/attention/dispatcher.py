@@ -29,6 +29,7 @@ from .host import HostAttention
 from .protocol import AttentionFn
 from .registry import BackendRegistry, BackendSpec, BackendUnavailableError, BuildContext, Capability
 from .schedule import SolSettings, SolSettingsError, sink_ranges_from_row_spans, tau_at
+from .speeds import MeasuredSpeeds
 
 MODES = ("auto", "existing", "sol", "scheduled_sol")
 QUERY_ROW_LADDER = (16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64)
@@ -164,17 +165,46 @@ class _Facts:
     budget: int | None
     int8_kv_storage: bool = True
     streamed: bool = False
+    speeds: MeasuredSpeeds | None = None
 
     @property
     def dtype_bytes(self) -> int:
         return self.dtype.itemsize
 
+    @property
+    def measured(self) -> MeasuredSpeeds | None:
+        """The speed probe's timings where they were taken for this job's head_dim, dtype and length class."""
+        s = self.speeds
+        if s is None or not s.covers(head_dim=self.head_dim, dtype=_dtype_name(self.dtype), seq_len=self.seq_len):
+            return None
+        return s
+
+    def rank(self, spec: BackendSpec) -> tuple:
+        """Sort key, fastest first: float K/V before int8 K/V; timed backends by the probe's seconds, then the
+        untimed ones by the registry's static speed_rank."""
+        seconds = None if self.measured is None else self.measured.seconds_of(spec.name)
+        if seconds is None:
+            return spec.quantized_kv, 1, 0.0, spec.speed_rank
+        return spec.quantized_kv, 0, seconds, spec.speed_rank
+
+    def order_note(self) -> str:
+        """How the exact backends were ordered, for the reasons."""
+        if self.measured is not None:
+            return self.measured.summary()
+        s = self.speeds
+        if s is None:
+            return "exact backends in the static rank (attention/backends.py): no speed probe was handed in"
+        if s.refused or not s.seconds:
+            return s.summary()
+        return (f"exact backends in the static rank (attention/backends.py): the speed probe timed head_dim "
+                f"{s.head_dim}, {s.dtype}, {s.length_class} class, not this call's")
+
     def fit(self, spec: BackendSpec) -> _Fit:
         return _fit(spec, self.budget, self.seq_len, self.heads, self.head_dim, self.dtype_bytes)
 
 
-def _rank(spec: BackendSpec) -> tuple[bool, int]:
-    return spec.quantized_kv, spec.speed_rank
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _usable(registry: BackendRegistry, available: frozenset[str], facts: _Facts, exact: bool
@@ -205,7 +235,7 @@ def _usable(registry: BackendRegistry, available: frozenset[str], facts: _Facts,
             usable.append(spec)
         else:
             rejected.append((spec, f"{spec.name} ({why})"))
-    usable.sort(key=_rank)
+    usable.sort(key=facts.rank)
     return usable, rejected
 
 
@@ -223,8 +253,8 @@ def _resolve_exact(registry: BackendRegistry, available: frozenset[str], facts: 
     return None, passed, tried
 
 
-def _faster_than(spec: BackendSpec, passed: list[tuple[BackendSpec, str]]) -> list[str]:
-    return [why for other, why in sorted(passed, key=lambda p: _rank(p[0])) if _rank(other) < _rank(spec)]
+def _faster_than(spec: BackendSpec, passed: list[tuple[BackendSpec, str]], facts: _Facts) -> list[str]:
+    return [why for other, why in sorted(passed, key=lambda p: facts.rank(p[0])) if facts.rank(other) < facts.rank(spec)]
 
 
 def _all_why(passed: list[tuple[BackendSpec, str]]) -> str:
@@ -248,7 +278,7 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
                       available: Collection[str] | None = None, sol_settings: SolSettings | None = None,
                       registry: BackendRegistry | None = None, existing_name: str | None = None,
                       int8_kv_storage: bool = True, host_attention: HostAttention | None = None,
-                      streamed: bool = False) -> AttentionChoice:
+                      streamed: bool = False, speeds: MeasuredSpeeds | None = None) -> AttentionChoice:
     """Pick the attention path for one job.
 
     device_capability: CUDA (major, minor), None = CPU. available: backend names installed here
@@ -257,6 +287,8 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
     K/V as int8 + scales when a quantised-K/V backend is chosen (False: those backends are passed over).
     host_attention: what ComfyUI runs (None = unknown: auto picks the fastest exact backend as before).
     streamed: the caller calls attention once per query chunk (whole-sequence backends cannot serve it).
+    speeds: the speed probe's timings on this device (speed_probe.py); where they cover this job's head_dim, dtype
+    and length class they order the exact backends, else (None, refused, another class) the static speed_rank does.
     """
     _check_inputs(mode, seq_len, heads, head_dim, dtype, device_capability, budget_bytes_for_attention)
     registry = default_registry() if registry is None else registry
@@ -266,9 +298,11 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
         raise SolSettingsError(f"sol_settings must be a SolSettings, got {type(settings).__name__}")
     if host_attention is not None and not isinstance(host_attention, HostAttention):
         raise AttentionModeError(f"host_attention must be a HostAttention or None, got {host_attention!r}")
+    if speeds is not None and not isinstance(speeds, MeasuredSpeeds):
+        raise AttentionModeError(f"speeds must be a MeasuredSpeeds or None, got {speeds!r}")
     facts = _Facts(seq_len, heads, head_dim, dtype,
                    None if device_capability is None else tuple(device_capability), budget_bytes_for_attention,
-                   bool(int8_kv_storage), bool(streamed))
+                   bool(int8_kv_storage), bool(streamed), speeds)
     if existing_name is None and host_attention is not None:
         existing_name = host_attention.function
 
@@ -324,7 +358,8 @@ def _resolve_auto(registry: BackendRegistry, avail: frozenset[str], facts: _Fact
         reasons = [f"auto: {exact_fit.spec.name} is the fastest {kind} backend that fits",
                    _describe_fit(exact_fit, facts.budget)]
         return _choice("auto", exact_fit, facts,
-                       reasons + [f"passed over {why}" for why in _faster_than(exact_fit.spec, passed)])
+                       reasons + [facts.order_note()]
+                       + [f"passed over {why}" for why in _faster_than(exact_fit.spec, passed, facts)])
     if not tried:
         raise BackendUnavailableError(
             f"no exact attention backend supports dtype={facts.dtype}, head_dim={facts.head_dim}, "
@@ -359,7 +394,8 @@ def _resolve_sol(mode: str, registry: BackendRegistry, avail: frozenset[str], fa
             f"{mode} needs an exact backend for its exact phases; none supports dtype={facts.dtype}, "
             f"head_dim={facts.head_dim}, device_capability={facts.capability}: {_all_why(passed)}")
     exact = exact_fit if exact_fit is not None else _smallest(tried)
-    exact_note = (f"exact phases run {exact.spec.name} ({_describe_fit(exact, facts.budget)})")
+    exact_note = (f"exact phases run {exact.spec.name} ({_describe_fit(exact, facts.budget)}); "
+                  f"{facts.order_note()}")
     if facts.seq_len < settings.min_tokens:
         reasons = [f"{mode}: seq_len {facts.seq_len} < sol_min_tokens {settings.min_tokens}: runs exact", exact_note]
         return _choice(mode, exact, facts, reasons)

@@ -72,7 +72,8 @@ class BackendSpec:
     (not an attention call: it needs the block's own projections, so no AttentionFn of ours can run it).
     requires: the package (and version) it needs beyond torch, for reports. rel_l2_bound: approximate
     backends only, the relative L2 error against exact attention the declaration promises at its default
-    settings (int8 quantisation; Sol at tau <= 1) on H3-like inputs.
+    settings (int8 quantisation; Sol at tau <= 1) on H3-like inputs. max_capability: the highest CUDA compute
+    capability its kernels are built for (None = no upper bound; flash-attn-4 stops at 11.x).
     """
 
     name: str
@@ -95,6 +96,7 @@ class BackendSpec:
     call_shape: str = "query_chunks"
     requires: str = ""
     rel_l2_bound: float | None = None
+    max_capability: Capability | None = None
 
     def __post_init__(self) -> None:
         if self.call_shape not in CALL_SHAPES:
@@ -125,6 +127,10 @@ class BackendSpec:
             want = ".".join(map(str, self.min_capability))
             have = ".".join(map(str, device_capability))
             return False, f"needs compute capability >= {want}, the device has {have}"
+        elif self.max_capability is not None and tuple(device_capability) > self.max_capability:
+            top = ".".join(map(str, self.max_capability))
+            have = ".".join(map(str, device_capability))
+            return False, f"runs up to compute capability {top}, the device has {have}"
         return True, "supported"
 
     def kv_bytes_per_token_head(self, head_dim: int, dtype_bytes: int) -> float:

@@ -6,7 +6,7 @@ released before free memory is measured (a seed-only rerun plans from the same s
 enters through official seams on copies: the guider is copied with a cloned ModelPatcher and a cloned
 `model_options`; streamed blocks go into `patches_replace["dit"]`, our attention override into
 `transformer_options`, and a DIFFUSION_MODEL wrapper (per-call measurement, the call's own packed
-table, and `prefetch_dynamic_vbars`, which can only be changed there) into the copied model_options.
+table, and `prefetch_dynamic_vbars`, which can only be changed there) onto the cloned patcher, innermost.
 With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is
 touched.
 """
@@ -36,6 +36,7 @@ from ..report.oom import PHASES, LongMediaOOM, OOMContext, is_oom, phase, report
 from ..report.run_report import PredictedPeaks, RunReport, StepRecord
 from ..report.segmented import SegmentedReport
 from . import inputs
+from .attention_speeds import attention_speeds
 from .host_attention import host_attention
 from .host_features import host_features
 from .memory_facts import comfy_reading, dynamic_vram_active, vbar_reclaimable_bytes, vbar_release
@@ -94,6 +95,8 @@ class _Run:
         self.step_peak = 0  # peak of the current model call before the allocator counter was last reset
         self.step_device_used = 0  # most device memory in use seen in the current model call
         self.phase = "before_block_0"
+        self.sampler_step = 0  # sampler steps completed (the sampler's callback), i.e. the step now running
+        self.warmup_s = 0.0
         self.guards = guards_for_device(plan.guards, device,
                                         release=vbar_release(patcher))
 
@@ -175,6 +178,10 @@ def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | 
         request = dataclasses.replace(request, host_attention=host_attention(
             getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
             diffusion_model=model))
+    if request.attention_speeds is None:  # the exact backends' speed on this device (probed once, cached on disk)
+        request = dataclasses.replace(request, attention_speeds=attention_speeds(
+            guider.model_patcher.load_device, attention_mode=request.attention_mode, head_dim=profile.dims.head_dim,
+            seq_len=geometry.seq_len))
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
     return CheckedPass(profile, geometry, tuple(row_spans), request, evidence)
 
@@ -255,7 +262,7 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
 
 
 def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = NO_OBSERVER,
-             weights: WeightAccess | None = None) -> tuple[int, ...]:
+             weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = ()) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
@@ -280,6 +287,10 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         fix = bootstrap_triton()  # Windows embedded Python: Triton's compiler finds its headers (this process)
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
+        if run.cuda:
+            warmed = _warm_up(plan, run.device, seq_lens)
+            run.warmup_s = warmed.seconds
+            run.notes.extend(warmed.lines())
     blocks = g.model_patcher.model.diffusion_model.blocks
     if blocks and getattr(blocks[0].attn, "to_gate_compress", None) is not None:
         run.notes.append("VSA gate (gate_compress checkpoint): left unused, as ComfyUI's dense attention leaves it; "
@@ -330,12 +341,49 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
         run.sample_device_used()
         sigma = float(timestep.flatten()[0]) / 1000.0
         run.steps.append(StepRecord(len(run.steps), sigma, time.perf_counter() - start, int(peak),
-                                    run.step_device_used))
+                                    run.step_device_used, run.sampler_step))
         run.guards.on_step_end(len(run.steps) - 1)
         return out
 
-    ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model, opts, is_model_options=True)
+    # on the cloned patcher, not in model_options: ComfyUI appends a patcher's wrappers after model_options' when
+    # sampling starts (sampler_helpers.prepare_model_patcher), and in the clone ours follow every wrapper another node
+    # put on the model, so ours runs innermost and sees only the calls that reach the model: a step cache's
+    # (EasyCache's) skipped calls return before it, and the report counts them as skipped steps
+    g.model_patcher.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, diffusion_model)
     return streamed
+
+
+def prompt_seq_lens(guider, latent, plan: ExecutionPlan) -> tuple[int, ...]:
+    """Packed rows of the positive and the negative prompt's calls (their text lengths differ, and so may the
+    kernels Triton compiles for them); the plan's own length where a prompt's table cannot be read."""
+    lengths = {plan.geometry.seq_len}
+    video, audio = inputs.av_latents(latent)
+    for name in ("positive", "negative"):
+        conds = (getattr(guider, "original_conds", {}) or {}).get(name)
+        if conds:
+            table = inputs.stock_row_spans(video, audio, [[conds[0].get("cross_attn"), conds[0]]])
+            lengths.add(int(table[-1][1]))
+    return tuple(sorted(lengths))
+
+
+def _warm_up(plan: ExecutionPlan, device: torch.device, seq_lens: tuple[int, ...]):
+    """Compile the plan's Triton attention kernels on its call shapes before the first step (attention/warmup.py)."""
+    from ..attention.backends import default_registry
+    from ..attention.warmup import Warmup, warm_up
+
+    choice = plan.attention.choice
+    done = [warm_up((choice.backend, choice.exact_backend), default_registry(), seq_len=seq,
+                    query_chunk=plan.chunks.qkv_chunk_tokens, heads=plan.model.dims.heads,
+                    group=plan.chunks.heads_per_group, head_dim=plan.model.dims.head_dim, dtype=torch.bfloat16,
+                    device=device, capability=plan.device.compute_capability,
+                    free_bytes=int(torch.cuda.mem_get_info(device)[0]))
+            for seq in seq_lens]
+    if any(w.calls for w in done):  # the warm calls' freed blocks go back before ComfyUI loads the weights
+        import comfy.model_management
+
+        comfy.model_management.soft_empty_cache()
+    return Warmup(sum(w.seconds for w in done), tuple(c for w in done for c in w.calls),
+                  "; ".join(dict.fromkeys(w.note for w in done if w.note)))
 
 
 def _on_block(run: _Run):
@@ -403,16 +451,21 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
-    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights)
+    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights,
+                        prompt_seq_lens(guider, latent, plan) if run.cuda else ())
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),
                                                      latent.get("downscale_ratio_temporal", None))
     x0_output: dict = {}
     callback = comfy_preview_callback(g.model_patcher, sigmas.shape[-1] - 1, x0_output)
+
+    def counted(step: int, x0, x, total_steps: int):
+        run.sampler_step = step + 1  # model calls after this belong to the next step
+        return callback(step, x0, x, total_steps)
     try:
         out_samples = g.sample(noise.generate_noise(latent), samples, sampler, sigmas,
-                               denoise_mask=latent.get("noise_mask"), callback=callback,
+                               denoise_mask=latent.get("noise_mask"), callback=counted,
                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=noise.seed)
     except LongMediaOOM:
         raise
@@ -434,7 +487,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
                        predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
-                       host=host_features())
+                       host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1))
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)

@@ -18,6 +18,7 @@ fold sm_scale into the exponent's FMA: 165 -> 157 ms.
 
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
 import torch
@@ -304,11 +305,13 @@ def sol_key_summaries(k: torch.Tensor, v: torch.Tensor, *, block: int = 64, k_sc
 
 
 def _autotuned():
-    """The kernel under triton.autotune over HOPPER_SOL (Triton keeps the tuning cache on it); used below
-    compute capability 9.0, where no config was measured and there is no TMA."""
+    """The kernel under triton.autotune over HOPPER_SOL (Triton keeps the tuning cache on it, and on disk beside its
+    compiled kernels where this Triton has `cache_results`); used below compute capability 9.0, where no config
+    was measured and there is no TMA. tau is no kernel argument: routing runs in torch, so no tau recompiles."""
     configs = [triton.Config({"QB": c.block_m // 64, "GROUP": c.group, "PAIR": c.block_n // 64},
                              num_warps=c.num_warps, num_stages=c.num_stages) for c in HOPPER_SOL]
-    return triton.autotune(configs=configs, key=["HEAD_DIM", "BLK", "KV_INT8", "IEEE", "WITH_STATS"])(_sol_fwd)
+    cache = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+    return triton.autotune(configs=configs, key=["HEAD_DIM", "BLK", "KV_INT8", "IEEE", "WITH_STATS"], **cache)(_sol_fwd)
 
 
 _sol_fwd_tuned = _autotuned()

@@ -60,7 +60,7 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
                                    device_capability=device.compute_capability,
                                    budget_bytes_for_attention=int(budget_bytes), sol_settings=request.sol,
                                    int8_kv_storage=False, host_attention=request.host_attention,
-                                   streamed=chunks.streams_attention)
+                                   streamed=chunks.streams_attention, speeds=request.attention_speeds)
     rows = chunks.qkv_chunk_tokens or geometry.seq_len  # the executor's query rows per call
     extra = mod.call_extra_bytes(choice, query_rows=rows, heads=heads, head_dim=model.dims.head_dim,
                                  dtype=torch.bfloat16)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..attention.host import HostAttention
 from ..attention.schedule import SolSettings
+from ..attention.speeds import MeasuredSpeeds
 from ..errors import check_choice, check_int
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings
@@ -51,6 +52,8 @@ class PlanRequest:
     None = unknown, e.g. the CLI): attention_mode=auto keeps it where it can run in the planned path.
     reference_budget: the job's (LongMedia Setup's reference_budget) when a job is connected; None = no job: the
     stock nodes' references are uncapped ("max").
+    attention_speeds: the exact backends' speeds measured on the device (longmedia/comfy/attention_speeds.py);
+    None = not measured (the CLI): the static rank orders them.
     """
 
     memory_mode: str = "auto"
@@ -68,6 +71,7 @@ class PlanRequest:
     sol: SolSettings | None = None  # for sol / scheduled_sol; None = SolSettings' defaults
     host_attention: HostAttention | None = None
     reference_budget: str | None = None
+    attention_speeds: MeasuredSpeeds | None = None
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")

@@ -20,13 +20,15 @@ STREAMED_NAN_ADVICE = ("; the blocks streamed: rerun with memory_mode normal, or
 class StepRecord:
     """One model call: its sigma, wall time, the peak torch's allocator handed out during it, and the most
     device memory in use (cudaMemGetInfo: total - free, so comfy-aimdo's VBAR weights, the CUDA context and
-    other processes count) sampled at its block ends and its end. 0 on CPU."""
+    other processes count) sampled at its block ends and its end. 0 on CPU. sampler_step: the sampler step the call
+    belongs to (the steps the sampler's callback had reported before it; -1 = not counted)."""
 
     index: int
     sigma: float
     seconds: float
     peak_bytes: int
     device_used_bytes: int = 0
+    sampler_step: int = -1
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,36 @@ class RunReport:
     output_finite: bool = True  # False: the sampled latent holds NaN or inf
     probes: ProbeReport | None = None  # what the diagnostics saw (LONGMEDIA_PROBES); None: none ran
     host: HostFeatures | None = None  # what the pack detected on this ComfyUI (paste into a bug report)
+    warmup_s: float = 0.0  # kernel compilation before the first step (attention/warmup.py), outside every step
+    sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
+
+    def step_seconds(self) -> tuple[tuple[int, float], ...]:
+        """(sampler step, seconds of its model calls), for the steps with at least one model call, in order."""
+        totals: dict[int, float] = {}
+        for s in self.steps:
+            if s.sampler_step >= 0:
+                totals[s.sampler_step] = totals.get(s.sampler_step, 0.0) + s.seconds
+        return tuple(sorted(totals.items()))
+
+    @property
+    def first_step_s(self) -> float | None:
+        """Model-call seconds of the first step that called the model (compilation, autotune, fault-in land here)."""
+        steps = self.step_seconds()
+        return steps[0][1] if steps else None
+
+    @property
+    def steady_step_s(self) -> float | None:
+        """Mean model-call seconds of the later steps that called the model (None with fewer than two)."""
+        later = [sec for _, sec in self.step_seconds()[1:]]
+        return sum(later) / len(later) if later else None
+
+    @property
+    def skipped_steps(self) -> tuple[int, ...]:
+        """Sampler steps in which the model never ran: a step cache (EasyCache, LazyCache) served them."""
+        if not self.sampler_steps or not any(s.sampler_step >= 0 for s in self.steps):
+            return ()
+        ran = {s.sampler_step for s in self.steps}
+        return tuple(i for i in range(self.sampler_steps) if i not in ran)
 
     @property
     def measured_peak_bytes(self) -> int:
@@ -88,6 +120,10 @@ class RunReport:
         out["measured_peak_bytes"] = self.measured_peak_bytes
         out["measured_device_bytes"] = self.measured_device_bytes
         out["output_warning"] = self.output_warning
+        out["first_step_s"] = self.first_step_s
+        out["steady_step_s"] = self.steady_step_s
+        out["model_calls"] = len(self.steps)
+        out["skipped_steps"] = list(self.skipped_steps)
         return out
 
     @property
@@ -108,11 +144,32 @@ class RunReport:
         if not self.output_finite:
             lines.insert(0, self.output_warning)
         lines.extend(self.peak_lines())
+        lines.extend(self.time_lines())
         if self.manual_fields:
             lines.append("manual values (they win over auto): " + ", ".join(self.manual_fields))
         lines.extend(self.guard_events)
         lines.extend(self.notes)
         lines.extend(self.probes.lines if self.probes is not None else ())
+        return tuple(lines)
+
+    def time_lines(self) -> tuple[str, ...]:
+        """The first step apart from the steady ones, and the steps a step cache skipped."""
+        lines = []
+        first, steady = self.first_step_s, self.steady_step_s
+        if first is not None:
+            line = f"first step {first:.2f} s"
+            if steady is not None:
+                line += f", steady steps {steady:.2f} s (mean of {len(self.step_seconds()) - 1})"
+            if self.warmup_s:
+                line += f"; kernels compiled before the first step in {self.warmup_s:.2f} s"
+            lines.append(line)
+        if self.sampler_steps:
+            skipped = self.skipped_steps
+            line = f"model calls: {len(self.steps)} over {self.sampler_steps} sampler steps"
+            if skipped:
+                line += (f"; {len(skipped)} step(s) without a model call (a step cache served them): "
+                         + ", ".join(map(str, skipped)))
+            lines.append(line)
         return tuple(lines)
 
     def peak_lines(self) -> tuple[str, ...]:

@@ -1,0 +1,39 @@
+"""bench/schedule_average.py: scheduled_sol's 20-step average from its phases, and the goals' ratios."""
+
+from __future__ import annotations
+
+import random
+
+from bench import schedule_average as sa
+
+
+def test_the_default_schedule_has_four_dense_steps_then_tau_from_1_3_to_0_8():
+    taus = sa.schedule_taus(20)
+    assert taus[:4] == (None,) * 4 and all(t is not None for t in taus[4:])
+    assert abs(taus[4] - 1.3) < 1e-3 and abs(taus[-1] - 0.8) < 1e-9  # step 4 sits just past the dense 20 %
+    assert all(a >= b for a, b in zip(taus[4:], taus[5:]))  # tau only falls
+
+
+def test_average_weights_each_phase_by_its_steps():
+    rng = random.Random()
+    exact, fast, slow = rng.uniform(30, 40), rng.uniform(10, 13), rng.uniform(14, 18)
+    avg, per = sa.scheduled_average(exact, {1.3: fast, 0.8: slow}, 20)
+    assert per[:4] == (exact,) * 4 and abs(per[4] - fast) < 1e-2 and abs(per[-1] - slow) < 1e-9
+    assert 4 * exact + 16 * fast < 20 * avg < 4 * exact + 16 * slow
+    assert abs(avg - sum(per) / 20) < 1e-12
+
+
+def _row(sampler, steps, **kw):
+    return {"sampler": sampler, "result": "ok", "steps_s": steps, "card_gib": 16, **kw}
+
+
+def test_figures_mark_each_goal_met_or_missed():
+    rows = [_row("stock", [58.0, 55.0, 55.0], card_gib=120), _row("longmedia", [44.0, 33.0, 33.0]),
+            _row("longmedia_sol", [16.0, 11.0, 11.0]), _row("longmedia_sol_tau08", [18.0, 13.0, 13.0])]
+    lines = sa.figures(rows)
+    assert lines[0].startswith("stock: 55.00 s/step")
+    assert "0.600x stock (goal <= 0.62x: met)" in lines[1]
+    assert "0.200x stock (goal <= 0.2x: met)" in lines[2]
+    assert "1.45x its steady step (goal <= 1.3x: missed)" in lines[3]
+    assert "scheduled_sol over 20 steps" in lines[4] and "met" in lines[4]
+    assert sa.figures([_row("longmedia", [1.0])]) == ["no ok stock row with a device-timed step: no ratios"]
