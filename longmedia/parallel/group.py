@@ -134,3 +134,22 @@ def open_group(rdv: Rendezvous, rank: int, device: torch.device | str = "cpu", t
     else:
         data = dist.ProcessGroupGloo(dist.PrefixStore(f"{rdv.prefix}/data", store), rank, world, timeout)
     return RankGroup(data, control, rank, world, device, timed=timed)
+
+
+def measure_link_gbps(group: RankGroup, megabytes: int = 64, repeats: int = 3) -> float:
+    """GB/s one rank's all-to-all moves on this group (the best of `repeats`; every rank must call it)."""
+    n = max(group.world, megabytes * (1 << 20) // 4 // group.world * group.world)
+    inp = torch.ones(n, dtype=torch.float32, device=group.device)
+    out = torch.empty_like(inp)
+    splits = [n // group.world] * group.world
+    best = float("inf")
+    for _ in range(repeats):
+        if inp.is_cuda:
+            torch.cuda.synchronize(inp.device)
+        start = time.perf_counter()
+        group.data.alltoall_base(out, inp, splits, splits, dist.AllToAllOptions()).wait()
+        if inp.is_cuda:
+            torch.cuda.synchronize(inp.device)
+        best = min(best, time.perf_counter() - start)
+    sent = n * 4 * (group.world - 1) / group.world
+    return sent / max(best, 1e-9) / 1e9

@@ -10,9 +10,10 @@ attention. That attention, called with q/k/v of the rank's rows and all H heads:
      (the inner attention must be exact: the gathered queries are not one contiguous run of rows);
   3. heads->rows: one all-to-all returns every rank its rows with all heads.
 When the block streams its attention (qkv_chunk_tokens > 0) it hands K/V for the whole shard first (the call
-with q_offset 0 starts a new K/V set: K and V are exchanged once, held for the block's later query chunks, and
-dropped with the attention object) and then one query chunk per call: the same bytes move, in 1 + 2 x chunks
-all-to-alls. Every rank holds the same number of rows (`RowShards` pads), so every rank runs the same chunk loop.
+with q_offset 0 starts a new K/V set: K and V are exchanged once, received into the block's own K/V buffers when
+the rank's heads of every row fit there (H divisible by N; the block reads those buffers only through this
+attention), held for the block's later query chunks) and then one query chunk per call: the same bytes move,
+in 2 + 2 x chunks all-to-alls. Every rank holds the same number of rows (`RowShards` pads), so every rank runs the same chunk loop.
 
 Cancel: a rank cannot stop alone inside a block (its peers would wait in a collective), so the ranks agree on
 stopping before each block (`agreed_stop`); inside a block nothing is interrupted.
@@ -28,7 +29,8 @@ from ..attention.protocol import AttentionFn, sdpa_attention
 from ..execution.chunks import ChunkSizes
 from ..execution.streamed_block import run_block
 from .group import RankGroup
-from .shards import RowShards, head_counts, shard_mod_rows, shard_rope, shard_rows
+from .partition import RowShards, head_counts
+from .shards import shard_mod_rows, shard_rope, shard_rows
 
 
 class UlyssesAttention:
@@ -40,25 +42,30 @@ class UlyssesAttention:
         self.query_chunk = query_chunk
         self._kv: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def _to_heads(self, parts: list[torch.Tensor], counts: tuple[int, ...]) -> list[torch.Tensor]:
-        """[1, H, X, D] each (this rank's X rows) -> [h_mine, N*X, D] each (every rank's rows, my heads)."""
+    def _to_heads(self, parts: list[torch.Tensor], counts: tuple[int, ...],
+                  into: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """[1, H, X, D] each (this rank's X rows, all heads) -> [h_mine, N*X, D] each (every rank's rows, my
+        heads; strided views of one received buffer, rows in global order). `into`: a buffer to receive in."""
         g, world = self.group, self.group.world
-        _, heads, x, d = parts[0].shape
-        mine = counts[g.rank]
-        inp = torch.stack([p[0] for p in parts], dim=1)  # [H, m, X, D]: heads outermost, so a rank's heads are one run
-        m = len(parts)
-        out = inp.new_empty(world * mine * m * x * d)
-        g.all_to_all(out, inp.reshape(-1), [mine * m * x * d] * world, [c * m * x * d for c in counts])
-        del inp
-        got = out.view(world, mine, m, x, d).permute(2, 1, 0, 3, 4).reshape(m, mine, world * x, d)
-        return list(got.unbind(0))
+        _, _, x, d = parts[0].shape
+        m, mine = len(parts), counts[g.rank]
+        bounds = [sum(counts[:j]) for j in range(world + 1)]
+        # sent: for each rank j, [X, m, h_j, D]; received: for each rank i, [X, m, h_mine, D] = [N*X, m, h_mine, D]
+        stage = torch.cat([torch.stack([p[0, bounds[j]:bounds[j + 1]].transpose(0, 1) for p in parts], dim=1)
+                           .reshape(-1) for j in range(world)])
+        n = world * x * m * mine * d
+        out = into[:n] if into is not None else stage.new_empty(n)
+        g.all_to_all(out, stage, [x * m * mine * d] * world, [x * m * c * d for c in counts])
+        del stage
+        got = out.view(world * x, m, mine, d)
+        return [got[:, i].transpose(0, 1) for i in range(m)]
 
     def _to_rows(self, o: torch.Tensor, rows: int, counts: tuple[int, ...], d: int) -> torch.Tensor:
         """[N*rows, h_mine * D] (my heads, every rank's rows) -> [1, rows, H*D] (my rows, every head)."""
         g, world = self.group, self.group.world
         mine = counts[g.rank]
         out = o.new_empty(rows * sum(counts) * d)
-        g.all_to_all(out, o.reshape(-1).contiguous(), [rows * c * d for c in counts], [rows * mine * d] * world)
+        g.all_to_all(out, o.reshape(-1), [rows * c * d for c in counts], [rows * mine * d] * world)
         pieces = [p.view(rows, c, d) for p, c in zip(out.split([rows * c * d for c in counts]), counts)]
         return torch.cat(pieces, dim=1).reshape(1, rows, sum(counts) * d)
 
@@ -74,6 +81,14 @@ class UlyssesAttention:
             out[a:b] = self.inner(q[None, :, a:b], k[None], v[None], q_offset=a)[0]
         return out
 
+    def _in_place(self, t: torch.Tensor, counts: tuple[int, ...]) -> torch.Tensor | None:
+        """The flat storage of a K or V buffer [1, H, L, D] (a [L, H, D] tensor) when my heads of every row fit in
+        it: the block reads it only through this attention, so the exchange may receive into it."""
+        base = t[0].transpose(0, 1)
+        if not base.is_contiguous() or self.group.world * counts[self.group.rank] > t.shape[1]:
+            return None
+        return base.view(-1)
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_offset: int) -> torch.Tensor:
         counts = head_counts(q.shape[1], self.group.world)
         rows, s = q.shape[2], self.shards.seq_len
@@ -81,15 +96,18 @@ class UlyssesAttention:
             qh, kh, vh = self._to_heads([q, k, v], counts)
             self._kv = None
         else:
-            if q_offset == 0:  # a new K/V set (a block, or a head group of it)
-                kh, vh = self._to_heads([k, v], counts)
+            if q_offset == 0:  # a new K/V set (a block, or a head group of it): exchanged once, into its own buffer
+                (kh,) = self._to_heads([k], counts, self._in_place(k, counts))
+                (vh,) = self._to_heads([v], counts, self._in_place(v, counts))
                 self._kv = (kh, vh)
             if self._kv is None:
                 raise RuntimeError("UlyssesAttention got a query chunk before the K/V set's first chunk (q_offset 0)")
             (qh,) = self._to_heads([q], counts)
             kh, vh = self._kv
+        if q_offset + rows >= k.shape[2]:  # the K/V set's last query chunk: its buffers may go after this call
+            self._kv = None
         o = self._attend(qh, kh[:, :s], vh[:, :s])
-        del qh
+        del qh, kh, vh
         return self._to_rows(o, rows, counts, q.shape[3]).to(q.dtype)
 
 

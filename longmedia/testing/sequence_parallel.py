@@ -86,6 +86,24 @@ def rank_main(rank: int, rdv: Rendezvous, cases: tuple[SPCase, ...], out_dir: st
             torch.save(out, Path(out_dir) / f"{case.name}.pt")
 
 
+def measure_main(rank: int, rdv: Rendezvous, cases: tuple[SPCase, ...], out_dir: str) -> None:
+    """One rank: each case's first block on this rank's rows under the live-bytes tracker; rank r writes
+    <name>.<r>.peak (the hidden state's bytes included, as `block_memory` counts it)."""
+    from ..parallel.ulysses import ShardedPass
+    from .live_bytes import LiveBytes
+
+    torch.set_num_threads(1)
+    group = open_group(rdv, rank)
+    for case in cases:
+        blocks, x, t_emb, mod_rows, rope = case_inputs(case)
+        sp = ShardedPass(group, x.shape[0], mod_rows, rope)
+        h = sp.enter(x)
+        with LiveBytes() as lb:
+            sp.block(blocks[0], h, t_emb, chunks=case.chunks, query_chunk=case.query_chunk)
+        peak = lb.peak_bytes + h.numel() * h.element_size()
+        (Path(out_dir) / f"{case.name}.{rank}.peak").write_text(str(peak))
+
+
 def spawn_ranks(world: int, target, args: tuple, timeout_s: float = 120.0) -> list[int]:
     """Start `world` processes `target(rank, rdv, *args)` over a fresh file:// rendezvous; join them within
     `timeout_s`, kill any still running, and return their exit codes (no process is left behind)."""

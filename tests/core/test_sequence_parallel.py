@@ -8,7 +8,8 @@ import torch
 
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.h3.dims import H3Dims
-from longmedia.parallel.shards import RowShards, head_counts, shard_mod_rows, shard_rope, shard_rows
+from longmedia.parallel.partition import RowShards, head_counts
+from longmedia.parallel.shards import shard_mod_rows, shard_rope, shard_rows
 from longmedia.testing.reference_block import rope_table
 from longmedia.testing.sequence_parallel import SPCase, rank_main, single_process, spawn_ranks
 
@@ -109,3 +110,28 @@ def test_env_launch_on_loopback_with_separate_processes(tmp_path):
     for case in LOOPBACK_CASES:
         got = torch.load(tmp_path / f"{case.name}.pt")
         assert rel(got, single_process(case)) <= 1e-5
+
+
+MEMORY_DIMS = H3Dims(hidden=96, heads=4, head_dim=32, ffn=256, text_dim=48, rope_inv_freq_len=4, time_embed_dim=32)
+MEMORY_CASES = (SPCase("mem_stock", MEMORY_DIMS, 1500, blocks=1, seed=21),
+                SPCase("mem_streamed", MEMORY_DIMS, 1500, blocks=1, chunks=ChunkSizes(128, 0, 128), seed=22),
+                SPCase("mem_groups", MEMORY_DIMS, 1500, blocks=1, chunks=ChunkSizes(96, 32, 200, 2), seed=23))
+
+
+def test_a_rank_allocates_within_the_planned_bytes(tmp_path):
+    """block_memory at a rank's rows plus `exchange_buffer_bytes` bounds what a rank allocates (live-bytes tracker)."""
+    from longmedia.execution.memory import block_memory
+    from longmedia.parallel.cost import exchange_buffer_bytes
+    from longmedia.testing.sequence_parallel import measure_main
+
+    world = 2
+    assert spawn_ranks(world, measure_main, (MEMORY_CASES, str(tmp_path)), timeout_s=240) == [0] * world
+    for case in MEMORY_CASES:
+        rows = RowShards(case.seq_len, world).rows_per_rank
+        bm = block_memory(rows, case.dims, case.chunks, dtype_bytes=4)
+        planned = max(bm.attention_bytes + exchange_buffer_bytes(case.seq_len, world, case.dims, case.chunks, 4),
+                      bm.mlp_bytes)
+        for rank in range(world):
+            measured = int((tmp_path / f"{case.name}.{rank}.peak").read_text())
+            assert measured <= planned, (case.name, rank, measured, planned)
+            assert measured >= 0.7 * planned, (case.name, rank, measured, planned)  # and tight
