@@ -208,7 +208,7 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
 
 
 def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = NO_OBSERVER,
-             weights: WeightAccess | None = None) -> tuple[int, ...]:
+             weights: WeightAccess | None = None, ranks=None) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
@@ -239,7 +239,15 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
                          "only BlockSparseAttention's vsa method reads it")
     streamed: tuple[int, ...] = ()
     run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
-    if not plan.chunks.is_stock:
+    if ranks is not None:  # sequence parallel: every block sharded over the ranks, stock or streamed per the plan
+        from .sp_run import install_sp
+
+        g.model_options = opts
+        streamed = install_sp(g, plan, ranks, on_block=_on_block(run), observer=observer, weights=weights)
+        opts = g.model_options
+        run.notes.append(f"sequence parallel on {ranks.world} ranks ({', '.join(map(str, ranks.devices))}, "
+                         f"{ranks.backend}); link measured at {ranks.link_gbps:.2f} GB/s")
+    if not plan.chunks.is_stock and ranks is None:
         factory, on_block = _attention_factory(plan, row_spans), _on_block(run)
         installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
         chained = 0
@@ -255,13 +263,14 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
             run.notes.append(f"{chained} double-block replacement(s) another node installed chained: each runs "
                              "first and its call of the original block runs LongMedia's streamed block")
         streamed = tuple(range(len(blocks)))
+    if not plan.chunks.is_stock:
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
         forward = chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt,
                                         weights=weights if weights is not None else comfy_weights(observer),
                                         observer=observer)
         g.model_patcher.add_object_patch("diffusion_model.final_layer.forward", outside_malloc_graph(forward))
-    if plan.attention.choice is not None and plan.attention.backend != "existing":
+    if plan.attention.choice is not None and plan.attention.backend != "existing" and ranks is None:
         from .attention_override import install_attention_override
 
         install_attention_override(opts["transformer_options"], plan.attention.choice,
@@ -313,7 +322,7 @@ def _on_block(run: _Run):
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, *,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
-                weights: WeightAccess | None = None) -> SamplingResult:
+                weights: WeightAccess | None = None, devices: str | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -322,14 +331,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
     torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
     streamed stages and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
-    weights: how the streamed stages hold their weights; None: ComfyUI's cast context (`block_patch.comfy_weights`)."""
-    import comfy.model_management
-    import comfy.model_patcher
-    import comfy.sample
-    import comfy.utils
+    weights: how the streamed stages hold their weights; None: ComfyUI's cast context (`block_patch.comfy_weights`).
+    devices: the Sampler's device list for sequence parallelism ("gpu:0,gpu:1"; `sp_devices`); None or empty: one
+    device. The workers live for this run (`sp_workers`): started after the residency boundary, ended before it
+    returns or raises."""
+    from .sp_run import sp_request, start_ranks
 
-    from .previews import comfy_preview_callback
-
+    request, sp_devices = sp_request(request, devices, guider.model_patcher.load_device)
     replan = not isinstance(device_profile, DeviceProfile)
     plan, row_spans = plan_for(guider, latent, sigmas, request, device_profile)  # every input checked first
     runs = () if replan else check_plan_runs(plan)  # a fixed profile's plan is final: refused before the boundary
@@ -342,6 +350,32 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
             lambda: _device_profile(load_device, boundary.after))
         plan, row_spans = plan_for(guider, latent, sigmas, request, measured)
         runs = check_plan_runs(plan)
+    ranks = None
+    if sp_devices:
+        ranks = start_ranks(sp_devices, guider.model_patcher, plan)
+    try:
+        if ranks is not None:  # the link as measured on the ranks' own group: the plan's cost model reads it
+            request = dataclasses.replace(request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True)
+            plan, row_spans = plan_for(guider, latent, sigmas, request, plan.device)
+        return _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
+                       ranks)
+    except RuntimeError as error:  # named: a collective failing because a worker died mid-run
+        if ranks is not None and ranks.settled_failure(error):
+            raise ranks.failure(error) from error
+        raise
+    finally:
+        if ranks is not None:
+            ranks.close()
+
+
+def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks):
+    import comfy.model_management
+    import comfy.model_patcher
+    import comfy.sample
+    import comfy.utils
+
+    from .previews import comfy_preview_callback
+
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
@@ -350,7 +384,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
-    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights)
+    streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights, ranks)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),

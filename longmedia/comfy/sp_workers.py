@@ -1,0 +1,252 @@
+"""The ranks of a sequence-parallel run: rank 0 is the ComfyUI process, every other rank a worker process.
+
+Lifetime: the workers live for one Sampler run (one pass). `SPRanks.start` spawns one worker per extra device
+(torch.multiprocessing, spawn), forms the group (file:// rendezvous in a temporary folder, or the env://
+rendezvous of a multi-host launch whose other ranks were started on their hosts with
+`python -m longmedia.comfy.sp_worker`), sends each worker what to load and how to run, waits until every rank
+holds its model, and measures the link. Each worker loads the same checkpoint through ComfyUI's own loader (the
+patcher's `cached_patcher_init`, which ComfyUI's loaders register and its own multi-GPU clones use) onto its
+device, takes the same weight patches (LoRAs), installs the same sequence-parallel blocks, and then runs one
+`BaseModel.apply_model` per model call rank 0 makes, with the inputs rank 0 hands it (`call`).
+`close` ends them: an exit message, a bounded join, then a kill of any still alive; no process outlives a run.
+
+Failure: a worker that raises reports its error on a queue and exits; its peers' next collective raises at
+once (gloo; on NCCL the group timeout bounds the wait), and rank 0 turns that into `LongMediaWorkerError`
+naming the rank, its device, its exit code and its last words, after ending every worker. Cancel: ComfyUI's
+interrupt on rank 0 is agreed by all ranks before the next block (`sp_block`); rank 0 raises ComfyUI's
+interrupt, the workers return to waiting, and `close` ends them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import shutil
+import tempfile
+import traceback
+import uuid
+from dataclasses import dataclass
+
+import torch
+
+from ..execution.chunks import ChunkSizes
+from ..parallel.group import RankGroup, Rendezvous, measure_link_gbps, open_group
+
+# transformer_options entries that are rank 0's own machinery (each rank installs its own), never sent
+LOCAL_OPTION_KEYS = ("patches", "patches_replace", "wrappers", "callbacks", "optimized_attention_override")
+JOIN_S = 10.0
+START_TIMEOUT_S = 600.0
+
+
+class LongMediaWorkerError(RuntimeError):
+    """A sequence-parallel worker failed or vanished: the prompt fails with this, and no worker is left running."""
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """What rank 0 tells every worker once: how to load the model, its weight patches, and how to run blocks."""
+
+    loader: tuple          # the patcher's cached_patcher_init: (loader function, args[, output index])
+    patches: dict          # ModelPatcher.patches (LoRAs and other weight patches), applied on the worker's clone
+    chunks: ChunkSizes
+    query_chunk: int
+    link_megabytes: int = 16
+
+
+def to_device(obj, device):
+    """Tensors in `obj` (nested lists, tuples, dicts; ComfyUI's NestedTensor) moved to `device`."""
+    if isinstance(obj, torch.Tensor) or type(obj).__name__ == "NestedTensor":
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def call_options(transformer_options: dict) -> dict:
+    """The entries of a call's transformer_options a worker needs: plain values, not rank 0's machinery."""
+    out = {}
+    for key, value in transformer_options.items():
+        if key in LOCAL_OPTION_KEYS:
+            continue
+        try:
+            pickle.dumps(value)
+        except (pickle.PicklingError, TypeError, AttributeError):  # named: unpicklable entries stay on rank 0
+            continue
+        out[key] = to_device(value, "cpu")
+    return out
+
+
+class SPRanks:
+    """Rank 0's handle on its workers and the group (one per run)."""
+
+    def __init__(self, devices: tuple[torch.device, ...], backend: str, init_method: str | None = None,
+                 timeout_s: float = START_TIMEOUT_S):
+        self.devices, self.backend = devices, backend
+        self.timeout_s = timeout_s
+        self.init_method = init_method
+        self.procs: list = []
+        self.group: RankGroup | None = None
+        self.errors = None
+        self.link_gbps: float | None = None
+        self._tmp: str | None = None
+
+    @property
+    def world(self) -> int:
+        return len(self.devices)
+
+    def start(self, patcher, chunks: ChunkSizes, query_chunk: int = 0) -> "SPRanks":
+        import torch.multiprocessing as mp
+
+        loader = getattr(patcher, "cached_patcher_init", None)
+        if loader is None:
+            from ..errors import LongMediaInputError
+
+            raise LongMediaInputError("model", "a model from a loader without cached_patcher_init",
+                                      "a model loaded by a ComfyUI core loader (UNETLoader, CheckpointLoaderSimple)",
+                                      "Sequence-parallel workers load the same checkpoint through ComfyUI's loader; "
+                                      "load the model with a core loader.")
+        ctx = mp.get_context("spawn")
+        self.errors = ctx.Queue()
+        init = self.init_method
+        if init is None:
+            self._tmp = tempfile.mkdtemp(prefix="longmedia_sp_")
+            init = f"file://{os.path.join(self._tmp, 'rendezvous')}"
+            rdv = Rendezvous(init, self.world, self.backend, self.timeout_s)
+            for rank in range(1, self.world):
+                p = ctx.Process(target=worker_main, args=(rank, rdv, str(self.devices[rank]), self.errors),
+                                name=f"longmedia-sp-rank{rank}", daemon=True)
+                p.start()
+                self.procs.append(p)
+        else:
+            rdv = Rendezvous(init, self.world, self.backend, self.timeout_s)
+        try:
+            self.group = open_group(rdv, 0, self.devices[0])
+            self.group.broadcast_object(WorkerStart(loader, dict(getattr(patcher, "patches", {}) or {}),
+                                                    chunks, query_chunk))
+            self.group.any_rank(False)  # every rank holds its model
+            self.link_gbps = measure_link_gbps(self.group, 16)
+        except RuntimeError as error:  # named: a collective failing because a worker died or never came
+            raise self.failure(error) from error
+        return self
+
+    def call(self, args: tuple, kwargs: dict, transformer_options: dict) -> None:
+        """Hand every worker this model call's inputs (rank 0 then runs the same call itself)."""
+        try:
+            self.group.broadcast_object(("call", to_device(args, "cpu"), to_device(kwargs, "cpu"),
+                                         call_options(transformer_options)))
+        except RuntimeError as error:  # named: the control group failing because a worker died
+            raise self.failure(error) from error
+
+    def dead(self) -> list:
+        return [p for p in self.procs if p.exitcode is not None and p.exitcode != 0]
+
+    def settled_failure(self, error: BaseException, wait_s: float = 3.0) -> bool:
+        """Whether `error` came from a rank leaving: a worker has ended (waited for up to `wait_s`, as the
+        collective can report the closed connection before the process is reaped), or the backend says so."""
+        import time
+
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not self.dead():
+            for p in self.procs:
+                p.join(0.1)
+        text = str(error)
+        return bool(self.dead()) or "Connection closed by peer" in text or "NCCL" in text
+
+    def failure(self, error: BaseException) -> LongMediaWorkerError:
+        """The run's clear error: which worker ended and how (every worker is ended first)."""
+        self.kill()
+        words = []
+        while True:
+            try:
+                words.append(self.errors.get_nowait())
+            except (queue.Empty, OSError, ValueError):  # named: nothing more queued, or the queue is gone
+                break
+        ended = [f"rank {i + 1} ({self.devices[i + 1]}) exit code {p.exitcode}" for i, p in enumerate(self.procs)
+                 if p.exitcode not in (None, 0)]
+        what = "; ".join(ended) or "a rank left the group"
+        detail = ("\n" + "\n".join(words)) if words else ""
+        return LongMediaWorkerError(f"sequence-parallel worker failed ({what}); the prompt is stopped and every "
+                                    f"worker ended. The collective reported: {error}{detail}")
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        for p in self.procs:
+            p.join(JOIN_S)
+
+    def close(self) -> None:
+        """End the workers (exit message, bounded join, kill) and drop the group; safe to call twice."""
+        if self.group is not None and self.procs and all(p.is_alive() for p in self.procs):
+            try:
+                self.group.broadcast_object(("exit",))
+            except RuntimeError:  # named: the group is already broken; the kill below ends the workers
+                pass
+        for p in self.procs:
+            p.join(JOIN_S)
+        self.kill()
+        self.group = None
+        if self.errors is not None:
+            self.errors.close()
+            self.errors.join_thread()
+            self.errors = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+def worker_main(rank: int, rdv: Rendezvous, device: str, errors) -> None:
+    """A worker's life: join, load, then run every model call rank 0 hands over until told to exit."""
+    try:
+        _serve(rank, rdv, torch.device(device))
+    except BaseException as error:  # noqa: BLE001 - the worker's last words, for rank 0's error; then it exits
+        if errors is not None:
+            errors.put(f"rank {rank} ({device}): {type(error).__name__}: {error}\n{traceback.format_exc(limit=8)}")
+            errors.close()
+            errors.join_thread()
+        os._exit(1)
+
+
+def _serve(rank: int, rdv: Rendezvous, device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    import comfy.cli_args
+
+    if device.type == "cpu":
+        comfy.cli_args.args.cpu = True  # this worker process's own settings: ComfyUI on the CPU, as rank 0
+    import comfy.model_management as mm
+    import comfy.model_patcher
+
+    from .attention_override import existing_attention_fn
+    from .sp_block import RanksStopped, install_sp_blocks
+
+    group = open_group(rdv, rank, device)
+    start: WorkerStart = group.broadcast_object()
+    loaded = start.loader[0](*start.loader[1])
+    patcher = (loaded[start.loader[2]] if len(start.loader) > 2 else loaded).clone()
+    if start.patches:
+        patcher.patches = {k: list(v) for k, v in start.patches.items()}
+        patcher.patches_uuid = uuid.uuid4()
+    opts = comfy.model_patcher.create_model_options_clone(patcher.model_options)
+    opts.setdefault("transformer_options", {})
+    blocks = patcher.model.diffusion_model.blocks
+    opts = install_sp_blocks(opts, blocks, group, start.chunks, existing_attention_fn, lambda: False, lambda: None,
+                             query_chunk=start.query_chunk)
+    mm.load_models_gpu([patcher])
+    group.any_rank(False)  # ready
+    measure_link_gbps(group, start.link_megabytes)
+    while True:
+        message = group.broadcast_object()
+        if message[0] == "exit":
+            return
+        _, args, kwargs, call_topts = message
+        topts = {**opts["transformer_options"], **to_device(call_topts, device)}
+        args, kwargs = to_device(args, device), to_device(kwargs, device)
+        try:
+            with torch.inference_mode():
+                patcher.model.apply_model(*args, transformer_options=topts, **kwargs)
+        except RanksStopped:
+            continue
