@@ -350,22 +350,24 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
             lambda: _device_profile(load_device, boundary.after))
         plan, row_spans = plan_for(guider, latent, sigmas, request, measured)
         runs = check_plan_runs(plan)
-    ranks = None
+    ranks, clean = None, False
     if sp_devices:
         ranks = start_ranks(sp_devices, guider.model_patcher, plan)
     try:
         if ranks is not None:  # the link as measured on the ranks' own group: the plan's cost model reads it
             request = dataclasses.replace(request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True)
             plan, row_spans = plan_for(guider, latent, sigmas, request, plan.device)
-        return _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
-                       ranks)
+        result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
+                         ranks)
+        clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):
             raise ranks.failure(error) from error
         raise
     finally:
         if ranks is not None:
-            ranks.close()
+            ranks.close(clean=clean)
+    return result
 
 
 def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks):

@@ -10,11 +10,12 @@ device, takes the same weight patches (LoRAs), installs the same sequence-parall
 `BaseModel.apply_model` per model call rank 0 makes, with the inputs rank 0 hands it (`call`).
 `close` ends them: an exit message, a bounded join, then a kill of any still alive; no process outlives a run.
 
-Failure: a worker that raises reports its error on a queue and exits; its peers' next collective raises at
+Cancel and failures on rank 0: ComfyUI's own ops raise its interrupt wherever rank 0 is (inside a block too,
+while the workers wait in a collective), so a run that ends by an exception terminates its workers rather than
+messaging them. Failure: a worker that raises reports its error on a queue and exits; its peers' next collective raises at
 once (gloo; on NCCL the group timeout bounds the wait), and rank 0 turns that into `LongMediaWorkerError`
-naming the rank, its device, its exit code and its last words, after ending every worker. Cancel: ComfyUI's
-interrupt on rank 0 is agreed by all ranks before the next block (`sp_block`); rank 0 raises ComfyUI's
-interrupt, the workers return to waiting, and `close` ends them.
+naming the rank, its device, its exit code and its last words, after ending every worker. Where
+rank 0 sees the interrupt before a block, the ranks agree to stop there (`sp_block`).
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ class SPRanks:
                 words.append(self.errors.get_nowait())
             except (queue.Empty, OSError, ValueError):  # named: nothing more queued, or the queue is gone
                 break
-        ended = [f"rank {i + 1} ({self.devices[i + 1]}) exit code {p.exitcode}" for i, p in enumerate(self.procs)
-                 if p.exitcode not in (None, 0)]
+        ended = [f"rank {i + 1} ({self.devices[i + 1]}) " + (f"killed by signal {-p.exitcode}" if p.exitcode < 0
+                                                              else f"exited with code {p.exitcode}")
+                 for i, p in enumerate(self.procs) if p.exitcode not in (None, 0)]
         what = "; ".join(ended) or "a rank left the group"
         detail = ("\n" + "\n".join(words)) if words else ""
         return LongMediaWorkerError(f"sequence-parallel worker failed ({what}); the prompt is stopped and every "
@@ -178,15 +180,22 @@ class SPRanks:
         for p in self.procs:
             p.join(JOIN_S)
 
-    def close(self) -> None:
-        """End the workers (exit message, bounded join, kill) and drop the group; safe to call twice."""
-        if self.group is not None and self.procs and all(p.is_alive() for p in self.procs):
+    def close(self, clean: bool = True) -> None:
+        """End the workers and drop the group; safe to call twice.
+
+        clean: the run ended between model calls (every rank waits for rank 0's next message), so an exit message
+        ends the workers. Otherwise (an exception, ComfyUI's Cancel: ComfyUI's own ops raise its interrupt on rank 0
+        wherever it is, possibly inside a block while the workers wait in a collective) they are terminated."""
+        if clean and self.group is not None and self.procs and all(p.is_alive() for p in self.procs):
             try:
                 self.group.broadcast_object(("exit",))
             except RuntimeError:  # named: the group is already broken; the kill below ends the workers
                 pass
+            for p in self.procs:
+                p.join(JOIN_S)
         for p in self.procs:
-            p.join(JOIN_S)
+            if p.is_alive():
+                p.terminate()
         self.kill()
         self.group = None
         if self.errors is not None:

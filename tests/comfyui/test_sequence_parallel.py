@@ -65,3 +65,58 @@ def test_t2va_ranks_equal_the_single_process(env, world, request_kw):
     assert plan.sp is not None and plan.sp.degree == world and plan.sp.link_source == "measured"
     assert any(n.startswith(f"sequence parallel on {world} ranks") for n in result.report.notes)
     assert children() == []
+
+
+class _AtStage:
+    """An observer on rank 0 that acts once, when it sees its `count`-th MLP stage (block by block, call by call)."""
+
+    def __init__(self, count: int, act) -> None:
+        from longmedia.execution.probes import Quiet
+
+        self.quiet, self.count, self.act, self.seen, self.fired = Quiet(), count, act, 0, False
+
+    def __getattr__(self, name):
+        return getattr(self.quiet, name)
+
+    def stage_in(self, stage, x):
+        if stage.endswith("mlp"):
+            self.seen += 1
+            if self.seen == self.count and not self.fired:
+                self.fired = True
+                self.act()
+
+
+def test_a_killed_worker_fails_the_prompt_cleanly_and_the_next_prompt_runs(env):
+    from longmedia.comfy.sp_workers import LongMediaWorkerError
+
+    request = PlanRequest(memory_mode="normal", attention_mode="existing")
+
+    def kill_one():
+        workers = children()
+        assert workers, "the workers are running"
+        workers[-1].send_signal(9)  # multiprocessing reaps it (waiting here would take its exit status)
+
+    killer = _AtStage(3, kill_one)  # the second model call's first block (the tiny model has 2 blocks)
+    with pytest.raises(LongMediaWorkerError) as failed:
+        env["core"].run_sampler(*job(env), request, devices="cpu,cpu,cpu", observer=killer)
+    assert killer.fired and "killed by signal 9" in str(failed.value) and "every worker ended" in str(failed.value)
+    assert children() == []
+    sv, sa = single(env, request)
+    ov, oa = env["core"].run_sampler(*job(env), request, devices="cpu,cpu").output["samples"].unbind()
+    assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
+    assert children() == []
+
+
+def test_cancel_stops_every_rank(env):
+    import comfy.model_management as mm
+
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
+                          mlp_chunk_tokens=64)
+    cancel = _AtStage(2, lambda: mm.interrupt_current_processing(True))  # in the first call's second block
+    try:
+        with pytest.raises(mm.InterruptProcessingException):
+            env["core"].run_sampler(*job(env), request, devices="cpu,cpu", observer=cancel)
+    finally:
+        mm.interrupt_current_processing(False)
+    assert cancel.fired and not mm.processing_interrupted()  # the interrupt was taken, as ComfyUI's own nodes take it
+    assert children() == []
