@@ -30,6 +30,12 @@ class LongMediaSampler(io.ComfyNode):
                 io.Latent.Input("latent", tooltip="The H3 AV latent (LongMedia Setup or EmptyMiniMaxH3LatentAV)."),
                 Job.Input("job", optional=True, tooltip="LongMedia Setup's job (geometry, references, segments)."),
                 *memory_inputs(),
+                io.String.Input("devices", default="", advanced=True, optional=True,
+                                tooltip="Sequence parallelism over several devices: a comma-separated list starting "
+                                        "with the model's own device, as ComfyUI's device options name them "
+                                        "(gpu:0,gpu:1 or cuda:0,cuda:1; cpu,cpu tests it on the CPU). Each extra "
+                                        "device runs a worker process that loads the same checkpoint. Empty: one "
+                                        "device."),
             ],
             outputs=[
                 *latent_outputs(),
@@ -38,10 +44,11 @@ class LongMediaSampler(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, **controls) -> io.NodeOutput:
+    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, devices="", **controls) -> io.NodeOutput:
         job = job_for_latent(job, latent)     # Setup's job or nothing, with the latent's canvas and length
         if job is not None and job.segmented:  # one pass per segment, assembled
-            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments)
+            result = run_segmented(noise, guider, sampler, sigmas, latent, plan_request(controls), job.segments,
+                                   devices=devices)
         else:
-            result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls))
+            result = run_sampler(noise, guider, sampler, sigmas, latent, plan_request(controls), devices=devices)
         return report_output(result)

@@ -174,7 +174,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
                   seeds: tuple[int, ...] | None = None, context_on_negative: bool = True,
                   device_profile: DeviceProfile | None = None, memory_reader: Reader | None = None,
-                  observer: Observer | None = None, weights: WeightAccess | None = None
+                  observer: Observer | None = None, weights: WeightAccess | None = None, devices: str | None = None
                   ) -> comfy_sampler.SamplingResult:
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
@@ -184,6 +184,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     not only the positive one, so CFG guides the prompt and not the continuation.
     `memory_reader`: how every pass's residency boundary and its baseline read device memory (see `run_sampler`).
     `observer`, `weights`: handed to every pass's `run_sampler` (its diagnostics and weight access).
+    `devices`: the Sampler's device list, handed to every pass's `run_sampler` (each pass starts and ends its own
+    sequence-parallel workers); the forecast plans each pass for one device.
     """
     import comfy.model_management
     import comfy.nested_tensor
@@ -214,7 +216,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
         seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
         run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
                                         request, device_profile, memory_reader=memory_reader,
-                                        observer=observer, weights=weights)
+                                        observer=observer, weights=weights, devices=devices)
         out_v, out_a = run.output["samples"].unbind()
         den_v, den_a = run.denoised["samples"].unbind()
         if result is None:

@@ -72,6 +72,15 @@ def install_sp_blocks(model_options: dict, blocks, group: RankGroup, chunks: Chu
     """Every block's SP replacement into a copy of `model_options` (ComfyUI's own setter); returns it."""
     from comfy.model_patcher import set_model_options_patch_replace
 
+    from ..errors import LongMediaInputError
+
+    installed = model_options.get("transformer_options", {}).get("patches_replace", {}).get("dit", {})
+    foreign = sorted(k[1] for k, fn in installed.items() if k[0] == "double_block" and not hasattr(fn, SP_MARK))
+    if foreign:
+        raise LongMediaInputError("model", f"another node's patch of DiT blocks {foreign[:4]}",
+                                  "no other double-block patch with sequence parallelism",
+                                  "Sequence-parallel blocks hold a shard of the rows, which another node's block patch "
+                                  "does not expect: remove that node, or leave the devices input empty.")
     state = PassState()
     last = len(blocks) - 1
     for i, block in enumerate(blocks):

@@ -120,3 +120,63 @@ def test_cancel_stops_every_rank(env):
         mm.interrupt_current_processing(False)
     assert cancel.fired and not mm.processing_interrupted()  # the interrupt was taken, as ComfyUI's own nodes take it
     assert children() == []
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_segmented_job_ranks_equal_the_single_process(env, world):
+    from longmedia.comfy import segmented
+    from longmedia.segments.timeline import plan_segments
+
+    plan = plan_segments(total_frames=73, segment_seconds=39 / 24, context_frames=22)  # two passes
+    assert plan.count == 2
+    request = PlanRequest(memory_mode="normal", attention_mode="existing")
+    noise, guider, sampler, sigmas, latent = tiny_sampler_job(env["model"], width=WIDTH, height=HEIGHT,
+                                                              frames=plan.pixel_frames, seed=5)
+    one = segmented.run_segmented(noise, guider, sampler, sigmas, latent, request, plan)
+    many = segmented.run_segmented(noise, guider, sampler, sigmas, latent, request, plan,
+                                   devices=",".join(["cpu"] * world))
+    for a, b in zip(many.output["samples"].unbind(), one.output["samples"].unbind()):
+        assert torch.isfinite(b).all() and b.std() > 0.05 and rel(a, b) <= 1e-5
+    assert all(s.run.plan.sp.degree == world for s in many.report.segments)
+    assert children() == []
+
+
+def test_per_token_rows_ranks_equal_the_single_process(env):
+    """An audio denoise mask makes per-token modulation rows (ComfyUI 0.38+; skipped by feature name on 0.33)."""
+    import inspect
+
+    import comfy.ldm.minimax.model as h3
+    import comfy.model_patcher
+    import comfy.nested_tensor
+    import comfy.patcher_extension as ext
+
+    if "audio_denoise_mask" not in inspect.signature(h3.MiniMaxH3Model.forward).parameters:
+        pytest.skip("this ComfyUI lacks the feature: MiniMaxH3Model.forward takes audio_denoise_mask (per-token "
+                    "modulation rows) (ComfyUI 0.38+)")
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
+                          mlp_chunk_tokens=64)
+
+    def masked_job():
+        noise, guider, sampler, sigmas, latent = job(env)
+        video, audio = latent["samples"].unbind()
+        am = torch.ones(1, 1, *audio.shape[2:])
+        am[..., : audio.shape[-1] // 3] = 0.0
+        mask = comfy.nested_tensor.NestedTensor((torch.ones(1, 1, *video.shape[2:]), am))
+        seen = []
+
+        def spy(executor, *args, **kwargs):
+            seen.append(kwargs.get("audio_denoise_mask") is not None)
+            return executor(*args, **kwargs)
+
+        guider.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)  # stays local
+        ext.add_wrapper_with_key(ext.WrappersMP.DIFFUSION_MODEL, "test_spy", spy, guider.model_options,
+                                 is_model_options=True)
+        return (noise, guider, sampler, sigmas, dict(latent, noise_mask=mask)), seen
+
+    args, seen_one = masked_job()
+    sv, sa = env["core"].run_sampler(*args, request).output["samples"].unbind()
+    args, seen_two = masked_job()
+    ov, oa = env["core"].run_sampler(*args, request, devices="cpu,cpu").output["samples"].unbind()
+    assert seen_one and all(seen_one) and all(seen_two)  # the per-token rows' mask reached the model
+    assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
+    assert children() == []
