@@ -30,8 +30,9 @@ def _resolve(label: str) -> torch.device:
         raise LongMediaInputError("devices", label, "a device label such as gpu:1, cuda:1 or cpu", FIX) from error
 
 
-def parse_devices(text: str | None, load_device) -> tuple[torch.device, ...]:
-    """The ranks' devices, rank 0 first; () for one device (an empty list)."""
+def parse_devices(text: str | None, load_device, remote: bool = False) -> tuple[torch.device, ...]:
+    """The ranks' devices, rank 0 first; () for one device (an empty list). remote: a multi-host launch (env://),
+    where the entries after the first only count the other ranks (each picks its device on its own host)."""
     labels = [part.strip() for part in (text or "").split(",") if part.strip()]
     if len(labels) <= 1:
         return ()
@@ -44,7 +45,7 @@ def parse_devices(text: str | None, load_device) -> tuple[torch.device, ...]:
     kinds = {d.type for d in devices}
     if len(kinds) != 1 or not kinds <= {"cpu", "cuda"}:
         raise LongMediaInputError("devices", text, "devices of one kind: all CUDA GPUs, or all cpu", FIX)
-    if "cuda" in kinds and len({d.index for d in devices}) != len(devices):
+    if "cuda" in kinds and not remote and len({d.index for d in devices}) != len(devices):
         raise LongMediaInputError("devices", text, "each GPU once (one rank per GPU)", FIX)
     return devices
 

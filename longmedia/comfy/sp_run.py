@@ -19,7 +19,9 @@ INIT_ENV = "LONGMEDIA_SP_INIT"  # env:// for a multi-host launch (the other rank
 
 def sp_request(request: PlanRequest, devices_text: str | None, load_device):
     """(request with sp_degree, devices) for the Sampler's device list; () devices = one device."""
-    devices = parse_devices(devices_text, load_device)
+    import os
+
+    devices = parse_devices(devices_text, load_device, remote=bool(os.environ.get(INIT_ENV)))
     if not devices:
         return request, ()
     return dataclasses.replace(request, sp_degree=len(devices)), devices

@@ -24,6 +24,7 @@ import os
 import pickle
 import queue
 import shutil
+import sys
 import tempfile
 import traceback
 import uuid
@@ -186,7 +187,7 @@ class SPRanks:
         clean: the run ended between model calls (every rank waits for rank 0's next message), so an exit message
         ends the workers. Otherwise (an exception, ComfyUI's Cancel: ComfyUI's own ops raise its interrupt on rank 0
         wherever it is, possibly inside a block while the workers wait in a collective) they are terminated."""
-        if clean and self.group is not None and self.procs and all(p.is_alive() for p in self.procs):
+        if clean and self.group is not None and all(p.is_alive() for p in self.procs):
             try:
                 self.group.broadcast_object(("exit",))
             except RuntimeError:  # named: the group is already broken; the kill below ends the workers
@@ -212,10 +213,13 @@ def worker_main(rank: int, rdv: Rendezvous, device: str, errors) -> None:
     try:
         _serve(rank, rdv, torch.device(device))
     except BaseException as error:  # noqa: BLE001 - the worker's last words, for rank 0's error; then it exits
+        words = f"rank {rank} ({device}): {type(error).__name__}: {error}\n{traceback.format_exc(limit=8)}"
         if errors is not None:
-            errors.put(f"rank {rank} ({device}): {type(error).__name__}: {error}\n{traceback.format_exc(limit=8)}")
+            errors.put(words)
             errors.close()
             errors.join_thread()
+        else:  # a worker started by hand (sp_worker): its own stderr
+            print(words, file=sys.stderr, flush=True)
         os._exit(1)
 
 

@@ -180,3 +180,36 @@ def test_per_token_rows_ranks_equal_the_single_process(env):
     assert seen_one and all(seen_one) and all(seen_two)  # the per-token rows' mask reached the model
     assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
     assert children() == []
+
+
+def test_multi_host_env_launch_on_loopback(env, monkeypatch, comfyui_root):
+    """The documented multi-host launch (`python -m longmedia.comfy.sp_worker`, env:// rendezvous) as a separate
+    process on 127.0.0.1: rank 0 is this ComfyUI process; the latent equals the single process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness import free_port
+
+    request = PlanRequest(memory_mode="normal", attention_mode="existing")
+    sv, sa = single(env, request)
+    repo = Path(__file__).resolve().parents[2]
+    port = str(free_port())
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}
+    worker_env = dict(os.environ, **rendezvous, RANK="1",
+                      PYTHONPATH=os.pathsep.join([str(comfyui_root), str(repo)]))
+    worker = subprocess.Popen([sys.executable, "-m", "longmedia.comfy.sp_worker", "--device", "cpu",
+                               "--timeout-s", "120"], env=worker_env, cwd=repo)
+    try:
+        for key, value in {**rendezvous, "RANK": "0", "LONGMEDIA_SP_INIT": "env://"}.items():
+            monkeypatch.setenv(key, value)
+        result = env["core"].run_sampler(*job(env), request, devices="cpu,cpu")
+        assert worker.wait(timeout=60) == 0  # it served the run and exited
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    ov, oa = result.output["samples"].unbind()
+    assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
+    assert result.plan.sp.degree == 2
