@@ -407,6 +407,10 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
         where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
         raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_reading(),
                                       block_index=block)) from error
+    if ranks is not None:
+        line = ranks.link_line(plan.model.dims.num_blocks, len(run.steps))
+        if line:
+            run.notes.append(line)
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     finite = all_finite(out_samples)
     output, denoised = _outputs(g, latent, out_samples, x0_output)

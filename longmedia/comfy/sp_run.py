@@ -15,6 +15,7 @@ from .sp_workers import SPRanks
 
 SP_WRAPPER_KEY = "longmedia_sp"
 INIT_ENV = "LONGMEDIA_SP_INIT"  # env:// for a multi-host launch (the other ranks started on their hosts)
+TIMING_ENV = "LONGMEDIA_SP_TIMING"  # 1: time every all-to-all on rank 0 (a device sync around each; benches)
 
 
 def sp_request(request: PlanRequest, devices_text: str | None, load_device):
@@ -31,7 +32,7 @@ def start_ranks(devices, patcher, plan: ExecutionPlan) -> SPRanks:
     import os
 
     init = os.environ.get(INIT_ENV) or None
-    ranks = SPRanks(devices, backend_for(devices), init_method=init)
+    ranks = SPRanks(devices, backend_for(devices), init_method=init, timed=os.environ.get(TIMING_ENV) == "1")
     try:
         return ranks.start(patcher, plan.chunks, plan.attention.query_chunk_tokens)
     except BaseException:

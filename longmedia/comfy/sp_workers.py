@@ -85,8 +85,8 @@ class SPRanks:
     """Rank 0's handle on its workers and the group (one per run)."""
 
     def __init__(self, devices: tuple[torch.device, ...], backend: str, init_method: str | None = None,
-                 timeout_s: float = START_TIMEOUT_S):
-        self.devices, self.backend = devices, backend
+                 timeout_s: float = START_TIMEOUT_S, timed: bool = False):
+        self.devices, self.backend, self.timed = devices, backend, timed
         self.timeout_s = timeout_s
         self.init_method = init_method
         self.procs: list = []
@@ -125,7 +125,7 @@ class SPRanks:
         else:
             rdv = Rendezvous(init, self.world, self.backend, self.timeout_s)
         try:
-            self.group = open_group(rdv, 0, self.devices[0])
+            self.group = open_group(rdv, 0, self.devices[0], timed=self.timed)
             self.group.broadcast_object(WorkerStart(loader, dict(getattr(patcher, "patches", {}) or {}),
                                                     chunks, query_chunk))
             self.group.any_rank(False)  # every rank holds its model
@@ -141,6 +141,16 @@ class SPRanks:
                                          call_options(transformer_options)))
         except RuntimeError as error:  # named: the control group failing because a worker died
             raise self.failure(error) from error
+
+    def link_line(self, blocks: int, calls: int) -> str | None:
+        """Rank 0's all-to-all time per block (when the group was built timed), for the run's notes."""
+        clock = self.group.clock if self.group is not None else None
+        if clock is None or not clock.seconds or blocks * calls == 0:
+            return None
+        per_block = clock.total_seconds() / (blocks * calls)
+        return (f"all-to-all on rank 0: {len(clock.seconds)} calls, {clock.total_seconds():.3f} s in all, "
+                f"{per_block * 1e3:.2f} ms per block ({sum(clock.bytes) / 1e9:.2f} GB sent and kept); "
+                "timed with a device sync around each call")
 
     def dead(self) -> list:
         return [p for p in self.procs if p.exitcode is not None and p.exitcode != 0]
