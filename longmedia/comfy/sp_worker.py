@@ -19,7 +19,6 @@ import sys
 
 import torch
 
-from ..parallel.group import Rendezvous
 from .sp_workers import START_TIMEOUT_S, worker_main
 
 
@@ -34,9 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sp_worker: set {', '.join(missing)} (torch's env:// rendezvous)", file=sys.stderr)
         return 2
     device = torch.device(args.device)
-    rdv = Rendezvous("env://", int(os.environ["WORLD_SIZE"]), "nccl" if device.type == "cuda" else "gloo",
-                     args.timeout_s)
-    worker_main(int(os.environ["RANK"]), rdv, str(device), None)
+    worker_main(int(os.environ["RANK"]), "env://", int(os.environ["WORLD_SIZE"]),
+                "nccl" if device.type == "cuda" else "gloo", args.timeout_s, str(device), None)
     return 0
 
 

@@ -20,15 +20,17 @@ rank 0 sees the interrupt before a block, the ranks agree to stop there (`sp_blo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import queue
+import runpy
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 import uuid
-from dataclasses import dataclass
 
 import torch
 
@@ -45,15 +47,22 @@ class LongMediaWorkerError(RuntimeError):
     """A sequence-parallel worker failed or vanished: the prompt fails with this, and no worker is left running."""
 
 
-@dataclass(frozen=True)
-class WorkerStart:
-    """What rank 0 tells every worker once: how to load the model, its weight patches, and how to run blocks."""
+def worker_start(loader: tuple, patches: dict, chunks: ChunkSizes, query_chunk: int, link_megabytes: int = 16) -> dict:
+    """What rank 0 tells every worker once, as plain values (a worker imports the pack under another name, so no
+    class of the pack crosses the boundary): how to load the model (the patcher's cached_patcher_init: ComfyUI's
+    loader function and its arguments), its weight patches (LoRAs), and how to run the blocks."""
+    return {"loader": loader, "patches": patches, "chunks": dataclasses.asdict(chunks), "query_chunk": query_chunk,
+            "link_megabytes": link_megabytes}
 
-    loader: tuple          # the patcher's cached_patcher_init: (loader function, args[, output index])
-    patches: dict          # ModelPatcher.patches (LoRAs and other weight patches), applied on the worker's clone
-    chunks: ChunkSizes
-    query_chunk: int
-    link_megabytes: int = 16
+
+def _pack_origin() -> tuple[str | None, str | None]:
+    """(the package name ComfyUI imported the pack under, its folder) where the pack is not a top-level package."""
+    marker = ".longmedia.comfy."
+    if marker not in __name__:
+        return None, None
+    name = __name__.split(marker)[0]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # <pack>/longmedia/comfy/
+    return name, root
 
 
 def to_device(obj, device):
@@ -116,23 +125,47 @@ class SPRanks:
         if init is None:
             self._tmp = tempfile.mkdtemp(prefix="longmedia_sp_")
             init = f"file://{os.path.join(self._tmp, 'rendezvous')}"
-            rdv = Rendezvous(init, self.world, self.backend, self.timeout_s)
+        rdv = Rendezvous(init, self.world, self.backend, self.timeout_s)
+        if self.init_method is None:
+            name, root = _pack_origin()
+            bootstrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sp_bootstrap.py")
             for rank in range(1, self.world):
-                p = ctx.Process(target=worker_main, args=(rank, rdv, str(self.devices[rank]), self.errors),
+                plain = (rank, rdv.init_method, rdv.world, rdv.backend, rdv.timeout_s, str(self.devices[rank]),
+                         self.errors)
+                spec = {"WORKER_MODULE": __name__, "PACK_NAME": name, "PACK_ROOT": root, "WORKER_ARGS": plain}
+                p = ctx.Process(target=runpy.run_path, args=(bootstrap, spec, "__longmedia_sp_worker__"),
                                 name=f"longmedia-sp-rank{rank}", daemon=True)
                 p.start()
                 self.procs.append(p)
-        else:
-            rdv = Rendezvous(init, self.world, self.backend, self.timeout_s)
+            self._await_ready()
         try:
             self.group = open_group(rdv, 0, self.devices[0], timed=self.timed)
-            self.group.broadcast_object(WorkerStart(loader, dict(getattr(patcher, "patches", {}) or {}),
-                                                    chunks, query_chunk))
+            self.group.broadcast_object(worker_start(loader, dict(getattr(patcher, "patches", {}) or {}),
+                                                     chunks, query_chunk))
             self.group.any_rank(False)  # every rank holds its model
             self.link_gbps = measure_link_gbps(self.group, 16)
         except RuntimeError as error:  # named: a collective failing because a worker died or never came
             raise self.failure(error) from error
         return self
+
+    def _await_ready(self) -> None:
+        """Wait until every spawned worker has imported the pack and is about to join the group; a worker that
+        ends first (it could not import, say) fails the run here instead of leaving rank 0 at the rendezvous."""
+        ready, deadline, words = set(), time.monotonic() + self.timeout_s, []
+        while len(ready) < len(self.procs):
+            try:
+                kind, value = self.errors.get(timeout=0.1)
+                if kind == "ready":
+                    ready.add(value)
+                else:
+                    words.append(value)
+            except queue.Empty:
+                pass
+            if self.dead() or words or time.monotonic() > deadline:
+                for text in words:
+                    self.errors.put(("error", text))
+                raise self.failure(RuntimeError("a worker ended before joining the group" if self.dead() or words
+                                                else f"the workers did not start within {self.timeout_s:g} s"))
 
     def call(self, args: tuple, kwargs: dict, transformer_options: dict) -> None:
         """Hand every worker this model call's inputs (rank 0 then runs the same call itself)."""
@@ -171,11 +204,16 @@ class SPRanks:
         """The run's clear error: which worker ended and how (every worker is ended first)."""
         self.kill()
         words = []
-        while True:
+        deadline = time.monotonic() + 1.0  # a queue's feeder thread may still be delivering the last words
+        while self.errors is not None and time.monotonic() < deadline:
             try:
-                words.append(self.errors.get_nowait())
+                kind, value = self.errors.get(timeout=0.1)
             except (queue.Empty, OSError, ValueError):  # named: nothing more queued, or the queue is gone
-                break
+                if words:
+                    break
+                continue
+            if kind == "error":
+                words.append(value)
         ended = [f"rank {i + 1} ({self.devices[i + 1]}) " + (f"killed by signal {-p.exitcode}" if p.exitcode < 0
                                                               else f"exited with code {p.exitcode}")
                  for i, p in enumerate(self.procs) if p.exitcode not in (None, 0)]
@@ -218,16 +256,20 @@ class SPRanks:
             self._tmp = None
 
 
-def worker_main(rank: int, rdv: Rendezvous, device: str, errors) -> None:
-    """A worker's life: join, load, then run every model call rank 0 hands over until told to exit."""
+def worker_main(rank: int, init_method: str, world: int, backend: str, timeout_s: float, device: str,
+                messages) -> None:
+    """A worker's life: join, load, then run every model call rank 0 hands over until told to exit. `messages`:
+    rank 0's queue for ("ready", rank) and ("error", last words); None for a worker started by hand."""
     try:
-        _serve(rank, rdv, torch.device(device))
+        if messages is not None:
+            messages.put(("ready", rank))
+        _serve(rank, Rendezvous(init_method, world, backend, timeout_s), torch.device(device))
     except BaseException as error:  # noqa: BLE001 - the worker's last words, for rank 0's error; then it exits
         words = f"rank {rank} ({device}): {type(error).__name__}: {error}\n{traceback.format_exc(limit=8)}"
-        if errors is not None:
-            errors.put(words)
-            errors.close()
-            errors.join_thread()
+        if messages is not None:
+            messages.put(("error", words))
+            messages.close()
+            messages.join_thread()
         else:  # a worker started by hand (sp_worker): its own stderr
             print(words, file=sys.stderr, flush=True)
         os._exit(1)
@@ -247,20 +289,21 @@ def _serve(rank: int, rdv: Rendezvous, device: torch.device) -> None:
     from .sp_block import RanksStopped, install_sp_blocks
 
     group = open_group(rdv, rank, device)
-    start: WorkerStart = group.broadcast_object()
-    loaded = start.loader[0](*start.loader[1])
-    patcher = (loaded[start.loader[2]] if len(start.loader) > 2 else loaded).clone()
-    if start.patches:
-        patcher.patches = {k: list(v) for k, v in start.patches.items()}
+    start: dict = group.broadcast_object()
+    loader = start["loader"]
+    loaded = loader[0](*loader[1])
+    patcher = (loaded[loader[2]] if len(loader) > 2 else loaded).clone()
+    if start["patches"]:
+        patcher.patches = {k: list(v) for k, v in start["patches"].items()}
         patcher.patches_uuid = uuid.uuid4()
     opts = comfy.model_patcher.create_model_options_clone(patcher.model_options)
     opts.setdefault("transformer_options", {})
     blocks = patcher.model.diffusion_model.blocks
-    opts = install_sp_blocks(opts, blocks, group, start.chunks, existing_attention_fn, lambda: False, lambda: None,
-                             query_chunk=start.query_chunk)
+    opts = install_sp_blocks(opts, blocks, group, ChunkSizes(**start["chunks"]), existing_attention_fn,
+                             lambda: False, lambda: None, query_chunk=start["query_chunk"])
     mm.load_models_gpu([patcher])
     group.any_rank(False)  # ready
-    measure_link_gbps(group, start.link_megabytes)
+    measure_link_gbps(group, start["link_megabytes"])
     while True:
         message = group.broadcast_object()
         if message[0] == "exit":

@@ -213,3 +213,33 @@ def test_multi_host_env_launch_on_loopback(env, monkeypatch, comfyui_root):
     ov, oa = result.output["samples"].unbind()
     assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
     assert result.plan.sp.degree == 2
+
+
+def test_sampler_node_on_two_ranks_through_the_server(comfy_server):
+    """The Sampler's devices input in a running ComfyUI server (workers spawned from main.py's process): the
+    API prompt's latent equals SamplerCustomAdvanced's within 1e-5, and the report states the ranks."""
+    from harness import t2va_prompt
+    from safetensors.torch import load_file
+
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    def prompt(out_name, **sampler_inputs):
+        p = t2va_prompt("tiny_h3_fp32.safetensors", out_name, width=WIDTH, height=HEIGHT, length=LENGTH,
+                        text_dim=TINY_DIMS.text_dim)
+        if sampler_inputs:
+            inputs = dict(p["sample"]["inputs"])
+            inputs["latent"] = inputs.pop("latent_image")
+            p["sample"] = {"class_type": "LongMediaSampler", "inputs": {**inputs, **sampler_inputs}}
+        return p
+
+    comfy_server.run(prompt("sp_stock.safetensors"), timeout=180)
+    entry = comfy_server.run(prompt("sp_two.safetensors", memory_mode="normal", attention_mode="existing",
+                                    devices="cpu,cpu"), timeout=240)
+    stock = load_file(str(comfy_server.output_path("sp_stock.safetensors")))
+    ours = load_file(str(comfy_server.output_path("sp_two.safetensors")))
+    for stream in ("video", "audio"):
+        assert torch.isfinite(stock[stream]).all() and stock[stream].std() > 0.05
+        assert rel(ours[stream], stock[stream]) <= 1e-5, stream
+    report = entry["outputs"]["sample"]["longmedia_report"][0]
+    assert report["plan"]["sp"]["degree"] == 2
+    assert any(n.startswith("sequence parallel on 2 ranks") for n in report["notes"])
