@@ -1,6 +1,8 @@
 """Sequence parallelism at full depth in real ComfyUI: one GPU against N NCCL ranks (issue 33).
 
-    python -m bench.sp_scaling --checkpoint /models/diffusion_models/<H3 INT8>.safetensors       # 2 GPUs
+    . tools/gpu/bootstrap.sh && python3 -m longmedia.testing.full_h3 /tmp/h3full --blocks 50 --variant int8 \
+      && python3 -m bench.sp_scaling --checkpoint /tmp/h3full/full_h3_int8_50blocks.safetensors --ranks 2 \
+         --width 1344 --height 768 --seconds 14.4 --steps 2 --out /tmp/sp_scaling.json          # 2 H200s
     python -m bench.sp_scaling --smoke                                  # CPU: tiny checkpoint, 2 gloo ranks
 
 One process imports ComfyUI (a child started with LONGMEDIA_COMFYUI_ROOT on its PYTHONPATH, as every bench
