@@ -23,4 +23,6 @@ MAX_JOB_LATENT_BYTES = 32 * GIB  # the whole job's float32 AV latent lives in RA
 # 2**20 rows one model call is ~10^18 FLOPs of attention alone, and no 8-24 GB card fits it. Longer jobs run
 # in segments.
 MAX_PASS_ROWS = 1 << 20
+MAX_SP_DEGREE = 8                   # sequence-parallel ranks (GPUs or CPU processes) of one pass
+MAX_LINK_GBPS = 10000.0             # a declared rank-to-rank link, GB/s
 MAX_MB = 1 << 20                    # megabyte inputs (guards, the activation reserve)

@@ -37,6 +37,12 @@ class LongMediaSampler(io.ComfyNode):
                 # after every older input, so workflows saved before them keep their widget values in place
                 io.String.Input("segment_seeds", default="", optional=True, tooltip=SEEDS_HELP),
                 Retakes.Input("retakes", optional=True, tooltip=RETAKES_HELP),
+                io.String.Input("devices", default="", advanced=True, optional=True,
+                                tooltip="Sequence parallelism over several devices: a comma-separated list starting "
+                                        "with the model's own device, as ComfyUI's device options name them "
+                                        "(gpu:0,gpu:1 or cuda:0,cuda:1; cpu,cpu tests it on the CPU). Each extra "
+                                        "device runs a worker process that loads the same checkpoint. Empty: one "
+                                        "device."),
             ],
             outputs=[
                 *latent_outputs(),
@@ -45,10 +51,10 @@ class LongMediaSampler(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, segment_seeds="", retakes=None,
+    def execute(cls, noise, guider, sampler, sigmas, latent, job=None, segment_seeds="", retakes=None, devices="",
                 **controls) -> io.NodeOutput:
         job = job_for_latent(job, latent)     # Setup's job or nothing, with the latent's canvas and length
         request = request_for_job(plan_request(controls), job)   # planned under the job's reference_budget
         result = run_job(noise, guider, sampler, sigmas, latent, request, job,
-                         segment_seeds=segment_seeds, retakes=retakes)
+                         segment_seeds=segment_seeds, retakes=retakes, devices=devices)
         return report_output(result)

@@ -262,7 +262,7 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
 
 
 def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = NO_OBSERVER,
-             weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = ()) -> tuple[int, ...]:
+             weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = (), ranks=None) -> tuple[int, ...]:
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
@@ -297,7 +297,15 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
                          "only BlockSparseAttention's vsa method reads it")
     streamed: tuple[int, ...] = ()
     run.notes.extend(w for w in plan.warnings if "has no effect" in w)  # controls that cannot act, said again
-    if not plan.chunks.is_stock:
+    if ranks is not None:  # sequence parallel: every block sharded over the ranks, stock or streamed per the plan
+        from .sp_run import install_sp
+
+        g.model_options = opts
+        streamed = install_sp(g, plan, ranks, on_block=_on_block(run), observer=observer, weights=weights)
+        opts = g.model_options
+        run.notes.append(f"sequence parallel on {ranks.world} ranks ({', '.join(map(str, ranks.devices))}, "
+                         f"{ranks.backend}); link measured at {ranks.link_gbps:.2f} GB/s")
+    if not plan.chunks.is_stock and ranks is None:
         factory, on_block = _attention_factory(plan, row_spans), _on_block(run)
         installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
         chained = 0
@@ -313,13 +321,14 @@ def _install(g, plan: ExecutionPlan, run: _Run, row_spans, observer: Observer = 
             run.notes.append(f"{chained} double-block replacement(s) another node installed chained: each runs "
                              "first and its call of the original block runs LongMedia's streamed block")
         streamed = tuple(range(len(blocks)))
+    if not plan.chunks.is_stock:
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
         forward = chunked_final_forward(final, FINAL_CHUNK_ROWS, comfy_interrupt,
                                         weights=weights if weights is not None else comfy_weights(observer),
                                         observer=observer)
         g.model_patcher.add_object_patch("diffusion_model.final_layer.forward", outside_malloc_graph(forward))
-    if plan.attention.choice is not None and plan.attention.backend != "existing":
+    if plan.attention.choice is not None and plan.attention.backend != "existing" and ranks is None:
         from .attention_override import install_attention_override
 
         install_attention_override(opts["transformer_options"], plan.attention.choice,
@@ -408,7 +417,8 @@ def _on_block(run: _Run):
 def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, *,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
-                weights: WeightAccess | None = None, stage: StagePass | None = None) -> SamplingResult:
+                weights: WeightAccess | None = None, stage: StagePass | None = None,
+                devices: str | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -418,14 +428,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
     streamed phases and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
     weights: how the streamed phases hold their weights; None: ComfyUI's cast context (`block_patch.comfy_weights`).
-    stage: a Hi-Res or Refiner pass (`job.preflight.StagePass`): its refusals name that node's inputs."""
-    import comfy.model_management
-    import comfy.model_patcher
-    import comfy.sample
-    import comfy.utils
+    stage: a Hi-Res or Refiner pass (`job.preflight.StagePass`): its refusals name that node's inputs.
+    devices: the Sampler's device list for sequence parallelism ("gpu:0,gpu:1"; `sp_devices`); None or empty: one
+    device. The workers live for this run (`sp_workers`): started after the residency boundary, ended before it
+    returns or raises; the plan is made again once they have measured their link (the cost model reads it)."""
+    from .sp_run import sp_request, start_ranks
 
-    from .previews import comfy_preview_callback
-
+    request, sp_devices = sp_request(request, devices, guider.model_patcher.load_device)
     check_runs = stage.check_runs if stage is not None else check_plan_runs
     checked = check_pass(guider, latent, sigmas, request, stage=stage)  # every input checked first
     row_spans = list(checked.row_spans)
@@ -443,6 +452,35 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         device = device_profile() if device_profile is not None else _device_profile(load_device, boundary.after)
         plan = plan_pass(checked, device)
         runs = check_runs(plan)
+    ranks, clean = None, False
+    if sp_devices:
+        ranks = start_ranks(sp_devices, guider.model_patcher, plan)
+    try:
+        if ranks is not None:  # the link as measured on the ranks' own group: the plan's cost model reads it
+            checked = dataclasses.replace(checked, request=dataclasses.replace(
+                checked.request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True))
+            plan = plan_pass(checked, plan.device)
+        result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
+                         ranks)
+        clean = True
+    except RuntimeError as error:  # named: a collective failing because a worker died mid-run
+        if ranks is not None and ranks.settled_failure(error):
+            raise ranks.failure(error) from error
+        raise
+    finally:
+        if ranks is not None:
+            ranks.close(clean=clean)
+    return result
+
+
+def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks):
+    import comfy.model_management
+    import comfy.model_patcher
+    import comfy.sample
+    import comfy.utils
+
+    from .previews import comfy_preview_callback
+
     g = copy.copy(guider)
     g.model_patcher = guider.model_patcher.clone()
     g.model_options = comfy.model_patcher.create_model_options_clone(guider.model_options)
@@ -452,7 +490,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     if observer is None:
         observer = probes_from_env()
     streamed = _install(g, plan, run, row_spans, observer or NO_OBSERVER, weights,
-                        prompt_seq_lens(guider, latent, plan) if run.cuda else ())
+                        prompt_seq_lens(guider, latent, plan) if run.cuda else (), ranks)
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),
@@ -477,6 +515,10 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
         raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_reading(),
                                       block_index=block)) from error
+    if ranks is not None:
+        line = ranks.link_line(plan.model.dims.num_blocks, len(run.steps))
+        if line:
+            run.notes.append(line)
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
     finite = all_finite(out_samples)
     output, denoised = _outputs(g, latent, out_samples, x0_output)

@@ -192,7 +192,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
                   device_profile: DeviceProfile | None = None, memory_reader: Reader | None = None,
                   observer: Observer | None = None, weights: WeightAccess | None = None,
                   passes: tuple[int, int] | None = None, done=None, prompts: SegmentPrompts | None = None,
-                  retakes: RetakeCache | None = None) -> comfy_sampler.SamplingResult:
+                  retakes: RetakeCache | None = None, devices: str | None = None) -> comfy_sampler.SamplingResult:
     """Sample `plan`'s passes one after another and assemble them; returns the job's output and denoised latents.
 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
@@ -206,6 +206,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     the job's latents a run of the earlier passes returned, which later passes continue (`segments.resume`).
     `prompts`: Setup's per-segment prompts (`LongMediaJob.prompts`): pass i gets prompt i's text on its positive.
     `retakes`: finished passes by key (the caller owns it); a cached pass is reused, bit for bit, not sampled.
+    `devices`: the Sampler's device list, handed to every pass's `run_sampler` (each pass starts and ends its own
+    sequence-parallel workers); the forecast plans each pass for one device.
     """
     import comfy.model_management
     import comfy.nested_tensor
@@ -251,7 +253,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
             seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
             run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
                                             request, device_profile, memory_reader=memory_reader,
-                                            observer=observer, weights=weights)
+                                            observer=observer, weights=weights, devices=devices)
             out_v, out_a = run.output["samples"].unbind()
             den_v, den_a = run.denoised["samples"].unbind()
             record = SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
@@ -283,15 +285,15 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
 
 
 def run_job(noise, guider, sampler, sigmas, latent, request: PlanRequest, job, *, segment_seeds: str = "",
-            retakes: RetakeCache | None = None) -> comfy_sampler.SamplingResult:
+            retakes: RetakeCache | None = None, devices: str | None = None) -> comfy_sampler.SamplingResult:
     """The Sampler node's run: Setup's segmented job pass by pass (its prompts, `segment_seeds`, `retakes`), else
-    one pass (`segment_seeds`' one entry, when given, is its seed)."""
+    one pass (`segment_seeds`' one entry, when given, is its seed); `devices`: sequence parallelism (`run_sampler`)."""
     pinned = seams.parse_segment_seeds(segment_seeds)
     if job is not None and job.segmented:
         seams.segment_seeds(job.segments.count, int(getattr(noise, "seed", 0) or 0), pinned, name="segment_seeds")
         return run_segmented(noise, guider, sampler, sigmas, latent, request, job.segments, seeds=pinned,
-                             prompts=job.prompts, retakes=retakes)
+                             prompts=job.prompts, retakes=retakes, devices=devices)
     seed = seams.segment_seeds(1, int(getattr(noise, "seed", 0) or 0), pinned, name="segment_seeds")[0]
     if pinned and pinned[0] is not None and seed != getattr(noise, "seed", None):
         noise = _seeded(noise, seed)
-    return comfy_sampler.run_sampler(noise, guider, sampler, sigmas, latent, request)
+    return comfy_sampler.run_sampler(noise, guider, sampler, sigmas, latent, request, devices=devices)

@@ -7,6 +7,8 @@ the whole span) or a per-token LongTensor of stop - start rows (ComfyUI 0.38+ wi
 
 from __future__ import annotations
 
+import torch
+
 
 def modulate_(h, shift, scale, mod_rows):
     """adaLN scale/shift per span (a, b, row), in place (H3's `_mod_scale_shift`)."""
@@ -20,3 +22,13 @@ def gate_(x, gate, other, mod_rows):
     for a, b, row in mod_rows:
         x[a:b].addcmul_(other[a:b], gate[row].to(x.dtype))
     return x
+
+
+def clip_mod_rows(mod_rows, start, stop):
+    """Modulation rows intersected with rows [start, stop), re-based to that range; per-token rows sliced to match."""
+    out = []
+    for a, b, row in mod_rows:
+        lo, hi = max(a, start), min(b, stop)
+        if lo < hi:
+            out.append((lo - start, hi - start, row[lo - a:hi - a] if isinstance(row, torch.Tensor) else row))
+    return out

@@ -28,7 +28,7 @@ import torch
 from ..attention.protocol import AttentionFn, sdpa_attention
 from .chunks import ChunkSizes
 from .linear import LinearWeight, WeightAccess, plain_weights
-from .modulation import gate_, modulate_
+from .modulation import clip_mod_rows, gate_, modulate_
 from .probes import NO_OBSERVER, Observer
 from .rope import norm_rope_, norm_rope_pair_
 
@@ -36,16 +36,6 @@ ModRows = list[tuple[int, int, "int | torch.Tensor"]]
 """(start, stop, row): row is one adaLN modulation row, or (ComfyUI 0.38+, masked jobs) a per-token
 LongTensor of stop - start rows. ComfyUI calls this table mod_segments; it may hold several text
 runs (text_token_tags)."""
-
-
-def _clip(mod_rows: ModRows, start: int, stop: int) -> ModRows:
-    """Modulation rows intersected with rows [start, stop), re-based to the chunk; per-token rows sliced to match."""
-    out = []
-    for a, b, row in mod_rows:
-        lo, hi = max(a, start), min(b, stop)
-        if lo < hi:
-            out.append((lo - start, hi - start, row[lo - a:hi - a] if isinstance(row, torch.Tensor) else row))
-    return out
 
 
 def _spans(n: int, chunk: int):
@@ -71,7 +61,7 @@ class _Run:
             self.interrupt()
 
     def norm_rows(self, norm, shift, scale, a, b):
-        return modulate_(norm(self.x[a:b]), shift, scale, _clip(self.mod_rows, a, b))
+        return modulate_(norm(self.x[a:b]), shift, scale, clip_mod_rows(self.mod_rows, a, b))
 
     def norm_weights(self):
         attn = self.block.attn
@@ -143,7 +133,7 @@ class _Run:
         p_chunk = self.chunks.out_proj_chunk_tokens
         for pa, pb in _spans(o.shape[0], p_chunk):
             y = out_proj(o[pa:pb])
-            gate_(self.x[a + pa:a + pb], gate, y, _clip(self.mod_rows, a + pa, a + pb))
+            gate_(self.x[a + pa:a + pb], gate, y, clip_mod_rows(self.mod_rows, a + pa, a + pb))
             del y
 
     def _attention_all_heads(self, qkv: LinearWeight, out_proj: LinearWeight):
@@ -209,7 +199,7 @@ class _Run:
                 del h
                 y = fc2(u, input_act="swiglu")
                 del u
-                gate_(self.x[a:b], gate, y, _clip(self.mod_rows, a, b))
+                gate_(self.x[a:b], gate, y, clip_mod_rows(self.mod_rows, a, b))
                 del y
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 
 from ..errors import LongMediaInputError, check_int
 from ..execution.chunks import ChunkSizes
-from ..execution.memory import block_memory
+from ..execution.memory import BlockMemory, block_memory
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile, gib, gib_pair, mib
+from ..parallel.cost import exchange_buffer_bytes, rank_rows
 from ..units import MIB
 from . import around_blocks as pm
 from .attention_path import resolve_attention_path
@@ -30,6 +31,8 @@ from .policy import (
     prefetch_decision,
     segment_suggestion,
 )
+from .sp_cost import describe as describe_sp
+from .sp_cost import rank_device, sp_share
 from .types import MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, PlanRequest
 
 LADDER = (16384, 8192, 4096, 2048, 1024, 512)
@@ -70,11 +73,22 @@ class _Pass:
         self.held = pm.held_outside_bytes(g, d, dt)
         self.workspace = pm.workspace_bytes(g, model)
         self.pre = pm.pre_block_bytes(g, d, dt) + pm.WORKSPACE_FIXED
-        self.final = pm.final_bytes(g, d, dt) + self.workspace
-        self.final_chunked = pm.chunked_final_bytes(g, d, dt) + self.workspace  # streamed modes chunk it too
+        # ranks > 1: the one gather after the last block (every rank's rows, then the cut full sequence)
+        gather = 2 * rank_rows(g.seq_len, request.sp_degree) * request.sp_degree * d.hidden * dt \
+            if request.sp_degree > 1 else 0
+        self.final = pm.final_bytes(g, d, dt) + self.workspace + gather
+        self.final_chunked = pm.chunked_final_bytes(g, d, dt) + self.workspace + gather  # streamed modes chunk it too
         self.min_weights = model.block_weight_bytes * (2 if prefetch else 1)
         self.fixed = self.held + self.workspace + self.min_weights
         self.dynamic_vram = device.dynamic_vram
+        self.degree = request.sp_degree
+        self.rows = rank_rows(g.seq_len, self.degree)  # a rank's rows (all rows on one device)
+
+    def block(self, c: ChunkSizes) -> BlockMemory:
+        """One rank's block activations: the block at its rows, plus the Ulysses exchange buffers."""
+        bm = block_memory(self.rows, self.d, c, self.dt, int8_linears=self.int8)
+        extra = exchange_buffer_bytes(self.g.seq_len, self.degree, self.d, c, self.dt)
+        return replace(bm, attention_bytes=bm.attention_bytes + extra)
 
     def outside(self, torch_bytes: int, stock_path: bool = False) -> int:
         """What a phase of `torch_bytes` (must-have weights included) costs beside torch's allocated count."""
@@ -91,14 +105,14 @@ class _Pass:
         return replace(chunks, **{k: v for k, v in overlay.items() if v is not None})
 
     def attention_fits(self, c: ChunkSizes) -> bool:
-        return self.need(self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).attention_bytes) <= self.usable
+        return self.need(self.fixed + self.block(c).attention_bytes) <= self.usable
 
     def mlp_fits(self, c: ChunkSizes) -> bool:
-        return self.need(self.fixed + block_memory(self.g.seq_len, self.d, c, self.dt, int8_linears=self.int8).mlp_bytes) <= self.usable
+        return self.need(self.fixed + self.block(c).mlp_bytes) <= self.usable
 
     def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0) -> Candidate:
         """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace)."""
-        bm = block_memory(self.g.seq_len, self.d, chunks, self.dt, int8_linears=self.int8)
+        bm = self.block(chunks)
         act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes)
         mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
                               workspace_bytes=self.workspace, pre_block_bytes=self.pre,
@@ -241,8 +255,14 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
             pref, pref_reason = False, (f"block prefetch off: a second block ({gib(model.block_weight_bytes)}) "
                                         f"does not fit beside {cand.mode}'s activations")
 
-    attn_budget = p.usable - p.fixed - geometry.seq_len * model.dims.hidden * model.compute_dtype_bytes
-    attention: AttentionPath = attention_resolver(request, geometry, model, device, cand.chunks, max(0, attn_budget))
+    attn_budget = p.usable - p.fixed - p.rows * model.dims.hidden * model.compute_dtype_bytes
+    attention_request = request
+    if request.sp_degree > 1 and request.attention_mode == "auto":
+        # a rank attends with every rank's queries in one call: exact attention only (PlanRequest refuses Sol)
+        attention_request = replace(request, attention_mode="existing")
+        reasons.append("sequence parallel: attention_mode auto runs the existing (exact) attention on each rank")
+    attention: AttentionPath = attention_resolver(attention_request, geometry, model, device, cand.chunks,
+                                                  max(0, attn_budget))
     chunks = cand.chunks
     if (chunks.streams_attention and attention.query_chunk_tokens
             and attention.query_chunk_tokens < chunks.qkv_chunk_tokens and request.sol_qkv_chunk_tokens is None):
@@ -292,8 +312,13 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                        f"activations: ComfyUI's estimate-based loader decides residency, which this plan cannot "
                        "steer; re-enable dynamic VRAM (the default: drop --disable-dynamic-vram / --highvram / "
                        "--gpu-only / --novram)")
-    pin = pinning(model, device, mem.streamed_weight_bytes)
+    pin = pinning(model, rank_device(device, request.sp_degree), mem.streamed_weight_bytes)
     reasons.append(pin.reason)
+    sp = None
+    if request.sp_degree > 1:
+        sp = sp_share(model, device, geometry, request.sp_degree, request.sp_link_gbps,
+                      "measured" if request.sp_link_measured else "declared", pin.pinned_bytes)
+        reasons.append(describe_sp(sp, model.dims.num_blocks))
     if mem.streamed_weight_bytes:
         reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from RAM on every model call")
     reasons.extend(f"attention: {r}" for r in attention.reasons)
@@ -324,7 +349,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                          chunks=chunks, activation_reserve_bytes=reserve, guards=guards, prefetch=pref, pinning=pin,
                          memory=mem, budget_bytes=device.usable_vram_bytes, geometry=geometry, model=model,
                          device=device, manual_fields=request.manual_fields, warnings=tuple(warnings),
-                         reasons=tuple(reasons), segment_suggestion=suggestion)
+                         reasons=tuple(reasons), segment_suggestion=suggestion, sp=sp)
 
 
 def normal_mode_differences(prefetch: bool, guards) -> str:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 from ..attention.host import HostAttention
 from ..attention.schedule import SolSettings
 from ..attention.speeds import MeasuredSpeeds
-from ..errors import check_choice, check_int
+from ..errors import LongMediaInputError, check_choice, check_float, check_int
 from ..execution.chunks import ChunkSizes
 from ..execution.guards import GuardSettings
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..h3.references import REFERENCE_BUDGETS
-from ..limits import MAX_MB
+from ..limits import MAX_LINK_GBPS, MAX_MB, MAX_SP_DEGREE
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
     from ..attention.dispatcher import AttentionChoice
@@ -72,6 +72,9 @@ class PlanRequest:
     host_attention: HostAttention | None = None
     reference_budget: str | None = None
     attention_speeds: MeasuredSpeeds | None = None
+    sp_degree: int = 1                  # sequence-parallel ranks (Ulysses): 1 = one device
+    sp_link_gbps: float | None = None   # the rank-to-rank link, GB/s, measured or declared; None = assumed
+    sp_link_measured: bool = False      # sp_link_gbps was measured on the ranks' own group (else declared)
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
@@ -83,6 +86,14 @@ class PlanRequest:
             value = getattr(self, name)
             if value is not None:
                 check_int(name, value, low, high, fix, zero_ok=zero_ok)
+        check_int("sp_degree", self.sp_degree, 1, MAX_SP_DEGREE, "Give the number of devices, 1 for one device.")
+        if self.sp_link_gbps is not None:
+            check_float("sp_link_gbps", self.sp_link_gbps, 0.001, MAX_LINK_GBPS,
+                        "Give the measured rank-to-rank GB/s, or leave it unset.")
+        if self.sp_degree > 1 and self.attention_mode in ("sol", "scheduled_sol"):
+            raise LongMediaInputError("attention_mode", self.attention_mode, "auto or existing with sp_degree > 1",
+                                      "Sequence parallelism gathers queries of every rank into one attention "
+                                      "call, which only exact attention allows: use auto or existing.")
 
     @property
     def manual_fields(self) -> tuple[str, ...]:
@@ -165,6 +176,32 @@ class MemoryBreakdown:
 
 
 @dataclass(frozen=True)
+class SequenceParallelPlan:
+    """One Ulysses rank's share of a pass, and the cost model's expected speedup over one device.
+
+    Cost model (per block, no overlap of compute and link assumed): one device takes t1 = a*S + b*S^2 (the
+    measured H3 block fit, `stage_times`); a rank takes a*L + b*S*L (its L = ceil(S/N) rows through the
+    row-wise stages, H/N heads of all S queries against all S keys) plus link_bytes / link GB/s.
+    """
+
+    degree: int
+    rows_per_rank: int
+    heads_per_rank: tuple[int, ...]
+    link_bytes_per_block: int
+    link_gbps: float
+    link_source: str                 # measured / declared / assumed
+    block_seconds_single: float
+    block_seconds_rank_compute: float
+    block_seconds_link: float
+    host_ram_bytes_per_rank: int     # each rank's own copy of the weights in RAM
+    pinned_bytes_per_rank: int
+
+    @property
+    def expected_speedup(self) -> float:
+        return self.block_seconds_single / max(1e-12, self.block_seconds_rank_compute + self.block_seconds_link)
+
+
+@dataclass(frozen=True)
 class ExecutionPlan:
     """Everything the executor, guards and adapters need for one job, and why."""
 
@@ -185,6 +222,7 @@ class ExecutionPlan:
     warnings: tuple[str, ...]
     reasons: tuple[str, ...]
     segment_suggestion: SegmentSuggestion | None = None
+    sp: SequenceParallelPlan | None = None    # None: one device
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -206,7 +244,7 @@ class ExecutionPlan:
     def to_dict(self) -> dict:
         out = {"kind": "plan"} | {f.name: getattr(self, f.name) for f in fields(self)}
         out = {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in out.items()}
-        for name in ("chunks", "guards", "pinning", "segment_suggestion"):
+        for name in ("chunks", "guards", "pinning", "segment_suggestion", "sp"):
             value = getattr(self, name)
             out[name] = asdict(value) if value is not None else None
         att = self.attention
@@ -217,6 +255,8 @@ class ExecutionPlan:
             "activation_need_bytes": self.memory.activation_need_bytes,
             "predicted_peak_bytes": self.memory.predicted_peak_bytes,
             "streamed_weight_bytes": self.memory.streamed_weight_bytes}
+        if self.sp is not None:
+            out["sp"]["expected_speedup"] = self.sp.expected_speedup
         out.update(predicted_peak_bytes=self.predicted_peak_bytes, usable_bytes=self.usable_bytes, fits=self.fits,
                    resident_weight_budget_bytes=self.resident_weight_budget_bytes)
         return out
