@@ -25,9 +25,9 @@ import torch
 from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer, ProbeReport
+from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import StagePass, check_conditioning_widths, check_pass_rows, check_plan_runs
-from ..h3.geometry import Geometry
 from ..planning.around_blocks import stock_pass_bytes
 from ..planning.planner import plan as make_plan
 from ..planning.types import ExecutionPlan, PlanRequest

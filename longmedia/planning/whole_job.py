@@ -25,10 +25,10 @@ from ..h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib, gib_pair
 from ..units import GIB, MIB
 from . import stage_formulas as F
 from . import stage_times as T
+from .around_blocks import WORKSPACE_FIXED
 from .attention_path import default_attention_path
 from .planner import plan
 from .policy import auto_reserve
-from .around_blocks import WORKSPACE_FIXED
 from .types import ExecutionPlan, PlanRequest
 
 TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from longmedia.planning.attention_path import default_attention_path
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
-from longmedia.planning.planner import plan
 from longmedia.planning.around_blocks import stock_pass_bytes
+from longmedia.planning.attention_path import default_attention_path
+from longmedia.planning.planner import plan
 from longmedia.planning.types import PlanRequest
 
 
