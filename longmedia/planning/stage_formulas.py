@@ -145,11 +145,6 @@ AUDIO_VAE_PARAMS = 151_282_160           # MiniMaxH3AudioVAE (DAC encoder, BigVG
 AUDIO_VAE_DECODER_PARAMS = 64_847_376 + 67_584
 
 
-def video_vae_weight_bytes(dtype_bytes: int = 2, d: VideoVAEDims = H3_VIDEO_VAE) -> int:
-    """minimax_h3_video_vae_fp16.safetensors: encoder and decoder."""
-    return (d.decoder_params + d.encoder_params) * dtype_bytes
-
-
 def split_tiles(length: int, tile: int, overlap_min: int, ratio: int) -> tuple[int, tuple[int, ...]]:
     """(tile count, overlaps) of one axis, as MiniMaxH3VideoVAE.split_tiles cuts it."""
     if tile >= length:
