@@ -141,7 +141,8 @@ def test_segmented_job_ranks_equal_the_single_process(env, world):
     assert children() == []
 
 
-def test_per_token_rows_ranks_equal_the_single_process(env):
+@pytest.mark.parametrize("world", [2, 4])
+def test_per_token_rows_ranks_equal_the_single_process(env, world):
     """An audio denoise mask makes per-token modulation rows (ComfyUI 0.38+; skipped by feature name on 0.33)."""
     import inspect
 
@@ -176,7 +177,7 @@ def test_per_token_rows_ranks_equal_the_single_process(env):
     args, seen_one = masked_job()
     sv, sa = env["core"].run_sampler(*args, request).output["samples"].unbind()
     args, seen_two = masked_job()
-    ov, oa = env["core"].run_sampler(*args, request, devices="cpu,cpu").output["samples"].unbind()
+    ov, oa = env["core"].run_sampler(*args, request, devices=",".join(["cpu"] * world)).output["samples"].unbind()
     assert seen_one and all(seen_one) and all(seen_two)  # the per-token rows' mask reached the model
     assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
     assert children() == []
