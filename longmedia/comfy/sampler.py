@@ -434,9 +434,10 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     returns or raises; the plan is made again once they have measured their link (the cost model reads it)."""
     from .sp_run import sp_request, start_ranks
 
-    request, sp_devices = sp_request(request, devices, guider.model_patcher.load_device)
     check_runs = stage.check_runs if stage is not None else check_plan_runs
     checked = check_pass(guider, latent, sigmas, request, stage=stage)  # every input checked first
+    sp_checked, sp_devices = sp_request(checked.request, devices, guider.model_patcher.load_device)
+    checked = dataclasses.replace(checked, request=sp_checked)
     row_spans = list(checked.row_spans)
     load_device = guider.model_patcher.load_device
     if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned once, refused before the boundary

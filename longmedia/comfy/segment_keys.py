@@ -15,9 +15,9 @@ import weakref
 
 import torch
 
-from ..segments.fingerprint import ByIdentity, Fingerprint, Uncacheable
+from ..segments.fingerprint import ByIdentity, Fingerprint
 
-__all__ = ["job_digest", "segment_digest", "Uncacheable"]
+__all__ = ["job_digest", "segment_digest"]
 
 _GUIDER_OWN = ("model_patcher", "model_options", "original_conds", "conds", "inner_model", "inner_sample")
 

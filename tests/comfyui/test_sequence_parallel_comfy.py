@@ -20,7 +20,9 @@ def env(comfy_inprocess, tiny_checkpoints):
     from longmedia.comfy import sampler as comfy_sampler
 
     model = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
-    return {"ncs": ncs, "model": model, "core": comfy_sampler}
+    # processes started before these tests (another module's ComfyUI server, say) are not theirs to end
+    baseline = frozenset(p.pid for p in live_children(()))
+    return {"ncs": ncs, "model": model, "core": comfy_sampler, "baseline": baseline}
 
 
 def job(env, seed=3, steps=2):
@@ -31,18 +33,25 @@ def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def children():
-    """This process's live children, multiprocessing's own resource tracker (one per process, long-lived) left out."""
+def live_children(baseline):
+    """This process's live children, multiprocessing's own resource tracker (one per process, long-lived) and the
+    processes in `baseline` left out."""
     import psutil
 
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+            if (p.pid not in baseline and p.status() != psutil.STATUS_ZOMBIE
+                    and "resource_tracker" not in " ".join(p.cmdline())):
                 out.append(p)
         except psutil.NoSuchProcess:  # named: it ended while being listed
             continue
     return out
+
+
+def children(env):
+    """The processes these tests started that are still alive (workers, when a test asserts none is left)."""
+    return live_children(env["baseline"])
 
 
 def single(env, request):
@@ -64,11 +73,11 @@ def test_t2va_ranks_equal_the_single_process(env, world, request_kw):
     plan = result.plan
     assert plan.sp is not None and plan.sp.degree == world and plan.sp.link_source == "measured"
     assert any(n.startswith(f"sequence parallel on {world} ranks") for n in result.report.notes)
-    assert children() == []
+    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
-class _AtStage:
-    """An observer on rank 0 that acts once, when it sees its `count`-th MLP stage (block by block, call by call)."""
+class _AtPhase:
+    """An observer on rank 0 that acts once, when it sees its `count`-th MLP phase (block by block, call by call)."""
 
     def __init__(self, count: int, act) -> None:
         from longmedia.execution.probes import Quiet
@@ -78,8 +87,8 @@ class _AtStage:
     def __getattr__(self, name):
         return getattr(self.quiet, name)
 
-    def stage_in(self, stage, x):
-        if stage.endswith("mlp"):
+    def phase_in(self, phase, x):
+        if phase.endswith("mlp"):
             self.seen += 1
             if self.seen == self.count and not self.fired:
                 self.fired = True
@@ -92,19 +101,19 @@ def test_a_killed_worker_fails_the_prompt_cleanly_and_the_next_prompt_runs(env):
     request = PlanRequest(memory_mode="normal", attention_mode="existing")
 
     def kill_one():
-        workers = children()
+        workers = children(env)
         assert workers, "the workers are running"
         workers[-1].send_signal(9)  # multiprocessing reaps it (waiting here would take its exit status)
 
-    killer = _AtStage(3, kill_one)  # the second model call's first block (the tiny model has 2 blocks)
+    killer = _AtPhase(3, kill_one)  # the second model call's first block (the tiny model has 2 blocks)
     with pytest.raises(LongMediaWorkerError) as failed:
         env["core"].run_sampler(*job(env), request, devices="cpu,cpu,cpu", observer=killer)
     assert killer.fired and "killed by signal 9" in str(failed.value) and "every worker ended" in str(failed.value)
-    assert children() == []
+    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
     sv, sa = single(env, request)
     ov, oa = env["core"].run_sampler(*job(env), request, devices="cpu,cpu").output["samples"].unbind()
     assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
-    assert children() == []
+    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
 def test_cancel_stops_every_rank(env):
@@ -112,14 +121,14 @@ def test_cancel_stops_every_rank(env):
 
     request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
                           mlp_chunk_tokens=64)
-    cancel = _AtStage(2, lambda: mm.interrupt_current_processing(True))  # in the first call's second block
+    cancel = _AtPhase(2, lambda: mm.interrupt_current_processing(True))  # in the first call's second block
     try:
         with pytest.raises(mm.InterruptProcessingException):
             env["core"].run_sampler(*job(env), request, devices="cpu,cpu", observer=cancel)
     finally:
         mm.interrupt_current_processing(False)
     assert cancel.fired and not mm.processing_interrupted()  # the interrupt was taken, as ComfyUI's own nodes take it
-    assert children() == []
+    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -138,7 +147,7 @@ def test_segmented_job_ranks_equal_the_single_process(env, world):
     for a, b in zip(many.output["samples"].unbind(), one.output["samples"].unbind()):
         assert torch.isfinite(b).all() and b.std() > 0.05 and rel(a, b) <= 1e-5
     assert all(s.run.plan.sp.degree == world for s in many.report.segments)
-    assert children() == []
+    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -180,7 +189,7 @@ def test_per_token_rows_ranks_equal_the_single_process(env, world):
     ov, oa = env["core"].run_sampler(*args, request, devices=",".join(["cpu"] * world)).output["samples"].unbind()
     assert seen_one and all(seen_one) and all(seen_two)  # the per-token rows' mask reached the model
     assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5
-    assert children() == []
+    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
 def test_multi_host_env_launch_on_loopback(env, monkeypatch, comfyui_root):
