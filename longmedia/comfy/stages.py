@@ -19,7 +19,7 @@ from ..h3 import lattice as L
 from ..h3.latent_resample import METHODS, resample_video, target_latent_size
 from ..job.preflight import StagePass, check_job_value
 from ..planning.types import PlanRequest
-from ..report.oom import LongMediaOOM, phase
+from ..report.oom import LongMediaOOM, OOMContext, phase
 from ..segments import seams
 from .inputs import av_latents, check_sigmas, h3_diffusion_model, request_for_job
 from .memory_facts import comfy_reading
@@ -66,15 +66,17 @@ def _nested(video: torch.Tensor, audio: torch.Tensor):
     return comfy.nested_tensor.NestedTensor((video, audio))
 
 
-def _learned(upscaler, video: torch.Tensor, size: tuple[int, int], method: str) -> torch.Tensor:
+def _learned(upscaler, video: torch.Tensor, size: tuple[int, int], method: str,
+             one_segment: bool = False) -> torch.Tensor:
     """Apply a loaded latent upscaler (LatentUpscaleModelLoader) and land on `size`.
 
-    An allocation failure inside it is the OOM report of phase latent_upscale; another RuntimeError (a shape or
-    channel mismatch in its convolutions) means it does not take H3 latents."""
+    An allocation failure inside it is the OOM report of phase latent_upscale (one_segment: `video` is one segment
+    of a segmented job, so the advice is a shorter segment); another RuntimeError (a shape or channel mismatch in
+    its convolutions) means it does not take H3 latents."""
     import comfy.model_management
 
     try:
-        with phase("latent_upscale", reader=comfy_reading()):
+        with phase("latent_upscale", context=OOMContext(one_segment=one_segment), reader=comfy_reading()):
             out = _apply_upscaler(upscaler, video, size, method)
     except LongMediaOOM:
         raise
@@ -224,7 +226,8 @@ def run_hires(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest
         g, guide_notes = guides_resized(guider, size, method)
 
         def prepare(seg, pass_v, pass_a):
-            new = resample_video(pass_v, size, method) if upscaler is None else _learned(upscaler, pass_v, size, method)
+            new = (resample_video(pass_v, size, method) if upscaler is None
+                   else _learned(upscaler, pass_v, size, method, one_segment=True))
             return new, pass_a
 
         result = run_stage_segmented(noise, g, sampler, tail, latent, request, stage.job.segments, stage=stage,

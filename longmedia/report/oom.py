@@ -51,6 +51,7 @@ class OOMContext:
     row_spans: tuple[tuple[str, int], ...] = ()     # (kind, rows) of the packed sequence
     prefetch: bool = False
     late_block_guard_target_mb: int | None = None
+    one_segment: bool = False                       # the phase ran on one segment of Setup's segmented job
 
     @classmethod
     def from_plan(cls, plan: ExecutionPlan) -> "OOMContext":
@@ -123,6 +124,11 @@ def pressure_point(phase_name: str, readings: MemorySnapshot, ctx: OOMContext) -
                 "the job's latent (Setup's, or the segmented Sampler's assembled output and denoised copies) did not "
                 "fit in RAM: shorten the job, lower the size, or close what else holds RAM")
     if phase_name == "latent_upscale":
+        if ctx.one_segment:  # the job input is connected already: a shorter segment is the upscaler's smaller input
+            return ("segment_seconds / scale / upscaler",
+                    "Hi-Res's learned latent upscaler ran out of memory on one segment of the job: set Setup's "
+                    "segment_seconds shorter (each segment is upscaled alone), lower scale, or leave upscaler "
+                    "empty for the built-in resampler")
         return ("upscaler / scale",
                 "Hi-Res's learned latent upscaler ran out of memory on the whole latent it was given: connect "
                 "LongMedia Setup's segmented job to Hi-Res's job input (it then upscales one segment at a time), "

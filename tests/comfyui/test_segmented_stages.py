@@ -225,6 +225,30 @@ def test_a_stage_job_of_another_length_is_refused_before_sampling(env, sampled, 
                                sampled.output, NORMAL, job=env["job"], upscaler=object())
 
 
+class _OOMUpscaler:
+    """A loaded latent upscaler (HunyuanVideo 1.5 SR's kind) whose every call runs out of memory."""
+
+    def __init__(self):
+        self.model = torch.nn.Conv3d(24, 24, 1)
+        self.calls = 0
+
+    def resample_latent(self, x):
+        self.calls += 1
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB (GPU 0; 15.99 GiB total)")
+
+
+def test_an_upscaler_oom_in_a_segmented_hires_advises_a_shorter_segment(env, sampled, monkeypatch):
+    """The job input is connected, so 'connect the job' would be wrong advice: the report names segment_seconds."""
+    from longmedia.report.oom import LongMediaOOM
+
+    up = _OOMUpscaler()
+    with pytest.raises(LongMediaOOM) as info:
+        hires(env, sampled.output, monkeypatch, 1.5, upscaler=up)
+    report = info.value.report
+    assert up.calls == 1 and report.phase == "latent_upscale" and "Tried to allocate 3.00 GiB" in report.error
+    assert report.pressure_point.startswith("segment_seconds") and "job input" not in report.next_step
+
+
 def test_a_stage_split_over_two_runs_equals_one_run(env, sampled, monkeypatch):
     """passes/done: Hi-Res run as passes 0..0 then 1..2 (continuing the first run's latents) equals one run, bit for
     bit; so does the Sampler. What a long job split over processes (bench.long_job --passes) relies on."""

@@ -84,6 +84,14 @@ def test_an_upscaler_oom_has_its_own_phase_and_remedy():
     assert "upscaler" in point and "job input" in step
 
 
+def test_an_upscaler_oom_on_one_segment_advises_a_shorter_segment_not_the_job_input():
+    """With the job connected, Hi-Res already upscales one segment at a time: the advice is a shorter segment."""
+    point, step = pressure_point("latent_upscale", MemorySnapshot("cpu", None, None, None, None),
+                                 OOMContext(one_segment=True))
+    assert point.startswith("segment_seconds") and "segment_seconds shorter" in step
+    assert "job input" not in step
+
+
 def test_seam_steps_find_a_jump_at_a_join_and_not_elsewhere():
     plan = plan_segments(total_frames=107, segment_seconds=39 / 24, context_frames=22)
     g = torch.Generator().manual_seed(3)
