@@ -23,10 +23,11 @@ from ..planning.types import PlanRequest
 from ..report.memory import Reader, read_memory
 from ..report.segmented import SegmentedReport, SegmentForecast, SegmentRecord
 from ..segments import resume, seams
+from ..segments.prompts import SegmentPrompts, short_prompt
 from ..segments.seam_steps import seam_steps
 from ..segments.timeline import Segment, SegmentPlan
+from . import directing, segmented
 from . import sampler as comfy_sampler
-from . import segmented
 
 Prepare = Callable[[Segment, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(segment, its low-size video slice, its audio slice) -> the pass's video and audio at the stage's size."""
@@ -42,8 +43,10 @@ def _nested(video: torch.Tensor, audio: torch.Tensor):
 
 def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], request: PlanRequest,
                    stage: StagePass, channels: tuple[int, int] = (24, 32),
-                   device_profile=None) -> tuple[SegmentForecast, ...]:
-    """Every pass planned before the first runs, at the stage's size (shapes only: nothing is upscaled here)."""
+                   device_profile=None, prompts: SegmentPrompts | None = None) -> tuple[SegmentForecast, ...]:
+    """Every pass planned before the first runs, at the stage's size (shapes only: nothing is upscaled here), for
+    the longest segment prompt's text rows when the job has per-segment prompts."""
+    guider = directing.longest_prompt(guider, prompts)
     out = []
     for seg in plan.segments:
         video = torch.zeros(1, channels[0], seg.latent_frames, *size)
@@ -63,7 +66,8 @@ def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], req
 def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, plan: SegmentPlan, *,
                         stage: StagePass, size: tuple[int, int], prepare: Prepare, run_pass: RunPass,
                         keep_audio: bool, memory_reader: Reader | None = None, device_profile=None,
-                        passes: tuple[int, int] | None = None, done=None) -> comfy_sampler.SamplingResult:
+                        passes: tuple[int, int] | None = None, done=None,
+                        prompts: SegmentPrompts | None = None) -> comfy_sampler.SamplingResult:
     """Run a Hi-Res or Refiner stage over `plan`'s passes and assemble them into the job's latent at `size`.
 
     `latent`: the previous stage's whole-job AV latent (exactly the plan's length). `guider`: its guides already
@@ -73,15 +77,18 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
     memory_reader, device_profile: as `run_sampler`'s (tests and benches hand in their own readings or card).
     passes, done: run only passes [first, stop), continuing `done` (the earlier passes' output and denoised
     latents at `size`), as `segmented.run_segmented` does.
+    prompts: Setup's per-segment prompts (`LongMediaJob.prompts`): pass i gets prompt i's text on its positive, as
+    the Sampler's pass i did.
     """
     import comfy.model_management
 
     video, audio = segmented._check_inputs(guider, sigmas, latent, plan)
+    conds = segmented._conditioning(guider)
+    directing.check_prompts(prompts, conds, plan)
     forecast = forecast_stage(guider, sigmas, plan, size, request, stage, (video.shape[1], audio.shape[1]),
-                              device_profile)
+                              device_profile, prompts)
     for row in forecast:
         logging.info("LongMedia %s plan: %s", stage.node, row.line())
-    conds = segmented._conditioning(guider)
     routed = segmented._routed(plan, conds)
     seed_list = seams.segment_seeds(plan.count, int(getattr(noise, "seed", 0) or 0))
     context_keys = tuple(conds)
@@ -109,8 +116,9 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
                 pass_a[..., :m] = context["audio_latent"].to(pass_a.dtype)
         probe = segmented._Probe(guider.model_patcher.load_device)
         segmented._show_pass(seg, plan.count)
+        text = prompts.conditioning[seg.index] if prompts is not None else None
         g = segmented._segment_guider(guider, segmented._segment_conds(conds, routed, seg.index, context,
-                                                                        context_keys, None), probe,
+                                                                        context_keys, text), probe,
                                       functools.partial(segmented._overall_step, offset=seg.index * steps,
                                                         total=total),
                                       memory_reader if memory_reader is not None else read_memory)
@@ -126,7 +134,7 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
         seams.place(seg, denoised, den_v, den_a)
         records.append(SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
                                      seg.video_latent_range, seg.audio_range, steps, probe.seconds, probe.baseline,
-                                     run.report))
+                                     run.report, prompt=prompts.texts[seg.index] if prompts is not None else None))
         del run, out_v, out_a, den_v, den_a, pass_v, pass_a, low_v
     ran = f"passes {todo.start}..{todo.stop - 1} of {plan.count}" if len(todo) < plan.count else f"{plan.count} passes"
     notes = [f"{stage.node}: {ran}, one per segment of the job (each planned after its boundary)"]
@@ -139,7 +147,8 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
     notes += [f"plan: {row.line()}: it ran because memory_mode={request.memory_mode} was chosen"
               for row in forecast if not row.fits]
     report = SegmentedReport(segment_plan=plan, forecast=forecast, segments=tuple(records),
-                             context_on=context_keys, notes=tuple(notes))
+                             context_on=context_keys, notes=tuple(notes),
+                             prompts=tuple(short_prompt(t) for t in prompts.texts) if prompts is not None else None)
     extra = {k: v for k, v in extra.items() if k not in ("downscale_ratio_spacial", "downscale_ratio_temporal")}
     return comfy_sampler.SamplingResult(dict(extra, samples=_nested(*result)), dict(extra, samples=_nested(*denoised)),
                                         report, None, sigmas)

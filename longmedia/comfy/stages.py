@@ -233,7 +233,7 @@ def run_hires(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest
         result = run_stage_segmented(noise, g, sampler, tail, latent, request, stage.job.segments, stage=stage,
                                      size=size, prepare=prepare, run_pass=run, keep_audio=keep_audio,
                                      memory_reader=memory_reader, device_profile=device_profile,
-                                     passes=passes, done=done)
+                                     passes=passes, done=done, prompts=stage.job.prompts)
         how = method if upscaler is None else f"{type(upscaler).__name__} + {method}"
         notes = (_resize_note(tuple(video.shape), size, scale, how + ", per segment"),) + guide_notes + (
             f"re-noised to sigma {float(tail[0]):.4f}, {tail.numel() - 1} steps per pass", audio_note)
@@ -269,7 +269,7 @@ def run_refiner(noise, guider, sampler, latent: dict, request: PlanRequest, *, s
                                      stage=stage, size=(int(video.shape[3]), int(video.shape[4])),
                                      prepare=lambda seg, v, a: (v, a), run_pass=sample_keeping_audio,
                                      keep_audio=True, memory_reader=memory_reader, device_profile=device_profile,
-                                     passes=passes, done=done)
+                                     passes=passes, done=done, prompts=stage.job.prompts)
         return _with_notes(result, schedule, notes)
     _whole_pass_only(passes, done)
     result = sample_keeping_audio(noise, guider, sampler, schedule, latent, request, device_profile,

@@ -109,6 +109,41 @@ def test_four_prompts_condition_their_own_segments(env, story, monkeypatch):
     assert video.shape[2] == job.segments.video_latent_frames and torch.isfinite(video).all() and video.std() > 0.05
 
 
+@pytest.mark.parametrize("node", ["hires", "refiner"])
+def test_hires_and_refiner_passes_get_their_segment_s_prompt(env, story, monkeypatch, node):
+    """Each Hi-Res / Refiner pass is guided by its own segment's prompt, as the Sampler's pass was, and every pass
+    is planned for the longest prompt's rows."""
+    from longmedia.comfy import stages
+
+    sampled = run(env, story)
+    samplers = env["samplers"]
+    guider = samplers.CFGGuider(env["model"])
+    guider.set_conds(story.positive, story.negative)
+    guider.set_cfg(3.0)
+    texts = []
+    real = stages.run_sampler if node == "hires" else stages.sample_keeping_audio
+
+    def record(noise, g, *args, **kwargs):
+        texts.append(g.original_conds["positive"][0]["cross_attn"])
+        return real(noise, g, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "run_sampler" if node == "hires" else "sample_keeping_audio", record)
+    noise, euler = env["ncs"].Noise_RandomNoise(SEED), samplers.sampler_object("euler")
+    if node == "hires":
+        sigmas = samplers.calculate_sigmas(env["model"].get_model_object("model_sampling"), "simple", 4).cpu()
+        result = stages.run_hires(noise, guider, euler, sigmas, sampled.output, NORMAL, scale=1.5, job=story.job)
+    else:
+        result = stages.run_refiner(noise, guider, euler, sampled.output, NORMAL, steps=2, job=story.job)
+    assert len(texts) == 4
+    for text, prompt in zip(texts, PROMPTS):
+        assert torch.equal(text, tc.encode_prompt(env["clip"], prompt)[0][0])
+    longest = max(t.shape[1] for t in texts)
+    forecast, segments = result.report.forecast, result.report.segments
+    assert all(f.seq_len == s.run.plan.geometry.seq_len + longest - t.shape[1]
+               for f, s, t in zip(forecast, segments, texts, strict=True))
+    assert [s.prompt for s in segments] == list(PROMPTS) and result.report.prompts is not None
+
+
 @pytest.mark.parametrize("family", ["fl2va", "ref2va"])
 def test_segment_prompts_see_the_frames_or_references_as_the_stock_node_shows_them(env, family):
     """fl2va and ref2va: every segment prompt is encoded with the frames / references presented to Qwen exactly as
