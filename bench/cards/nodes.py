@@ -51,13 +51,15 @@ class LongMediaBenchConditioning:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {"tokens": ("INT", {"default": 128, "min": 1, "max": 4096}),
-                             "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})}}
+                             "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})},
+                "optional": {"tiny": ("BOOLEAN", {"default": False})}}   # the tiny checkpoint's text width (--smoke)
 
-    def make(self, tokens, seed):
+    def make(self, tokens, seed, tiny=False):
         from longmedia.h3.dims import H3_FULL
         from longmedia.testing.conditioning import random_conditioning
+        from longmedia.testing.tiny_h3 import TINY_DIMS
 
-        return (random_conditioning(tokens, dims=H3_FULL, seed=seed),)
+        return (random_conditioning(tokens, dims=TINY_DIMS if tiny else H3_FULL, seed=seed),)
 
 
 class LongMediaBenchSampler:

@@ -1,6 +1,7 @@
 """The long-job bench's ComfyUI nodes, registered in-process (never shipped in the pack).
 
-- LongMediaLongJobConditioning: random H3 CONDITIONING (full text width, or the tiny checkpoint's for --smoke).
+- LongMediaBenchConditioning (the card bench's node): random H3 CONDITIONING (full text width, or the tiny
+  checkpoint's for --smoke).
 - LongMediaLongJobStage: one DiT stage of the job through the product's own functions, as the nodes call them:
   `run_setup` (Setup), then `run_segmented` (Sampler), `run_hires` or `run_refiner` on Setup's job, planned for
   the card (`bench.cards.nodes.card_probe`: read after each pass's boundary, the card's total), for passes
@@ -43,24 +44,6 @@ def _nested(streams):
 
 def make_nodes(recorder_for) -> dict:
     """The node classes; `recorder_for(stage, first_pass)` gives the PassRecorder of this process's stage."""
-
-    class LongMediaLongJobConditioning:
-        RETURN_TYPES = ("CONDITIONING",)
-        FUNCTION = "make"
-        CATEGORY = "longmedia/bench"
-
-        @classmethod
-        def INPUT_TYPES(cls):
-            return {"required": {"tokens": ("INT", {"default": 128, "min": 1, "max": 4096}),
-                                 "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1}),
-                                 "tiny": ("BOOLEAN", {"default": False})}}
-
-        def make(self, tokens, seed, tiny):
-            from longmedia.h3.dims import H3_FULL
-            from longmedia.testing.conditioning import random_conditioning
-            from longmedia.testing.tiny_h3 import TINY_DIMS
-
-            return (random_conditioning(tokens, dims=TINY_DIMS if tiny else H3_FULL, seed=seed),)
 
     class LongMediaLongJobStage:
         RETURN_TYPES = ()
@@ -173,7 +156,9 @@ def make_nodes(recorder_for) -> dict:
             recorder.finish()
             return {"ui": {"decode": [saved.report.to_dict()]}}
 
-    return {"LongMediaLongJobConditioning": LongMediaLongJobConditioning,
+    from bench.cards.nodes import LongMediaBenchConditioning
+
+    return {"LongMediaBenchConditioning": LongMediaBenchConditioning,
             "LongMediaLongJobStage": LongMediaLongJobStage, "LongMediaLongJobDecode": LongMediaLongJobDecode}
 
 
