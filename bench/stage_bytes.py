@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -117,15 +115,11 @@ def main(argv=None) -> int:
         print("stage_bytes.py: SKIPPED, no ComfyUI checkout (pass --comfyui or set LONGMEDIA_COMFYUI_ROOT): "
               "it measures ComfyUI's own text-encoder and VAE modules")
         return 0 if args.smoke else 2
-    from bench.cards.comfy_process import ComfyStartError, child_env, comfy_importable_from
+    from bench.cards.comfy_process import rerun_with_comfy
 
-    if not comfy_importable_from(args.comfyui):  # ComfyUI goes on the import path in one place: a child's PYTHONPATH
-        if os.environ.get(CHILD_MARK):
-            raise ComfyStartError(f"{args.comfyui} is on PYTHONPATH but `comfy` is not imported from it")
-        env = child_env(REPO, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": args.comfyui, CHILD_MARK: "1"})
-        argv = sys.argv[1:] if argv is None else list(argv)
-        return subprocess.run([sys.executable, "-P", "-m", "bench.stage_bytes", *argv], cwd=REPO, env=env,
-                              check=False).returncode
+    code = rerun_with_comfy("bench.stage_bytes", args.comfyui, argv, CHILD_MARK)
+    if code is not None:
+        return code
     import torch
     from comfy.cli_args import args as comfy_args
 

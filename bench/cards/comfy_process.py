@@ -74,6 +74,23 @@ def comfy_importable_from(root: str) -> bool:
     return os.path.realpath(os.path.join(root, "comfy")) in [os.path.realpath(w) for w in where]
 
 
+def rerun_with_comfy(module: str, comfyui: str, argv: list[str] | None, mark: str) -> int | None:
+    """None when `comfy` already imports from `comfyui` (go on in this process); otherwise the exit code of
+    `python -m module argv` run again in a child that imports ComfyUI from `comfyui` (its PYTHONPATH, `child_env`:
+    ComfyUI goes on the import path in one place). `mark`: the environment variable set in that child, so a child
+    that still cannot import it fails instead of starting another."""
+    import subprocess
+
+    if comfy_importable_from(comfyui):
+        return None
+    if os.environ.get(mark):
+        raise ComfyStartError(f"{comfyui} is on PYTHONPATH but `comfy` is not imported from it")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = child_env(repo, {**os.environ, "LONGMEDIA_COMFYUI_ROOT": comfyui, mark: "1"})
+    args = sys.argv[1:] if argv is None else list(argv)
+    return subprocess.run([sys.executable, "-P", "-m", module, *args], cwd=repo, env=env, check=False).returncode
+
+
 def start_comfyui(comfy_args: list[str] | tuple[str, ...] = ()) -> ComfyStart:
     """Import ComfyUI here as `python main.py <comfy_args>` would, up to the point where it serves prompts
     (the process was started through `child_env`)."""
