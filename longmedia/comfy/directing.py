@@ -38,11 +38,16 @@ def check_prompts(prompts: SegmentPrompts | None, conds: dict, plan: SegmentPlan
     if prompts.count != plan.count:
         raise LongMediaInputError("job", f"{prompts.count} segment prompts", f"{plan.count} (one per segment of the "
                                   "job's plan)", "Connect the job of the Setup that made this latent.")
-    first, want = conds["positive"][0].get("cross_attn"), prompts.conditioning[0][0][0]
-    if first is not want and not (getattr(first, "shape", None) == want.shape and torch.equal(first, want)):
+    if not is_setup_positive(prompts, conds):
         raise LongMediaInputError("guider", "positive conditioning other than Setup's",
                                   "Setup's positive output (its job carries a prompt per segment)",
                                   "Connect Setup's positive to the guider, or clear Setup's segment_prompts.")
+
+
+def is_setup_positive(prompts: SegmentPrompts, conds: dict) -> bool:
+    """Is the guider's positive text Setup's (segment 0's prompt)?"""
+    first, want = conds["positive"][0].get("cross_attn"), prompts.conditioning[0][0][0]
+    return first is want or (getattr(first, "shape", None) == want.shape and torch.equal(first, want))
 
 
 def longest_prompt(guider, prompts: SegmentPrompts | None):

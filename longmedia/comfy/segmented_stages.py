@@ -78,12 +78,16 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
     passes, done: run only passes [first, stop), continuing `done` (the earlier passes' output and denoised
     latents at `size`), as `segmented.run_segmented` does.
     prompts: Setup's per-segment prompts (`LongMediaJob.prompts`): pass i gets prompt i's text on its positive, as
-    the Sampler's pass i did.
+    the Sampler's pass i did, when the guider's positive is Setup's; a guider with a positive of its own keeps it on
+    every pass (the report says so).
     """
     import comfy.model_management
 
     video, audio = segmented._check_inputs(guider, sigmas, latent, plan)
     conds = segmented._conditioning(guider)
+    own_prompt = prompts is not None and not directing.is_setup_positive(prompts, conds)
+    if own_prompt:  # a stage guided by its own prompt (a detail prompt for the Refiner, say) keeps it on every pass
+        prompts = None
     directing.check_prompts(prompts, conds, plan)
     forecast = forecast_stage(guider, sigmas, plan, size, request, stage, (video.shape[1], audio.shape[1]),
                               device_profile, prompts)
@@ -138,6 +142,9 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
         del run, out_v, out_a, den_v, den_a, pass_v, pass_a, low_v
     ran = f"passes {todo.start}..{todo.stop - 1} of {plan.count}" if len(todo) < plan.count else f"{plan.count} passes"
     notes = [f"{stage.node}: {ran}, one per segment of the job (each planned after its boundary)"]
+    if own_prompt:
+        notes.append(f"{stage.node}: the guider's own positive prompt on every pass, not Setup's per-segment prompts "
+                     "(connect Setup's positive to the guider to follow them)")
     if joins:
         notes.append("context of each later pass: its neighbour's final latents at this size (starting latent and "
                      f"guide); before that, the largest difference from this pass's own resize was "

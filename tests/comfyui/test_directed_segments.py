@@ -144,6 +144,32 @@ def test_hires_and_refiner_passes_get_their_segment_s_prompt(env, story, monkeyp
     assert [s.prompt for s in segments] == list(PROMPTS) and result.report.prompts is not None
 
 
+def test_a_refiner_with_its_own_prompt_keeps_it_on_every_pass(env, story, monkeypatch):
+    """A stage guider built on another positive (a detail prompt, say) is the user's choice: every pass gets it,
+    and the report says Setup's per-segment prompts were not followed."""
+    from longmedia.comfy import stages
+
+    sampled = run(env, story)
+    samplers = env["samplers"]
+    detail = tc.encode_prompt(env["clip"], "sharp fur detail, crisp snow texture")
+    guider = samplers.CFGGuider(env["model"])
+    guider.set_conds(detail, story.negative)
+    guider.set_cfg(3.0)
+    texts = []
+    real = stages.sample_keeping_audio
+
+    def record(noise, g, *args, **kwargs):
+        texts.append(g.original_conds["positive"][0]["cross_attn"])
+        return real(noise, g, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "sample_keeping_audio", record)
+    result = stages.run_refiner(env["ncs"].Noise_RandomNoise(SEED), guider, samplers.sampler_object("euler"),
+                                sampled.output, NORMAL, steps=2, job=story.job)
+    assert len(texts) == 4 and all(torch.equal(t, detail[0][0]) for t in texts)
+    assert any("the guider's own positive prompt on every pass" in n for n in result.report.notes)
+    assert result.report.prompts is None and all(s.prompt is None for s in result.report.segments)
+
+
 @pytest.mark.parametrize("family", ["fl2va", "ref2va"])
 def test_segment_prompts_see_the_frames_or_references_as_the_stock_node_shows_them(env, family):
     """fl2va and ref2va: every segment prompt is encoded with the frames / references presented to Qwen exactly as
