@@ -22,7 +22,7 @@
 # Rebuild .whl/.comfy_src as tools/gpu/README.md says.
 
 _lm_gpu_bootstrap() {
-    local root site so_xz so_sha dest comfy
+    local root site so_xz so_sha dest comfy reuse=0
     root="$(pwd)"
     site=/tmp/site
     comfy="$root/.comfy_src"
@@ -32,11 +32,17 @@ _lm_gpu_bootstrap() {
         rm -rf "$comfy" && mkdir -p "$comfy" && tar xJf "$root/.comfy_src.txz/comfy_src.tar.xz" -C "$comfy" \
             || { echo "bootstrap: unpacking .comfy_src.txz failed" >&2; return 1; }
     fi
-    if [ ! -d "$root/.whl" ] || [ ! -d "$comfy" ]; then
+    if [ ! -d "$root/.whl" ] && [ -f "$site/.longmedia_bootstrap" ] && [ -d /tmp/comfy_src ]; then
+        # a later call on the same warm machine that carried no .whl (to leave room for other parts, e.g.
+        # tools/gpu/flash4.sh's): the install an earlier call made is still in /tmp/site
+        [ -d "$comfy" ] || comfy=/tmp/comfy_src
+        echo "bootstrap: reusing $site and $comfy from an earlier call on this machine"
+        reuse=1
+    elif [ ! -d "$root/.whl" ] || [ ! -d "$comfy" ]; then
         echo "bootstrap: run from the repo root with carry [\".whl\", \".comfy_src\"] or [\".whl\", \".comfy_src.txz\"] (missing in $root)" >&2
         return 1
     fi
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    [ "$reuse" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" "$root"/.whl/*.whl || { echo "bootstrap: pip install of .whl/*.whl failed" >&2; return 1; }
 
     so_xz="$(ls "$root"/.whl/comfy_kitchen-*.cuda_C.abi3.so.xz 2>/dev/null | head -n 1)"
@@ -60,6 +66,7 @@ print(f"bootstrap: comfy-kitchen CUDA extension restored ({len(data) / 2**20:.0f
 PY
     fi
 
+    touch "$site/.longmedia_bootstrap"   # a later call on this machine may carry no .whl (see above)
     export LONGMEDIA_GPU_SITE="$site"
     export LONGMEDIA_COMFYUI_ROOT="$comfy"
     export PYTHONPATH="$site:$root/tools/gpu/stubs${PYTHONPATH:+:$PYTHONPATH}"
