@@ -13,7 +13,7 @@
 _lm_flash4() {
     local root parts site manifest missing
     root="$(pwd)"
-    parts=/tmp/flash4_parts
+    parts="${FLASH4_PARTS:-/tmp/flash4_parts}"   # kept while the machine stays warm
     site="${LONGMEDIA_GPU_SITE:-/tmp/site}"
     mkdir -p "$parts"
     for d in "$root/.flash4_a" "$root/.flash4_b"; do
@@ -43,13 +43,13 @@ PY
             LONGMEDIA_FLASH4=waiting
         # the wheels first: pip --target --upgrade replaces a top-level folder it installs (nvidia_cutlass_dsl,
         # which libs-base shares with the CUDA 13 libraries), so the archive is unpacked into it after them
-        elif cat "$parts"/cu13.tar.xz.part* > /tmp/flash4_cu13.tar.xz \
-            && [ "$(sha256sum /tmp/flash4_cu13.tar.xz | cut -d' ' -f1)" = "$(awk '$1 == "archive" {print $3}' "$manifest")" ] \
+        elif cat "$parts"/cu13.tar.xz.part* > "$parts/cu13.tar.xz" \
+            && [ "$(sha256sum "$parts/cu13.tar.xz" | cut -d' ' -f1)" = "$(awk '$1 == "archive" {print $3}' "$manifest")" ] \
             && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
                    --target "$site" "$parts"/*.whl \
             && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1], 'r:xz').extractall(sys.argv[2])" \
-                   /tmp/flash4_cu13.tar.xz "$site"; then
-            rm -f /tmp/flash4_cu13.tar.xz
+                   "$parts/cu13.tar.xz" "$site"; then
+            rm -f "$parts/cu13.tar.xz"
             touch "$site/.longmedia_flash4"
             LONGMEDIA_FLASH4=installed
         else
