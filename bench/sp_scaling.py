@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 CHILD_MARK = "LONGMEDIA_SP_SCALING_CHILD"
 
 

@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 from longmedia.planning import stage_formulas as F
 from longmedia.units import GIB
 
-REPO = Path(__file__).resolve().parents[1]
 CHILD_MARK = "LONGMEDIA_STAGE_BYTES_CHILD"  # set in the one re-run with ComfyUI on PYTHONPATH
 
 

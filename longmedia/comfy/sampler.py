@@ -436,10 +436,10 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
     check_runs = stage.check_runs if stage is not None else check_plan_runs
     checked = check_pass(guider, latent, sigmas, request, stage=stage)  # every input checked first
-    sp_checked, sp_devices = sp_request(checked.request, devices, guider.model_patcher.load_device)
+    load_device = guider.model_patcher.load_device
+    sp_checked, sp_devices = sp_request(checked.request, devices, load_device)
     checked = dataclasses.replace(checked, request=sp_checked)
     row_spans = list(checked.row_spans)
-    load_device = guider.model_patcher.load_device
     if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned once, refused before the boundary
         plan = plan_pass(checked, device_profile)
         runs = check_runs(plan)
