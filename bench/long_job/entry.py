@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 DESCRIPTION = "A long H3 job at full depth, stage by stage in separate processes, under a real card limit."
 LENT_RAM_GIB = 128.0     # the lent single-H200 machine's RAM (what --smoke plans the GPU run with)
 PASSES_PER_PROCESS = 3   # about 400 s per process on an H200 at full depth (see the package docstring)
+WHOLE_STAGE_BUDGET_S = 900.0   # a whole DiT stage (7 passes) on an H200: about 400 s (docs/lab long-job plan)
 
 
 def parse(argv=None):
@@ -36,6 +37,8 @@ def parse(argv=None):
     p.add_argument("--ram-gib", type=float, default=None, help="RAM the plan assumes (default: this machine's; "
                    f"--smoke: {LENT_RAM_GIB:g}, the lent H200 machine's)")
     p.add_argument("--stage", choices=STAGES, help="run this stage (its input latent must be in --out)")
+    p.add_argument("--stages", choices=STAGES, nargs="+", help="run these stages in order, each whole in its own "
+                   "process (a machine without a per-call limit; on the lent one, under tools/gpu/hold.sh)")
     p.add_argument("--passes", type=int, nargs=2, metavar=("FIRST", "STOP"), default=None,
                    help="run passes [FIRST, STOP) of the stage; a later process continues from the saved latents "
                         f"(default: all; the plan prints the calls at {PASSES_PER_PROCESS} passes per process)")
@@ -71,9 +74,12 @@ def print_plan(a, job) -> dict:
 
 
 def calls(a, job) -> list[str]:
-    """The device calls that make the whole table, each one stage process under the budget."""
+    """The commands that make the whole table: all stages in one (where a command may run for about 25 min), or
+    the device calls of at most PASSES_PER_PROCESS passes each (where a call may run for 10 min)."""
     count = job.segments().count
-    out = [f"python -m bench.long_job --prepare --blocks {a.blocks}"]
+    out = [f"python -m bench.long_job --stages {' '.join(STAGES)} --blocks {a.blocks} --out {a.out} "
+           f"--stage-budget-s {WHOLE_STAGE_BUDGET_S:g}",
+           f"python -m bench.long_job --prepare --blocks {a.blocks}"]
     for stage in STAGES[:3]:
         for first in range(0, count, PASSES_PER_PROCESS):
             stop = min(count, first + PASSES_PER_PROCESS)
@@ -111,14 +117,18 @@ def main(argv=None) -> int:
     unet = checkpoint(a)
     if a.prepare or unet is None:
         return 0 if unet else 1
-    if a.stage is None:
-        print("name a stage (--stage); the calls that make the table:\n  " + "\n  ".join(calls(a, job)))
+    if a.stage is None and not a.stages:
+        print("name a stage (--stage) or stages (--stages); the calls that make the table:\n  "
+              + "\n  ".join(calls(a, job)))
+        return 2
+    if a.stage is not None and a.stages:
+        print("--stage and --stages exclude each other")
         return 2
     from ..cards.entry import _ballast
 
     ballast = _ballast(a.card)
     try:
-        code = run_stage(a, unet)
+        code = run_stages(a, unet)
     finally:
         ballast.kill()
         ballast.wait()
@@ -153,6 +163,18 @@ def checkpoint(a) -> str | None:
                           "--variant", "int8"], cwd=REPO, capture_output=True, text=True, check=False)
     print(f"checkpoint ({time.perf_counter() - t0:.0f} s): {gen.stdout.strip()} {gen.stderr[-2000:]}", flush=True)
     return name if gen.returncode == 0 else None
+
+
+def run_stages(a, unet: str) -> int:
+    """--stage (its --passes), or each of --stages whole, in order; the first stage that fails ends the run."""
+    if a.stage is not None:
+        return run_stage(a, unet)
+    for stage in a.stages:
+        a.stage, a.passes = stage, None
+        code = run_stage(a, unet)
+        if code != 0:
+            return code
+    return 0
 
 
 def run_stage(a, unet: str) -> int:

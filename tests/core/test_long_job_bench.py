@@ -16,7 +16,8 @@ def test_the_smoke_plans_the_issue_s_job_and_lists_the_calls(monkeypatch, capsys
     assert "1344x768, 60 s -> 1450 frames in 7 segments" in out and "50 blocks INT8 on a 16 GiB card" in out
     assert "1664x960" in out                                    # Hi-Res x1.25 on the /32 grid
     calls = [line.strip() for line in out.splitlines() if line.strip().startswith("python -m bench.long_job")]
-    assert calls[0].startswith("python -m bench.long_job --prepare")
+    assert calls[0].startswith("python -m bench.long_job --stages sampler hires refiner decode --blocks 50")
+    assert calls[1].startswith("python -m bench.long_job --prepare")
     assert [c.split("--passes ")[1].split(" --")[0] for c in calls if "--passes" in c] == ["0 3", "3 6", "6 7"] * 3
     assert calls[-1].startswith("python -m bench.long_job --stage decode")
 
@@ -41,3 +42,20 @@ def test_the_table_joins_pass_rows_stage_rows_and_seams():
     text = table(rows, {"hires": {"ram_need_bytes": 24 << 30, "estimated_s": 3300.0}})
     assert "hires | 1 | 91.00 | 15.00 | 12.00 | 14.00 | 121116 | low_vram | 1.01 / 0.93" in text
     assert "hires | 0..end | ok | 400.00 | 15.00 | 30.00 | 24.00 | 3300.00 | 1.10 / 1.30" in text
+
+
+def test_stages_run_in_order_each_whole_and_the_first_failure_ends_the_run(monkeypatch, tmp_path):
+    ran = []
+
+    def fake_run_stage(a, unet):
+        ran.append((a.stage, a.passes, unet))
+        return 1 if a.stage == "refiner" else 0
+
+    monkeypatch.setattr(entry, "run_stage", fake_run_stage)
+    a = entry.parse(["--stages", "sampler", "hires", "refiner", "decode", "--out", str(tmp_path)])
+    assert entry.run_stages(a, "h3.safetensors") == 1
+    assert ran == [("sampler", None, "h3.safetensors"), ("hires", None, "h3.safetensors"),
+                   ("refiner", None, "h3.safetensors")]
+    ran.clear()
+    a = entry.parse(["--stage", "hires", "--passes", "3", "6"])
+    assert entry.run_stages(a, "u") == 0 and ran == [("hires", [3, 6], "u")]

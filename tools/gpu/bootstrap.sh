@@ -16,6 +16,7 @@
 #      import-only `av` stand-in, last on the path so a real PyAV would win),
 #      LONGMEDIA_COMFYUI_ROOT=<repo>/.comfy_src and LONGMEDIA_GPU_SITE=/tmp/site;
 #   4. prints the versions that matter.
+# A call on a warm machine may carry .whl_av/ (PyAV) alone: it is installed into the same /tmp/site.
 # ComfyUI's own folder is NOT put on PYTHONPATH (its top-level `nodes`, `utils`, `app`
 # would shadow other packages); the probes here insert $LONGMEDIA_COMFYUI_ROOT into sys.path, the card bench
 # and tests/gpu start their ComfyUI child processes with bench.cards.comfy_process.child_env().
@@ -44,6 +45,13 @@ _lm_gpu_bootstrap() {
     fi
     [ "$reuse" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" "$root"/.whl/*.whl || { echo "bootstrap: pip install of .whl/*.whl failed" >&2; return 1; }
+
+    # .whl_av (optional, PyAV's 36 MB wheel): real video and audio file I/O, where the av stub only imports; it
+    # travels alone in a later call (no room beside .whl) and goes into the same site, ahead of the stub
+    if [ -d "$root/.whl_av" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$site" "$root"/.whl_av/*.whl || { echo "bootstrap: pip install of .whl_av failed" >&2; return 1; }
+    fi
 
     so_xz="$(ls "$root"/.whl/comfy_kitchen-*.cuda_C.abi3.so.xz 2>/dev/null | head -n 1)"
     if [ -n "$so_xz" ]; then
