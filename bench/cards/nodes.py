@@ -104,7 +104,7 @@ class LongMediaBenchSampler:
 
 def card_probe(card_gib: float, simulate: str, load_device):
     """The card's profile read when called (after the residency boundary), with the weight pages comfy-aimdo could
-    give back counted free, as the Sampler's own `_device_profile` does."""
+    give back counted free, as the Sampler's own `pass_plan.load_device_profile` does."""
     def probe():
         from longmedia.comfy.memory_facts import vbar_reclaimable_bytes
 

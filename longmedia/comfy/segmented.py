@@ -38,6 +38,7 @@ from ..segments.timeline import SegmentPlan
 from . import directing, inputs
 from . import sampler as comfy_sampler
 from .memory_facts import comfy_reading
+from .pass_plan import plan_for
 
 WRAPPER_KEY = "longmedia_segmented"
 
@@ -180,7 +181,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
         pass_v, pass_a = seams.pass_latents(seg, video, audio)
         extra = (seams.context_keyframe(seg, video, audio),) if seg.index else ()
         seg_latent = {"samples": comfy.nested_tensor.NestedTensor((pass_v, pass_a))}
-        p, rows = comfy_sampler.plan_for(guider, seg_latent, sigmas, request, device_profile, keyframes=extra)
+        p, rows = plan_for(guider, seg_latent, sigmas, request, device_profile, keyframes=extra)
         check_plan_runs(p)  # a pass that cannot run is refused before the first pass runs
         out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
                                    p.predicted_peak_bytes, p.fits))

@@ -28,6 +28,7 @@ from ..segments.seam_steps import seam_steps
 from ..segments.timeline import Segment, SegmentPlan
 from . import directing, segmented
 from . import sampler as comfy_sampler
+from .pass_plan import plan_for
 
 Prepare = Callable[[Segment, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(segment, its low-size video slice, its audio slice) -> the pass's video and audio at the stage's size."""
@@ -55,8 +56,8 @@ def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], req
         if seg.index:
             extra = ({"resolved_frame_index": 0, "latent": video[:, :, :seg.context_latent_frames],
                       "audio_latent": audio[..., :seg.context_audio_frames]},)
-        p, rows = comfy_sampler.plan_for(guider, {"samples": _nested(video, audio)}, sigmas, request,
-                                         device_profile, keyframes=extra, stage=stage)
+        p, rows = plan_for(guider, {"samples": _nested(video, audio)}, sigmas, request, device_profile,
+                           keyframes=extra, stage=stage)
         stage.check_runs(p)  # a pass that cannot run is refused before the first pass runs
         out.append(SegmentForecast(seg.index, seg.pass_frames, seg.context_frames, rows[-1][1], p.memory_mode,
                                    p.predicted_peak_bytes, p.fits))

@@ -102,7 +102,7 @@ def test_the_sampler_plans_with_what_the_host_runs(comfy_inprocess, tiny_checkpo
     import comfy.sd
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.comfy.pass_plan import plan_for
     from longmedia.planning.types import PlanRequest
     from longmedia.testing import conditioning as tc
     from longmedia.testing.tiny_h3 import TINY_DIMS
@@ -114,7 +114,7 @@ def test_the_sampler_plans_with_what_the_host_runs(comfy_inprocess, tiny_checkpo
     sigmas = comfy.samplers.calculate_sigmas(patcher.get_model_object("model_sampling"), "simple", 2).cpu()
     latent = h3n.EmptyMiniMaxH3LatentAV.execute(128, 96, 39).result[0]
     with torch.inference_mode():
-        plan, _ = comfy_sampler.plan_for(guider, latent, sigmas, PlanRequest(memory_mode="normal"))
+        plan, _ = plan_for(guider, latent, sigmas, PlanRequest(memory_mode="normal"))
     assert plan.attention.backend != "existing"
     assert "its default pick: swapped" in plan.attention.reasons[0], plan.attention.reasons
 
@@ -124,7 +124,7 @@ def test_the_sampler_plans_with_what_the_host_runs(comfy_inprocess, tiny_checkpo
     guider.model_options = {**guider.model_options, "transformer_options": {
         **guider.model_options.get("transformer_options", {}), OVERRIDE_KEY: patched_attention}}
     with torch.inference_mode():
-        kept, _ = comfy_sampler.plan_for(guider, latent, sigmas, PlanRequest(memory_mode="normal"))
+        kept, _ = plan_for(guider, latent, sigmas, PlanRequest(memory_mode="normal"))
     assert kept.attention.backend == "existing", kept.attention.reasons
     assert "keeps " in kept.attention.reasons[0] and "patched_attention" in kept.attention.reasons[0]
 
@@ -159,6 +159,7 @@ def test_a_checkpoints_attention_config_is_kept_in_stock_and_streamed_blocks(com
     if not hasattr(attention, "ComfyAttention"):
         pytest.skip("this ComfyUI has no ComfyAttention (a checkpoint's attention config, ComfyUI 0.38+)")
     from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.comfy.pass_plan import plan_for
     from longmedia.planning.types import PlanRequest
 
     calls = []
@@ -176,7 +177,7 @@ def test_a_checkpoints_attention_config_is_kept_in_stock_and_streamed_blocks(com
     found = host_attention(diffusion_model=model)
     assert (found.function, found.chosen, found.exact) == ("attention_comfy_kitchen_int8", True, False)
     with torch.inference_mode():  # kitchen's int8 kernel cannot run on this CPU host: swapped, and said so
-        cpu_plan, _ = comfy_sampler.plan_for(job[1], job[4], job[3], PlanRequest(memory_mode=memory_mode, **chunks))
+        cpu_plan, _ = plan_for(job[1], job[4], job[3], PlanRequest(memory_mode=memory_mode, **chunks))
     assert cpu_plan.attention.backend != "existing"
     assert "cannot run in the planned path (needs a CUDA device): swapped" in cpu_plan.attention.reasons[0]
     for block in model.blocks:

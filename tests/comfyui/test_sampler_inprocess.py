@@ -427,11 +427,12 @@ def test_all_finite_reads_each_part_of_a_nested_latent(env):
 def test_the_planner_runs_once_per_pass_after_the_boundary(env, monkeypatch, profile):
     """One pass, one plan: planned after the residency boundary from the memory it leaves (a fixed card's plan
     is final, so it is planned once before the boundary and refused there if it cannot run)."""
+    from longmedia.comfy import pass_plan
     from longmedia.comfy import sampler as core
     from longmedia.h3.profiles import DeviceProfile
     card = DeviceProfile.card(vram_gb=16, ram_gb=64)
     order = []
-    real_plan, real_boundary = core.make_plan, core.residency_boundary
+    real_plan, real_boundary = pass_plan.make_plan, core.residency_boundary
 
     def counted_plan(*args, **kwargs):
         order.append("plan")
@@ -442,7 +443,7 @@ def test_the_planner_runs_once_per_pass_after_the_boundary(env, monkeypatch, pro
         assert kwargs["memory_required"] > 0
         return real_boundary(**kwargs)
 
-    monkeypatch.setattr(core, "make_plan", counted_plan)
+    monkeypatch.setattr(pass_plan, "make_plan", counted_plan)
     monkeypatch.setattr(core, "residency_boundary", boundary)
     device_profile = {"measured": None, "probe": lambda: card, "fixed": card}[profile]
     request = PlanRequest(memory_mode="auto", attention_mode="existing")

@@ -140,7 +140,7 @@ def test_a_stage_pass_that_fits_no_mode_names_the_stage_s_input(env, monkeypatch
     g = guider(env, pos, neg)
     first = run(env, g).output
     tiny = dataclasses.replace(DeviceProfile.card(2, 8), vram_free_bytes=1 << 16, name="a card with 64 KiB free")
-    monkeypatch.setattr(env["core"], "_device_profile", lambda load_device, measured=None: tiny)
+    monkeypatch.setattr(env["core"], "load_device_profile", lambda load_device, measured=None: tiny)
     auto = PlanRequest()
     with pytest.raises(LongMediaInputError) as hires:
         env["stages"].run_hires(env["ncs"].Noise_RandomNoise(1), g, env["samplers"].sampler_object("euler"),
