@@ -212,9 +212,11 @@ def test_streamed_run_leaves_the_model_as_it_was(env):
 
 
 def test_rejected_pinning_is_refused_on_the_clone_only(env):
+    from longmedia.comfy.clone_install import _refuse_pinning
+
     patcher = env["models"]["fp32"]
     clone = patcher.clone()
-    note = env["core"]._refuse_pinning(clone)
+    note = _refuse_pinning(clone)
     assert "RAM pinning refused" in note
     assert clone.pin_weight_to_device("diffusion_model.blocks.0.mlp.fc1.weight") is None and not clone.pinned
     assert patcher.pin_weight_to_device.__func__ is type(patcher).pin_weight_to_device  # the user's patcher untouched
