@@ -108,7 +108,13 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
 
 
 def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer: Observer = NO_OBSERVER,
-             weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = (), ranks=None) -> tuple[int, ...]:
+                     weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = (),
+                     ranks=None) -> tuple[int, ...]:
+    """Install `plan` on the guider copy `g` (its cloned ModelPatcher and cloned model_options), recording notes,
+    warm-up time and, through the hooks, peaks and steps in `run`; returns the indices of the streamed blocks.
+
+    seq_lens: the prompts' packed lengths to compile Triton kernels for (`sampler.prompt_seq_lens`; empty off CUDA);
+    ranks: the sequence-parallel workers (`sp_run.start_ranks`), or None for one device."""
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
 
