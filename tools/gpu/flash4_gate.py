@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root: `python3 tools/gpu/flash4_gate.py`
 
-from longmedia.attention.backends import default_registry
-from longmedia.attention.registry import BuildContext
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from longmedia.attention.backends import default_registry  # noqa: E402
+from longmedia.attention.registry import BuildContext  # noqa: E402
 
 HEADS, HEAD_DIM = 56, 128
 
