@@ -36,8 +36,9 @@ def parse(argv=None):
     p.add_argument("--card", type=float, default=16.0, help="the card limit the ballast leaves, GiB")
     p.add_argument("--ram-gib", type=float, default=None, help="RAM the plan assumes (default: this machine's; "
                    f"--smoke: {LENT_RAM_GIB:g}, the lent H200 machine's)")
-    p.add_argument("--stage", choices=STAGES, help="run this stage (its input latent must be in --out)")
-    p.add_argument("--stages", choices=STAGES, nargs="+", help="run these stages in order, each whole in its own "
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--stage", choices=STAGES, help="run this stage (its input latent must be in --out)")
+    which.add_argument("--stages", choices=STAGES, nargs="+", help="run these stages in order, each whole in its own "
                    "process (a machine without a per-call limit; on the lent one, under tools/gpu/hold.sh)")
     p.add_argument("--passes", type=int, nargs=2, metavar=("FIRST", "STOP"), default=None,
                    help="run passes [FIRST, STOP) of the stage; a later process continues from the saved latents "
@@ -120,9 +121,6 @@ def main(argv=None) -> int:
     if a.stage is None and not a.stages:
         print("name a stage (--stage) or stages (--stages); the calls that make the table:\n  "
               + "\n  ".join(calls(a, job)))
-        return 2
-    if a.stage is not None and a.stages:
-        print("--stage and --stages exclude each other")
         return 2
     from ..cards.entry import _ballast
 

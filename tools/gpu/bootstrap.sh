@@ -27,19 +27,21 @@ _lm_gpu_bootstrap() {
     root="$(pwd)"
     site=/tmp/site
     comfy="$root/.comfy_src"
-    # .comfy_src.txz/comfy_src.tar.xz (2.6 MiB instead of 12.4) leaves room in a call's 64 MiB for .whl_kitchen
-    if [ ! -d "$comfy" ] && [ -f "$root/.comfy_src.txz/comfy_src.tar.xz" ]; then
+    if [ -f "$site/.longmedia_bootstrap" ] && [ -d /tmp/comfy_src ]; then
+        # a later call on the same warm machine: the earlier call's install is still there. Installing again, even
+        # when the call still finds .whl and .comfy_src.txz (a warm machine keeps them), would replace packages
+        # under a run held from that call (tools/gpu/hold.sh); a call may also carry no .whl, to leave room for
+        # other parts (tools/gpu/flash4.sh's, .whl_av)
+        [ -d "$comfy" ] || comfy=/tmp/comfy_src
+        echo "bootstrap: reusing $site and $comfy from an earlier call on this machine"
+        reuse=1
+    elif [ ! -d "$comfy" ] && [ -f "$root/.comfy_src.txz/comfy_src.tar.xz" ]; then
+        # .comfy_src.txz/comfy_src.tar.xz (2.6 MiB instead of 12.4) leaves room in a call's 64 MiB for other parts
         comfy=/tmp/comfy_src
         rm -rf "$comfy" && mkdir -p "$comfy" && tar xJf "$root/.comfy_src.txz/comfy_src.tar.xz" -C "$comfy" \
             || { echo "bootstrap: unpacking .comfy_src.txz failed" >&2; return 1; }
     fi
-    if [ ! -d "$root/.whl" ] && [ -f "$site/.longmedia_bootstrap" ] && [ -d /tmp/comfy_src ]; then
-        # a later call on the same warm machine that carried no .whl (to leave room for other parts, e.g.
-        # tools/gpu/flash4.sh's): the install an earlier call made is still in /tmp/site
-        [ -d "$comfy" ] || comfy=/tmp/comfy_src
-        echo "bootstrap: reusing $site and $comfy from an earlier call on this machine"
-        reuse=1
-    elif [ ! -d "$root/.whl" ] || [ ! -d "$comfy" ]; then
+    if [ "$reuse" != 1 ] && { [ ! -d "$root/.whl" ] || [ ! -d "$comfy" ]; }; then
         echo "bootstrap: run from the repo root with carry [\".whl\", \".comfy_src\"] or [\".whl\", \".comfy_src.txz\"] (missing in $root)" >&2
         return 1
     fi
@@ -53,7 +55,7 @@ _lm_gpu_bootstrap() {
             --target "$site" "$root"/.whl_av/*.whl || { echo "bootstrap: pip install of .whl_av failed" >&2; return 1; }
     fi
 
-    so_xz="$(ls "$root"/.whl/comfy_kitchen-*.cuda_C.abi3.so.xz 2>/dev/null | head -n 1)"
+    so_xz="$([ "$reuse" = 1 ] || ls "$root"/.whl/comfy_kitchen-*.cuda_C.abi3.so.xz 2>/dev/null | head -n 1)"
     if [ -n "$so_xz" ]; then
         so_sha="${so_xz%.xz}.sha256"
         dest="$site/comfy_kitchen/backends/cuda/_C.abi3.so"

@@ -1,4 +1,5 @@
-"""Is flash-attn-4 safe to let auto pick on this machine? Run after tools/gpu/flash4.sh reports "installed".
+"""Is flash-attn-4 safe to let auto pick on this machine? Run after tools/gpu/flash4.sh reports "installed", from
+the repo root as a module (`python3 -m tools.gpu.flash4_gate`: the root is then on the path, LongMedia with it).
 
 Builds LongMedia's own `flash4` backend (longmedia/attention/flash4.py, through the default registry) and runs it on
 H3-shaped random bf16 q/k/v (56 heads x 128, strided views of one fused buffer, as the model holds them) at a few
@@ -11,15 +12,12 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root: `python3 tools/gpu/flash4_gate.py`
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from longmedia.attention.backends import default_registry  # noqa: E402
-from longmedia.attention.registry import BuildContext  # noqa: E402
+from longmedia.attention.backends import default_registry
+from longmedia.attention.registry import BuildContext
 
 HEADS, HEAD_DIM = 56, 128
 
