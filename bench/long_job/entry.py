@@ -57,14 +57,16 @@ def _ram_gib() -> float:
     return psutil.virtual_memory().total / GIB
 
 
-def print_plan(a, job) -> dict:
-    """The job's plan on the card (LongMedia's planners, no GPU): passes, rows, modes, RAM, estimated times."""
-    plan = job_plan(job, a.card, a.ram_gib or _ram_gib(), a.blocks)
+def print_plan(a, job, checkpoint: str | None = None) -> dict:
+    """The job's plan on the card (LongMedia's planners, no GPU): passes, rows, modes, RAM, estimated times; of
+    `checkpoint`'s own profile once it is written, else of the INT8 preset."""
+    plan = job_plan(job, a.card, a.ram_gib or _ram_gib(), a.blocks, checkpoint)
     segs = job.segments()
     print(f"job: {job.width}x{job.height}, {job.seconds:g} s -> {segs.pixel_frames} frames in {segs.count} segments "
           f"(segment_seconds {job.segment_seconds:g}, context {job.context_frames}); Hi-Res x{job.hires_scale:g}; "
           f"steps per pass: Sampler {job.sampler_steps}, Hi-Res {job.hires_steps}, Refiner {job.refiner_steps}; "
-          f"{a.blocks} blocks INT8 on a {a.card:g} GiB card", flush=True)
+          f"{a.blocks} blocks INT8 on a {a.card:g} GiB card; weights {next(iter(plan.values()))['model']['weight_bytes'] / GIB:.2f} GiB "
+          f"({checkpoint or 'the INT8 preset'})", flush=True)
     for stage, row in plan.items():
         rows = f", {row['seq_len']} rows per pass ({row['width']}x{row['height']}, {row['pass_frames']} frames), " \
                f"{row['memory_mode']}, predicted peak {row['predicted_peak_bytes'] / GIB:.2f} GiB" if "seq_len" in row else ""
@@ -118,6 +120,8 @@ def main(argv=None) -> int:
     unet = checkpoint(a)
     if a.prepare or unet is None:
         return 0 if unet else 1
+    plan = print_plan(a, job, str(a.models / unet))         # the checkpoint that runs, not the preset
+    (a.out / PLAN_FILE).write_text(json.dumps(plan, indent=1))
     if a.stage is None and not a.stages:
         print("name a stage (--stage) or stages (--stages); the calls that make the table:\n  "
               + "\n  ".join(calls(a, job)))

@@ -52,17 +52,20 @@ FULL = LongJob()
 SMOKE = LongJob(width=64, height=64, seconds=2.0, segment_seconds=1.0, hires_scale=1.5)
 
 
-def job_plan(job: LongJob, card_gib: float, ram_gib: float, blocks: int) -> dict:
+def job_plan(job: LongJob, card_gib: float, ram_gib: float, blocks: int, checkpoint: str | None = None) -> dict:
     """{bench stage: the whole-job plan's figures for it} for `job` on a `card_gib` card with `ram_gib` of RAM
-    (LongMedia's planners, an INT8 H3 with `blocks` DiT blocks): RAM and VRAM needs, estimated seconds, and for the
-    DiT stages the pass plan (rows, mode, predicted peak) of the longest pass."""
+    (LongMedia's planners): RAM and VRAM needs, estimated seconds, and for the DiT stages the pass plan (rows, mode,
+    predicted peak) of the longest pass. The model is `checkpoint`'s own profile (its safetensors header) when
+    given, else the INT8 preset with `blocks` DiT blocks (the bench's checkpoint keeps its adaLN projections bf16:
+    about 13 GiB more than the preset at 50 blocks)."""
     from longmedia.h3.dims import H3_FULL
     from longmedia.h3.profiles import DeviceProfile, ModelProfile
     from longmedia.job.geometry import build_geometry
     from longmedia.planning.planner import plan
     from longmedia.planning.whole_job import hires_size, plan_job
 
-    model = ModelProfile.preset("h3-int8", dims=dataclasses.replace(H3_FULL, num_blocks=blocks))
+    model = (ModelProfile.from_safetensors(checkpoint) if checkpoint else
+             ModelProfile.preset("h3-int8", dims=dataclasses.replace(H3_FULL, num_blocks=blocks)))
     device = DeviceProfile.card(card_gib, ram_gib)
 
     def pass_plan(width: int, height: int):
@@ -76,10 +79,11 @@ def job_plan(job: LongJob, card_gib: float, ram_gib: float, blocks: int) -> dict
                      refiner_steps=job.refiner_steps)
     by_name = {s.name: s for s in whole.stages}
     out = {}
+    model_row = {"source": model.source, "weight_bytes": model.weight_bytes, "blocks": model.dims.num_blocks}
     for stage in STAGES:
         s = by_name[PLAN_STAGE[stage]]
         row = {"plan_stage": s.name, "ram_need_bytes": s.ram_need_bytes, "vram_need_bytes": s.vram_need_bytes,
-               "vram_usable_bytes": s.vram_usable_bytes, "estimated_s": s.seconds, "fits": s.fits}
+               "vram_usable_bytes": s.vram_usable_bytes, "estimated_s": s.seconds, "fits": s.fits, "model": model_row}
         p = {"sampler": main, "hires": hires, "refiner": hires}.get(stage)
         if p is not None:
             g = p.geometry

@@ -8,6 +8,7 @@ the next pass starts or the stage ends. Wrappers go on the guider's model_option
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,69 @@ def host_rss() -> tuple[int, int]:
 
 def reset_host_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")     # VmHWM := the current RSS
+
+
+def rss_split() -> dict[str, int]:
+    """This process's resident bytes by kind (Linux /proc): anonymous (heap, pinned buffers, latents), file-backed
+    (mapped files: the checkpoint ComfyUI maps, clean pages the kernel may drop), shared memory."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("RssAnon", "RssFile", "RssShmem"):
+            fields[key] = int(rest.split()[0]) * 1024
+    return {"anon": fields.get("RssAnon", 0), "file": fields.get("RssFile", 0), "shmem": fields.get("RssShmem", 0)}
+
+
+class PeakSampler:
+    """Per-key peaks of `read()` (a dict of byte counts) between `reset()` and `peak()`, sampled every `interval_s`
+    on a thread. For what the kernel or torch keep no peak of that this bench can reset per pass: the anonymous and
+    file-backed parts of RSS (the kernel keeps the total's only, VmHWM), torch's reserved pool (LongMedia resets
+    torch's peak statistics at every step)."""
+
+    def __init__(self, read: Callable[[], dict[str, int]], interval_s: float = 0.02):
+        self.read, self.interval_s = read, interval_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._peak: dict[str, int] = {}
+        self.reset()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        now = self.read()
+        with self._lock:
+            for k, v in now.items():
+                self._peak[k] = max(self._peak.get(k, 0), v)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def reset(self) -> None:
+        now = self.read()
+        with self._lock:
+            self._peak = dict(now)
+
+    def peak(self) -> dict[str, int]:
+        self._sample()
+        with self._lock:
+            return dict(self._peak)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+def host_split() -> dict[str, int]:
+    """The pass row's host fields: anonymous and file-backed RSS (see `rss_split`)."""
+    split = rss_split()
+    return {"host_anon_peak_bytes": split["anon"], "host_file_peak_bytes": split["file"]}
+
+
+def torch_reserved(torch_cuda) -> Callable[[], dict[str, int]]:
+    """The pass row's torch pool field: bytes torch's caching allocator holds on the device (NVML's process figure
+    beyond it is comfy-aimdo's weights and cast buffers, and the CUDA context)."""
+    return lambda: {"torch_reserved_peak_bytes": int(torch_cuda.memory_reserved())}
 
 
 @dataclass(frozen=True)
@@ -62,8 +126,11 @@ class NoDeviceMemory:
 class PassRecorder:
     """Rows of the passes of one stage process; `emit(row)` gets each as its pass ends."""
 
-    def __init__(self, stage: str, first_pass: int, memory, emit: Callable[[dict], None], new_mark):
+    def __init__(self, stage: str, first_pass: int, memory, emit: Callable[[dict], None], new_mark,
+                 meters: tuple = ()):
+        """`meters`: more peaks per pass (PeakSampler), each with reset() and peak() -> the row's fields."""
         self.stage, self.next_index, self.memory, self.emit, self.new_mark = stage, first_pass, memory, emit, new_mark
+        self.meters = meters
         self.calls: list[tuple[object, object]] = []
         self.index: int | None = None
         self.started = 0.0
@@ -91,6 +158,8 @@ class PassRecorder:
         self.index, self.next_index = self.next_index, self.next_index + 1
         self.calls, self.started = [], time.perf_counter()
         self.memory.reset()
+        for meter in self.meters:
+            meter.reset()
 
     def finish(self) -> None:
         """Close the pass running now (if any) into its row."""
@@ -103,5 +172,6 @@ class PassRecorder:
                    "call_s": seconds, "s_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None,
                    "pass_wall_s": time.perf_counter() - self.started,
                    "process_peak_bytes": peak.get("process_bytes"), "process_source": peak.get("process_source"),
-                   "host_rss_bytes": rss, "host_rss_peak_bytes": rss_peak})
+                   "host_rss_bytes": rss, "host_rss_peak_bytes": rss_peak}
+                  | {k: v for meter in self.meters for k, v in meter.peak().items()})
         self.index = None

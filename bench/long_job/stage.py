@@ -8,7 +8,16 @@ import time
 
 from ..cards import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
 from .job import FULL, SMOKE
-from .record import CpuMark, NoDeviceMemory, PassRecorder, host_rss, reset_host_peak
+from .record import (
+    CpuMark,
+    NoDeviceMemory,
+    PassRecorder,
+    PeakSampler,
+    host_rss,
+    host_split,
+    reset_host_peak,
+    torch_reserved,
+)
 from .tables import append_row
 
 
@@ -70,9 +79,12 @@ def stage_main(a) -> int:
                                                    "host_rss_peak_bytes", "result")}), flush=True)
 
     recorders = []
+    reads = (host_split,) + ((torch_reserved(torch.cuda),) if cuda else ())
+    meters = tuple(PeakSampler(read) for read in reads)          # per pass (reset when a pass starts)
+    stage_meters = tuple(PeakSampler(read) for read in reads)    # the whole stage
 
     def recorder_for(stage: str, first: int) -> PassRecorder:
-        recorders.append(PassRecorder(stage, first, memory, emit, CudaMark.now if cuda else CpuMark.now))
+        recorders.append(PassRecorder(stage, first, memory, emit, CudaMark.now if cuda else CpuMark.now, meters))
         return recorders[-1]
 
     nodes.register(recorder_for)
@@ -84,6 +96,8 @@ def stage_main(a) -> int:
     reset_host_peak()
     rss_before, _ = host_rss()
     stage_memory.reset()
+    for meter in stage_meters:
+        meter.reset()
     t0 = time.perf_counter()
     executor.execute(stage_prompt(a, job, unet), f"long-job-{a.child}", {"client_id": "bench"}, ["run"])
     if cuda:
@@ -95,7 +109,7 @@ def stage_main(a) -> int:
            "host_rss_peak_bytes": rss_peak, "host_rss_after_bytes": rss,
            "process_peak_bytes": stage_memory.peak().get("process_bytes"),
            "torch_peak_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
-           "result": "ok" if executor.success else "error"}
+           "result": "ok" if executor.success else "error"} | {k: v for m in stage_meters for k, v in m.peak().items()}
     if not executor.success:
         err = next((d for ev, d in executor.status_messages if ev == "execution_error"), {})
         row["error"] = f"{err.get('exception_type', '?')}: {err.get('exception_message', '')}"[:4000]
@@ -118,7 +132,7 @@ def stage_main(a) -> int:
     if ui.get("decode"):
         row["decode"] = ui["decode"][0]
     emit(row)
-    memory.close()
-    stage_memory.close()
+    for closable in (memory, stage_memory, *meters, *stage_meters):
+        closable.close()
     mm.unload_all_models()
     return 0 if executor.success else 1

@@ -26,6 +26,8 @@ def test_the_smoke_runs_every_stage_and_writes_its_rows(comfyui_root, tmp_path):
     assert [(r["stage"], r["passes"]) for r in stages] == [("sampler", [0, 1]), ("sampler", [1, 2]),
                                                            ("hires", [0, 0]), ("refiner", [0, 0]), ("decode", [0, 0])]
     assert all(r["result"] == "ok" and r["host_rss_peak_bytes"] > 0 for r in stages)
+    for r in rows:      # RSS split into anonymous and file-backed pages (the mapped checkpoint), per pass and stage
+        assert r["host_anon_peak_bytes"] > 0 and r["host_file_peak_bytes"] > 0, r
     passes = [(r["stage"], r["segment"]) for r in rows if r["kind"] == "pass"]
     assert passes == [("sampler", 0), ("sampler", 1), ("hires", 0), ("hires", 1), ("refiner", 0), ("refiner", 1),
                       ("decode", 0)]

@@ -32,16 +32,17 @@ def test_the_plan_has_every_stage_per_pass():
 
 
 def test_the_table_joins_pass_rows_stage_rows_and_seams():
-    rows = [{"kind": "pass", "stage": "hires", "segment": s, "s_per_step": 90.0 + s, "process_peak_bytes": 15 << 30}
-            for s in range(2)]
+    rows = [{"kind": "pass", "stage": "hires", "segment": s, "s_per_step": 90.0 + s, "process_peak_bytes": 15 << 30,
+             "torch_reserved_peak_bytes": 13 << 30} for s in range(2)]
     rows.append({"kind": "stage", "stage": "hires", "passes": [0, 0], "result": "ok", "wall_s": 400.0,
-                 "host_rss_peak_bytes": 30 << 30, "process_peak_bytes": 15 << 30,
+                 "host_rss_peak_bytes": 30 << 30, "host_anon_peak_bytes": 3 << 30, "host_file_peak_bytes": 27 << 30,
+                 "process_peak_bytes": 15 << 30,
                  "segments": [{"segment": 1, "seq_len": 121116, "memory_mode": "low_vram",
                                "predicted_peak_bytes": 14 << 30, "torch_peak_bytes": 12 << 30}],
                  "seams": {"video": [1.01], "audio": [0.93], "inside_video_max": 1.1, "inside_audio_max": 1.3}})
     text = table(rows, {"hires": {"ram_need_bytes": 24 << 30, "estimated_s": 3300.0}})
-    assert "hires | 1 | 91.00 | 15.00 | 12.00 | 14.00 | 121116 | low_vram | 1.01 / 0.93" in text
-    assert "hires | 0..end | ok | 400.00 | 15.00 | 30.00 | 24.00 | 3300.00 | 1.10 / 1.30" in text
+    assert "hires | 1 | 91.00 | 15.00 | 12.00 / 13.00 | 14.00 | 121116 | low_vram | 1.01 / 0.93" in text
+    assert "hires | 0..end | ok | 400.00 | 15.00 | 30.00 / 3.00 / 27.00 | 24.00 | 3300.00 | 1.10 / 1.30" in text
 
 
 def test_stages_run_in_order_each_whole_and_the_first_failure_ends_the_run(monkeypatch, tmp_path):
@@ -59,3 +60,38 @@ def test_stages_run_in_order_each_whole_and_the_first_failure_ends_the_run(monke
     ran.clear()
     a = entry.parse(["--stage", "hires", "--passes", "3", "6"])
     assert entry.run_stages(a, "u") == 0 and ran == [("hires", [3, 6], "u")]
+
+
+def test_the_per_pass_peak_sampler_keeps_a_spike_between_resets_and_forgets_the_last_pass():
+    from bench.long_job.record import PeakSampler
+
+    values = iter([10, 5, 9, 2, 1, 3])
+    meter = PeakSampler(lambda: {"host_anon_peak_bytes": next(values)}, interval_s=3600.0)   # the thread never wakes
+    try:
+        meter.reset()                        # a new pass: the 10 of the last one is gone
+        meter._sample()                      # the thread's sample: the pass's spike, 9
+        assert meter.peak() == {"host_anon_peak_bytes": 9}      # peak() reads 2 now, keeps 9
+        meter.reset()
+        assert meter.peak() == {"host_anon_peak_bytes": 3}
+    finally:
+        meter.close()
+
+
+def test_rss_split_reads_this_process_s_anonymous_and_file_pages():
+    from bench.long_job.record import rss_split
+
+    split = rss_split()
+    assert split["anon"] > 1 << 20 and split["file"] > 1 << 20      # a Python process has both
+
+
+def test_the_plan_counts_the_checkpoint_that_runs_not_the_preset(monkeypatch):
+    """The GPU run's checkpoint keeps its adaLN projections bf16 (about 13 GiB over the INT8 preset at 50 blocks): a
+    plan of the preset undercounts the RAM its streamed weights take."""
+    from longmedia.h3.profiles import ModelProfile
+
+    bigger = ModelProfile.preset("h3-bf16")
+    seen = []
+    monkeypatch.setattr(ModelProfile, "from_safetensors", classmethod(lambda cls, path: seen.append(path) or bigger))
+    preset, own = job_plan(FULL, 16, 128, 50), job_plan(FULL, 16, 128, 50, "/models/h3.safetensors")
+    assert seen == ["/models/h3.safetensors"] and own["sampler"]["model"]["weight_bytes"] == bigger.weight_bytes
+    assert own["sampler"]["ram_need_bytes"] - preset["sampler"]["ram_need_bytes"] > 20 << 30
