@@ -48,10 +48,11 @@ def scheduled_average(exact_s: float, sol_at: dict[float, float], steps: int = 2
 
 
 def steady(row: dict) -> float | None:
-    """Mean device-timed step after the first (the row's s/step where it ran one step only)."""
+    """Mean device-timed step after the first: bench.cards' `steps_s` holds steps 2..n, its first step is
+    `first_step_s` (the row's s/step where it ran one step only)."""
     steps = row.get("steps_s") or []
-    if len(steps) >= 2:
-        return sum(steps[1:]) / (len(steps) - 1)
+    if steps:
+        return sum(steps) / len(steps)
     return row.get("s_per_step")
 
 
@@ -77,13 +78,15 @@ def figures(rows: list[dict], steps: int = 20) -> list[str]:
                          GOALS["exact"]))
     if sol:
         out.append(ratio("sol steady", steady(sol), GOALS["sol"]))
-        first = (sol.get("steps_s") or [None])[0]
-        if first:
+        first = sol.get("first_step_s")     # device-timed, from the sample node's start to step 1's end
+        if first and sol.get("steps_s"):
             r = first / steady(sol)
+            rep_first, rep_steady = sol.get("report_first_step_s"), sol.get("report_steady_step_s")
+            rep = (f"; LongMedia's report (from the first model call): {rep_first:.2f} / {rep_steady:.2f} s = "
+                   f"{rep_first / rep_steady:.2f}x" if rep_first and rep_steady else "")
             out.append(f"sol first step {first:.2f} s = {r:.2f}x its steady step (goal <= "
                        f"{GOALS['sol_first_over_steady']}x: {'met' if r <= GOALS['sol_first_over_steady'] else 'missed'})"
-                       f"; LongMedia's report: first {sol.get('report_first_step_s')}, steady "
-                       f"{sol.get('report_steady_step_s')}, kernels compiled before step 1 in {sol.get('warmup_s')} s")
+                       f"{rep}; kernels compiled before step 1 in {sol.get('warmup_s')} s")
     if exact and sol and sol08:
         avg, per = scheduled_average(steady(exact), {1.3: steady(sol), 0.8: steady(sol08)}, steps)
         out.append(ratio(f"scheduled_sol over {steps} steps (estimated from its phases: "
