@@ -44,9 +44,9 @@ def rss_split() -> dict[str, int]:
 
 class PeakSampler:
     """Per-key peaks of `read()` (a dict of byte counts) between `reset()` and `peak()`, sampled every `interval_s`
-    on a thread. For what the kernel or torch keep no peak of that this bench can reset per pass: the anonymous and
-    file-backed parts of RSS (the kernel keeps the total's only, VmHWM), torch's reserved pool (LongMedia resets
-    torch's peak statistics at every step)."""
+    on a thread. For what the kernel keeps no peak of that this bench can reset per pass: the anonymous and
+    file-backed parts of RSS (the kernel keeps the total's only, VmHWM). `read` must not call into torch (see
+    `device_memory_at_call`)."""
 
     def __init__(self, read: Callable[[], dict[str, int]], interval_s: float = 0.02):
         self.read, self.interval_s = read, interval_s
@@ -83,15 +83,21 @@ class PeakSampler:
 
 
 def host_split() -> dict[str, int]:
-    """The pass row's host fields: anonymous and file-backed RSS (see `rss_split`)."""
+    """The pass row's host fields: anonymous and file-backed RSS (see `rss_split`). Reads /proc only: safe on a
+    thread of its own."""
     split = rss_split()
     return {"host_anon_peak_bytes": split["anon"], "host_file_peak_bytes": split["file"]}
 
 
-def torch_reserved(torch_cuda) -> Callable[[], dict[str, int]]:
-    """The pass row's torch pool field: bytes torch's caching allocator holds on the device (NVML's process figure
-    beyond it is comfy-aimdo's weights and cast buffers, and the CUDA context)."""
-    return lambda: {"torch_reserved_peak_bytes": int(torch_cuda.memory_reserved())}
+def device_memory_at_call(torch_cuda) -> Callable[[], dict[str, int | None]]:
+    """What the process holds on the device as a model call ends, read on the sampling thread (as bench.cards'
+    step_memory): torch's reserved pool, comfy-aimdo's VRAM (VBAR pages and cast buffers) and the weights resident
+    through its VBARs. Never read from another thread: torch's allocator calls hold the GIL, and a reader thread
+    hung the 2026-12-05 long-job stage (docs/lab/2026-12-05-long-job-gpu-plan.md)."""
+    from longmedia.comfy.memory_facts import aimdo_vram_usage, vbar_resident_bytes
+
+    return lambda: {"torch_reserved": int(torch_cuda.memory_reserved()), "aimdo_usage": aimdo_vram_usage(),
+                    "vbar_resident": vbar_resident_bytes()}
 
 
 @dataclass(frozen=True)
@@ -127,10 +133,13 @@ class PassRecorder:
     """Rows of the passes of one stage process; `emit(row)` gets each as its pass ends."""
 
     def __init__(self, stage: str, first_pass: int, memory, emit: Callable[[dict], None], new_mark,
-                 meters: tuple = ()):
-        """`meters`: more peaks per pass (PeakSampler), each with reset() and peak() -> the row's fields."""
+                 meters: tuple = (), at_call: Callable[[], dict[str, int | None]] | None = None):
+        """`meters`: more peaks per pass (PeakSampler), each with reset() and peak() -> the row's fields.
+        `at_call`: device memory read as each model call ends (`device_memory_at_call`); the row keeps each
+        field's largest reading as `call_end_max`."""
         self.stage, self.next_index, self.memory, self.emit, self.new_mark = stage, first_pass, memory, emit, new_mark
-        self.meters = meters
+        self.meters, self.at_call = meters, at_call
+        self.call_end_max: dict[str, int] = {}
         self.calls: list[tuple[object, object]] = []
         self.index: int | None = None
         self.started = 0.0
@@ -146,6 +155,10 @@ class PassRecorder:
             before = self.new_mark()
             out = executor(x, timestep, context, transformer_options, *args, **kwargs)
             self.calls.append((before, self.new_mark()))
+            if self.at_call is not None:
+                for k, v in self.at_call().items():
+                    if v is not None:
+                        self.call_end_max[k] = max(self.call_end_max.get(k, 0), v)
             return out
 
         ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, model_options,
@@ -156,7 +169,7 @@ class PassRecorder:
     def pass_started(self) -> None:
         self.finish()
         self.index, self.next_index = self.next_index, self.next_index + 1
-        self.calls, self.started = [], time.perf_counter()
+        self.calls, self.started, self.call_end_max = [], time.perf_counter(), {}
         self.memory.reset()
         for meter in self.meters:
             meter.reset()
@@ -172,6 +185,6 @@ class PassRecorder:
                    "call_s": seconds, "s_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None,
                    "pass_wall_s": time.perf_counter() - self.started,
                    "process_peak_bytes": peak.get("process_bytes"), "process_source": peak.get("process_source"),
-                   "host_rss_bytes": rss, "host_rss_peak_bytes": rss_peak}
+                   "host_rss_bytes": rss, "host_rss_peak_bytes": rss_peak, "call_end_max": dict(self.call_end_max)}
                   | {k: v for meter in self.meters for k, v in meter.peak().items()})
         self.index = None

@@ -13,10 +13,10 @@ from .record import (
     NoDeviceMemory,
     PassRecorder,
     PeakSampler,
+    device_memory_at_call,
     host_rss,
     host_split,
     reset_host_peak,
-    torch_reserved,
 )
 from .tables import append_row
 
@@ -79,12 +79,13 @@ def stage_main(a) -> int:
                                                    "host_rss_peak_bytes", "result")}), flush=True)
 
     recorders = []
-    reads = (host_split,) + ((torch_reserved(torch.cuda),) if cuda else ())
-    meters = tuple(PeakSampler(read) for read in reads)          # per pass (reset when a pass starts)
-    stage_meters = tuple(PeakSampler(read) for read in reads)    # the whole stage
+    meters = (PeakSampler(host_split),)           # per pass (reset when a pass starts)
+    stage_meters = (PeakSampler(host_split),)     # the whole stage
+    at_call = device_memory_at_call(torch.cuda) if cuda else None
 
     def recorder_for(stage: str, first: int) -> PassRecorder:
-        recorders.append(PassRecorder(stage, first, memory, emit, CudaMark.now if cuda else CpuMark.now, meters))
+        recorders.append(PassRecorder(stage, first, memory, emit, CudaMark.now if cuda else CpuMark.now, meters,
+                                      at_call))
         return recorders[-1]
 
     nodes.register(recorder_for)

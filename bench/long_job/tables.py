@@ -52,7 +52,7 @@ def table(rows: list[dict], plan: dict | None = None) -> str:
         if s and 1 <= segment <= len(s["video"]):
             seam = f"{s['video'][segment - 1]:.2f} / {s['audio'][segment - 1]:.2f}"
         lines.append(f"{stage} | {segment} | {_s(p.get('s_per_step'))} | {_gib(p.get('process_peak_bytes'))} | "
-                     f"{_gib(d.get('torch_peak_bytes'))} / {_gib(p.get('torch_reserved_peak_bytes'))} | "
+                     f"{_gib(d.get('torch_peak_bytes'))} / {_gib((p.get('call_end_max') or {}).get('torch_reserved'))} | "
                      f"{_gib(d.get('predicted_peak_bytes'))} | "
                      f"{d.get('seq_len', '-')} | {d.get('memory_mode', '-')} | {seam}")
     lines += ["", "stage | passes | result | wall s | process peak GiB (NVML) | host RSS peak GiB (all / anon / file) "

@@ -33,7 +33,7 @@ def test_the_plan_has_every_stage_per_pass():
 
 def test_the_table_joins_pass_rows_stage_rows_and_seams():
     rows = [{"kind": "pass", "stage": "hires", "segment": s, "s_per_step": 90.0 + s, "process_peak_bytes": 15 << 30,
-             "torch_reserved_peak_bytes": 13 << 30} for s in range(2)]
+             "call_end_max": {"torch_reserved": 13 << 30}} for s in range(2)]
     rows.append({"kind": "stage", "stage": "hires", "passes": [0, 0], "result": "ok", "wall_s": 400.0,
                  "host_rss_peak_bytes": 30 << 30, "host_anon_peak_bytes": 3 << 30, "host_file_peak_bytes": 27 << 30,
                  "process_peak_bytes": 15 << 30,
