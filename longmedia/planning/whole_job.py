@@ -171,15 +171,24 @@ def text_encoder_stage(g: Geometry, device: DeviceProfile, usable: int, variant:
     return StagePlan("text encoding", vram, usable, ram, ram_avail, seconds, detail, remedy)
 
 
+def host_weight_bytes(p: ExecutionPlan) -> int:
+    """Weights a DiT pass holds in host RAM. Under dynamic VRAM ComfyUI keeps the whole state dict in RAM (as
+    anonymous memory) and comfy-aimdo pages weights from it: a 50-block INT8 pass on the H100 under a 16 GiB limit
+    held 45.56 GiB anonymous with a 43.78 GiB checkpoint, 0.67 GiB file-backed, no weight VBAR-resident
+    (docs/lab/2026-12-05-long-job-gpu-plan.md). Without it the weights moved to the device leave RAM, and only
+    the streamed ones stay."""
+    return p.model.weight_bytes if p.device.dynamic_vram else p.memory.streamed_weight_bytes
+
+
 def _smaller_models(p: ExecutionPlan, ram_avail: int, beyond_weights: int, resolver) -> list[tuple[str, int]]:
-    """Preset checkpoints smaller than the plan's whose own plan streams few enough weights for this RAM."""
+    """Preset checkpoints smaller than the plan's whose own plan holds few enough weights in RAM for this RAM."""
     out = []
     for name in PRESETS:
         other = ModelProfile.preset(name, p.model.dims)
         if other.weight_bytes >= p.model.weight_bytes:
             continue
         q = plan(other, p.device, p.geometry, attention_resolver=resolver)
-        if q.fits and q.memory.streamed_weight_bytes + beyond_weights <= ram_avail:
+        if q.fits and host_weight_bytes(q) + beyond_weights <= ram_avail:
             out.append((name, other.weight_bytes))
     return sorted(out, key=lambda x: -x[1])
 
@@ -202,7 +211,7 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
     g, mem, d = p.geometry, p.memory, p.device
     ram_avail = _ram(d)
     latents = F.FP32 * 6 * (g.video_rows * 96 + g.audio_rows * 32)
-    ram = mem.streamed_weight_bytes + latents
+    ram = host_weight_bytes(p) + latents
     step = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
                               p.pinning.pinned_bytes, p.prefetch)
     detail = (f"{p.memory_mode}, {g.width}x{g.height}, {g.frames} frames per pass, {g.seq_len} rows, "
@@ -215,8 +224,9 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
     elif ram > ram_avail:
         smaller = _smaller_models(p, ram_avail, latents, resolver)
         remedy = (f"load a smaller checkpoint: {smaller[0][0]} ({size(smaller[0][1])} of weights)" if smaller else
-                  f"more RAM: the {size(mem.streamed_weight_bytes)} of weights that stream every model call "
-                  f"must stay in RAM (else they page from disk each call); no preset checkpoint fits "
+                  f"more RAM: the {size(host_weight_bytes(p))} of weights ComfyUI holds in RAM "
+                  f"({'all of them under dynamic VRAM' if d.dynamic_vram else 'those that stream every model call'}"
+                  f") must stay there (else they page from disk each call); no preset checkpoint fits "
                   f"{size(ram_avail)}")
     return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, ram, ram_avail, step * steps * passes,
                      detail, remedy)
