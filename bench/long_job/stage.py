@@ -125,7 +125,14 @@ def stage_main(a) -> int:
                             "height": s["run"]["plan"]["geometry"]["height"],
                             "memory_mode": s["run"]["plan"]["memory_mode"],
                             "attention_backend": s["run"].get("attention_backend"),
-                            "predicted_peak_bytes": s["run"]["plan"].get("predicted_peak_bytes")}
+                            "predicted_peak_bytes": s["run"]["plan"].get("predicted_peak_bytes"),
+                            # what the prediction is measured against: the device as the plan read it
+                            "usable_bytes": s["run"]["plan"].get("usable_bytes"),
+                            "activation_reserve_bytes": s["run"]["plan"].get("activation_reserve_bytes"),
+                            "activation_need_bytes": (s["run"]["plan"].get("memory") or {}).get(
+                                "activation_need_bytes"),
+                            "device_at_plan": {k: (s["run"]["plan"].get("device") or {}).get(k) for k in
+                                               ("vram_total_bytes", "vram_free_bytes", "allocator_reserved_bytes")}}
                            for s in rep.get("segments", [])]
         row["notes"] = rep.get("notes")
         row["seams"] = (ui.get("seams") or [None])[0]

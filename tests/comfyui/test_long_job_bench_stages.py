@@ -34,6 +34,9 @@ def test_the_smoke_runs_every_stage_and_writes_its_rows(comfyui_root, tmp_path):
     for r in rows:
         if r["kind"] == "pass" and r["stage"] != "decode":
             assert r["model_calls"] >= 1 and r["s_per_step"] > 0
+    for seg in (s for r in stages for s in r.get("segments") or ()):   # the device as each pass's plan read it
+        assert seg["usable_bytes"] > 0 and seg["device_at_plan"]["vram_total_bytes"] > 0, seg
+        assert seg["predicted_peak_bytes"] <= seg["usable_bytes"]
     hires = next(r for r in stages if r["stage"] == "hires")
     assert [s["width"] for s in hires["segments"]] == [96, 96] and len(hires["seams"]["video"]) == 1
     decode = next(r for r in stages if r["stage"] == "decode")["decode"]
