@@ -51,3 +51,24 @@ def test_a_failed_command_s_status_is_poll_s_exit_status(tmp_path):
 def test_poll_before_any_start_is_an_error(tmp_path):
     polled = _hold(tmp_path, "poll", "1")
     assert polled.returncode == 2 and "nothing was started" in polled.stderr
+
+
+def test_stop_ends_the_command_and_its_children_and_poll_then_says_so(tmp_path):
+    pids = tmp_path / "pids"
+    started = _hold(tmp_path, "start", f"sleep 300 & echo $! > {pids}; sleep 300")
+    assert started.returncode == 0
+    for _ in range(100):
+        if pids.exists() and pids.read_text().strip():
+            break
+        subprocess.run(["sleep", "0.05"])
+    child = int(pids.read_text())
+    os.kill(child, 0)                                    # the command's child runs
+    stopped = _hold(tmp_path, "stop")
+    assert stopped.returncode == 0 and "stopped pid" in stopped.stdout
+    with pytest.raises(ProcessLookupError):             # gone with its session, not left holding the device
+        for _ in range(40):
+            os.kill(child, 0)
+            subprocess.run(["sleep", "0.05"])
+    polled = _hold(tmp_path, "poll", "0")
+    assert polled.returncode == 143 and "ended with exit 143" in polled.stdout
+    assert _hold(tmp_path, "start", "true").returncode == 0           # free for the next command

@@ -91,3 +91,11 @@ rm -rf "$root/.comfy_src.txz" && mkdir -p "$root/.comfy_src.txz"
 tar cJf "$root/.comfy_src.txz/comfy_src.tar.xz" -C "$root/.comfy_src" .
 du -sh --apparent-size "$root/.comfy_src.txz"
 
+
+# --- PyAV (real video and audio files for LongMedia Decode & Save; ComfyUI's own dependency), in its own folder:
+# carried alone in a later call on a warm machine (bootstrap.sh installs it into the same /tmp/site)
+grep -qxF /.whl_av/ "$root/.git/info/exclude" || echo /.whl_av/ >> "$root/.git/info/exclude"
+rm -rf "$root/.whl_av" && mkdir -p "$root/.whl_av"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+    -d "$root/.whl_av" av==18.1.0
+du -sh --apparent-size "$root/.whl_av"

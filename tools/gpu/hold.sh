@@ -14,6 +14,7 @@
 #         characters), copies the log and the FILEs (globs; at most 7, flattened) to $OUT when it is set, and exits
 #         0 when the command ended with 0, 3 while it runs, and the command's own exit status otherwise.
 # status  the same as `poll 0`.
+# stop    ends the command and everything in its session (exit status 143 for a later poll).
 # HOLD_DIR defaults to /tmp/longmedia_hold (kept while the machine stays lent).
 
 set -u
@@ -74,8 +75,24 @@ poll|status)
         exit 1
     fi
     ;;
+stop)
+    # the whole session the command runs in (its children included: a stage process, the ballast), so that the
+    # device is free for the next command; never `pkill -f PATTERN` from a device call, which matches the call's
+    # own command line when the pattern is in it
+    [ -f "$dir/pid" ] || { echo "hold: nothing was started in $dir" >&2; exit 2; }
+    pid=$(cat "$dir/pid")
+    if running; then
+        kill -TERM -- "-$pid" 2>/dev/null
+        for _ in 1 2 3 4 5 6 7 8 9 10; do running || break; sleep 0.5; done
+        running && kill -KILL -- "-$pid" 2>/dev/null
+        echo 143 > "$dir/rc"
+        echo "hold: stopped pid $pid and its session"
+    else
+        echo "hold: pid $pid no longer runs"
+    fi
+    ;;
 *)
-    echo "usage: bash tools/gpu/hold.sh start 'COMMAND' | poll SECONDS [FILE ...] | status" >&2
+    echo "usage: bash tools/gpu/hold.sh start 'COMMAND' | poll SECONDS [FILE ...] | status | stop" >&2
     exit 2
     ;;
 esac
