@@ -1,7 +1,7 @@
 """Fault injection for the card bench's extras, inside the bench process only (never product code).
 
 `inject_oom(phase, diffusion_model)`: a context manager under which the loaded H3 runs out of memory in
-`phase`, the way tests/comfyui/test_sampler_inprocess.py injects it, at points that are reached in
+`phase`, the way tests/comfyui/test_sampler_failure_reports.py injects it, at points that are reached in
 normal mode (stock blocks) and in the streamed modes alike:
 
 - before_block_0: the text token refiner's first MLP Linear (runs before block 0);

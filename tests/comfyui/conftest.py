@@ -3,7 +3,8 @@
 Unset: every test under tests/comfyui is skipped and the summary says so loudly.
 Set: `comfy_server` (session) is a running server with our pack, the test nodes and the tiny H3
 checkpoints; `comfy_inprocess` (session) is ComfyUI's `comfy` package imported here on the CPU;
-`tiny_checkpoints` maps variant -> checkpoint path.
+`tiny_checkpoints` maps variant -> checkpoint path; `sampler_env` (module) is the in-process sampler tests' tiny
+patchers and modules.
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def comfy_server(comfyui_root: Path, tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def sampler_env(comfy_inprocess, tiny_checkpoints):
+    """What the in-process sampler tests sample with (`harness.sampler_job`, `harness.run_longmedia`): the tiny fp32
+    and int8 patchers under "models", LongMedia's sampler core under "core", ComfyUI's samplers, custom-sampler and
+    H3 node modules. Module scope: each test module loads its own patchers."""
+    import comfy.samplers
+    import comfy.sd
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras import nodes_minimax_h3 as h3n
+
+    from longmedia.comfy import sampler as comfy_sampler
+
+    models = {v: comfy.sd.load_diffusion_model(str(tiny_checkpoints[v])) for v in ("fp32", "int8")}
+    return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "models": models, "core": comfy_sampler}
 
 
 @pytest.fixture(scope="module", autouse=True)

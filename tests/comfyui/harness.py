@@ -319,6 +319,24 @@ def tiny_sampler_job(patcher, *, width: int = 128, height: int = 96, frames: int
     return ncs.Noise_RandomNoise(seed), guider, comfy.samplers.sampler_object("euler"), sigmas, latent
 
 
+# the in-process sampler tests' size: 12 latent frames x 12 rows + 130 audio rows + text: ~290 packed rows
+SAMPLER_WIDTH, SAMPLER_HEIGHT, SAMPLER_LENGTH = 128, 96, 39
+
+
+def sampler_job(env, variant: str = "fp32", seed: int = 3, steps: int = 2):
+    """`tiny_sampler_job` for one of the `sampler_env` fixture's patchers (variant fp32 or int8) at the in-process
+    sampler tests' size."""
+    return tiny_sampler_job(env["models"][variant], width=SAMPLER_WIDTH, height=SAMPLER_HEIGHT, frames=SAMPLER_LENGTH,
+                            seed=seed, steps=steps)
+
+
+def run_longmedia(env, request, *args, device_profile=None, memory_reader=None):
+    """LongMedia's sampler core (`run_sampler`) on a `sampler_job`: (output samples unbound, denoised samples
+    unbound, the result)."""
+    result = env["core"].run_sampler(*args, request, device_profile=device_profile, memory_reader=memory_reader)
+    return result.output["samples"].unbind(), result.denoised["samples"].unbind(), result
+
+
 class DeviceReadings:
     """Device memory readings for `run_sampler(..., memory_reader=...)` / `run_segmented`, that differ at every read.
 

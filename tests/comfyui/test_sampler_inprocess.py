@@ -1,4 +1,5 @@
-"""LongMedia's sampler core against ComfyUI's SamplerCustomAdvanced, in-process on the tiny checkpoints."""
+"""LongMedia's sampler core against ComfyUI's SamplerCustomAdvanced, in-process on the tiny checkpoints (its OOM
+and NaN reports: test_sampler_failure_reports.py)."""
 
 from __future__ import annotations
 
@@ -7,41 +8,16 @@ import json
 
 import pytest
 import torch
-from harness import tiny_sampler_job
+from harness import run_longmedia, sampler_job
 
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
-from longmedia.report.oom import LongMediaOOM
 from longmedia.testing.tiny_h3 import TINY_DIMS
 
-WIDTH, HEIGHT, LENGTH = 128, 96, 39  # 12 latent frames x 12 rows + 130 audio rows + text: ~290 packed rows
 
-
-@pytest.fixture(scope="module")
-def env(comfy_inprocess, tiny_checkpoints):
-    import comfy.samplers
-    import comfy.sd
-    from comfy_extras import nodes_custom_sampler as ncs
-    from comfy_extras import nodes_minimax_h3 as h3n
-
-    from longmedia.comfy import sampler as comfy_sampler
-
-    models = {v: comfy.sd.load_diffusion_model(str(tiny_checkpoints[v])) for v in ("fp32", "int8")}
-    return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "models": models, "core": comfy_sampler}
-
-
-def job(env, variant="fp32", seed=3, steps=2):
-    return tiny_sampler_job(env["models"][variant], width=WIDTH, height=HEIGHT, frames=LENGTH, seed=seed, steps=steps)
-
-
-def stock(env, *args):
-    out = env["ncs"].SamplerCustomAdvanced.execute(*args).result
+def stock(sampler_env, *args):
+    out = sampler_env["ncs"].SamplerCustomAdvanced.execute(*args).result
     return out[0]["samples"].unbind(), out[1]["samples"].unbind()
-
-
-def ours(env, request, *args, device_profile=None, memory_reader=None):
-    result = env["core"].run_sampler(*args, request, device_profile=device_profile, memory_reader=memory_reader)
-    return result.output["samples"].unbind(), result.denoised["samples"].unbind(), result
 
 
 def rel(a, b):
@@ -49,10 +25,11 @@ def rel(a, b):
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
-def test_normal_existing_equals_stock_bit_for_bit(env, variant):
-    (sv, sa), (dv, da) = stock(env, *job(env, variant))
-    (ov, oa), (odv, oda), result = ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"),
-                                        *job(env, variant))
+def test_normal_existing_equals_stock_bit_for_bit(sampler_env, variant):
+    (sv, sa), (dv, da) = stock(sampler_env, *sampler_job(sampler_env, variant))
+    (ov, oa), (odv, oda), result = run_longmedia(sampler_env,
+                                                 PlanRequest(memory_mode="normal", attention_mode="existing"),
+                                                 *sampler_job(sampler_env, variant))
     assert torch.isfinite(sv).all() and sv.std() > 0.05
     assert torch.equal(ov, sv) and torch.equal(oa, sa)
     assert torch.equal(odv, dv) and torch.equal(oda, da)
@@ -65,10 +42,10 @@ def test_normal_existing_equals_stock_bit_for_bit(env, variant):
 @pytest.mark.parametrize("mode,chunks", [("low_vram", dict(sol_qkv_chunk_tokens=64, mlp_chunk_tokens=96)),
                                          ("ultra_low_vram", dict(sol_qkv_chunk_tokens=64, sol_out_proj_chunk_tokens=64,
                                                                  mlp_chunk_tokens=64))])
-def test_streamed_modes_match_stock(env, variant, mode, chunks):
-    (sv, sa), _ = stock(env, *job(env, variant))
-    (ov, oa), _, result = ours(env, PlanRequest(memory_mode=mode, attention_mode="existing", **chunks),
-                               *job(env, variant))
+def test_streamed_modes_match_stock(sampler_env, variant, mode, chunks):
+    (sv, sa), _ = stock(sampler_env, *sampler_job(sampler_env, variant))
+    (ov, oa), _, result = run_longmedia(sampler_env, PlanRequest(memory_mode=mode, attention_mode="existing", **chunks),
+                                        *sampler_job(sampler_env, variant))
     plan = result.plan
     assert plan.memory_mode == mode and plan.chunks.qkv_chunk_tokens == 64
     assert result.report.streamed_blocks == tuple(range(TINY_DIMS.num_blocks))
@@ -93,7 +70,7 @@ def _plan_json(plan) -> dict:
     return out
 
 
-def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
+def test_seed_only_reruns_give_identical_plans_and_boundaries(sampler_env):
     """Three seed-only reruns, each starting from different leftovers (the boundary reads a different `before`)
     and each left by the boundary in the same released state (the same `after`): every run records its own
     readings, and the three plans are identical and planned from the `after` reading. A fourth run whose boundary
@@ -108,7 +85,7 @@ def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
     runs = []
     for seed, before in zip((1, 2, 3), befores):
         readings.script(before, released)
-        runs.append(ours(env, request, *job(env, seed=seed), memory_reader=readings)[2])
+        runs.append(run_longmedia(sampler_env, request, *sampler_job(sampler_env, seed=seed), memory_reader=readings)[2])
     assert readings.reads == [befores[0], released, befores[1], released, befores[2], released]  # 1 boundary/run
     for result, before in zip(runs, befores):
         (lines,) = result.report.boundaries
@@ -125,13 +102,13 @@ def test_seed_only_reruns_give_identical_plans_and_boundaries(env):
 
     tighter = readings.snapshot(free=released.free_bytes // 2)
     readings.script(readings.snapshot(), tighter)
-    fourth = ours(env, request, *job(env, seed=1), memory_reader=readings)[2]
+    fourth = run_longmedia(sampler_env, request, *sampler_job(sampler_env, seed=1), memory_reader=readings)[2]
     assert fourth.report.plan.device.vram_free_bytes == tighter.free_bytes
     assert _plan_json(fourth.report.plan) != plans[0]
     assert torch.equal(fourth.output["samples"].unbind()[0], outs[0])
 
 
-def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monkeypatch):
+def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(sampler_env, monkeypatch):
     """A fake device whose free memory is what an earlier run left behind until the residency boundary
     releases it: the plan must read the device after the boundary, so every seed-only rerun (each starting
     from leftovers) plans from the same released state. Before, the first run and the reruns differed."""
@@ -153,39 +130,15 @@ def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(env, monk
     request = PlanRequest(memory_mode="auto", attention_mode="existing")
     plans = []
     for seed in (1, 2, 3):
-        result = ours(env, request, *job(env, seed=seed), device_profile=probe)[2]
+        result = run_longmedia(sampler_env, request, *sampler_job(sampler_env, seed=seed), device_profile=probe)[2]
         plans.append(json.dumps(result.report.plan, sort_keys=True, default=str))
         state["free"] = card.vram_free_bytes - 5 * GIB  # leftovers of this run, until the next boundary
     assert plans[0] == plans[1] == plans[2]
 
 
-def test_injected_oom_raises_fact_report_and_next_run_succeeds(env, monkeypatch):
-    from longmedia.comfy import block_patch as comfy_patch
-
-    real = comfy_patch.run_block
-    calls = []
-
-    def failing(*args, **kwargs):
-        calls.append(1)
-        phase = kwargs["phase"]
-        with phase("attention"):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
-    monkeypatch.setattr(comfy_patch, "run_block", failing)
-    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
-    with pytest.raises(LongMediaOOM) as info:
-        ours(env, request, *job(env))
-    assert isinstance(info.value, torch.OutOfMemoryError)
-    assert info.value.report.phase == "attention" and info.value.report.block_index == 0
-    assert "change next" in str(info.value)
-    monkeypatch.setattr(comfy_patch, "run_block", real)
-    (ov, _), _, _ = ours(env, request, *job(env))
-    assert torch.isfinite(ov).all()
-
-
-def test_bad_inputs_are_rejected_before_sampling(env):
-    noise, guider, sampler, sigmas, latent = job(env)
-    core = env["core"]
+def test_bad_inputs_are_rejected_before_sampling(sampler_env):
+    noise, guider, sampler, sigmas, latent = sampler_job(sampler_env)
+    core = sampler_env["core"]
     with pytest.raises(LongMediaInputError, match="sigmas"):
         core.run_sampler(noise, guider, sampler, torch.tensor([1.0, float("nan"), 0.0]), latent, PlanRequest())
     with pytest.raises(LongMediaInputError, match="sigmas"):
@@ -202,19 +155,21 @@ def test_bad_inputs_are_rejected_before_sampling(env):
         core.run_sampler(noise, NotH3(), sampler, sigmas, latent, PlanRequest())
 
 
-def test_streamed_run_leaves_the_model_as_it_was(env):
-    (first_v, first_a), _ = stock(env, *job(env))
-    ours(env, PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64), *job(env))
-    (again_v, again_a), _ = stock(env, *job(env))  # loading the stock patcher unpatches our clone
-    final_layer = env["models"]["fp32"].model.diffusion_model.final_layer
+def test_streamed_run_leaves_the_model_as_it_was(sampler_env):
+    (first_v, first_a), _ = stock(sampler_env, *sampler_job(sampler_env))
+    run_longmedia(sampler_env, PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64),
+                  *sampler_job(sampler_env))
+    # loading the stock patcher unpatches our clone
+    (again_v, again_a), _ = stock(sampler_env, *sampler_job(sampler_env))
+    final_layer = sampler_env["models"]["fp32"].model.diffusion_model.final_layer
     assert getattr(final_layer.forward, "__func__", None) is type(final_layer).forward  # object patch undone
     assert torch.equal(again_v, first_v) and torch.equal(again_a, first_a)
 
 
-def test_rejected_pinning_is_refused_on_the_clone_only(env):
+def test_rejected_pinning_is_refused_on_the_clone_only(sampler_env):
     from longmedia.comfy.clone_install import _refuse_pinning
 
-    patcher = env["models"]["fp32"]
+    patcher = sampler_env["models"]["fp32"]
     clone = patcher.clone()
     note = _refuse_pinning(clone)
     assert "RAM pinning refused" in note
@@ -223,20 +178,20 @@ def test_rejected_pinning_is_refused_on_the_clone_only(env):
 
 
 @pytest.mark.parametrize("dynamic_vram", [False, True], ids=["plan_off", "left_to_comfyui"])
-def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(env, prefetch_seen, dynamic_vram):
+def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(sampler_env, prefetch_seen, dynamic_vram):
     """A plan without prefetch sets `prefetch_dynamic_vbars` False inside the model call (the only place it is
     honoured); a plan whose weights all stay resident leaves ComfyUI's own value, as stock runs."""
     import comfy.patcher_extension as ext
 
     from longmedia.h3.profiles import DeviceProfile
 
-    noise, guider, sampler, sigmas, latent = job(env)
+    noise, guider, sampler, sigmas, latent = sampler_job(sampler_env)
     prefetch_seen.mark_dynamic(guider.model_options)
     try:
-        result = env["core"].run_sampler(noise, guider, sampler, sigmas, latent,
-                                         PlanRequest(memory_mode="low_vram", sol_qkv_chunk_tokens=64),
-                                         device_profile=DeviceProfile.card(vram_gb=16, ram_gb=64,
-                                                                           dynamic_vram=dynamic_vram))
+        result = sampler_env["core"].run_sampler(noise, guider, sampler, sigmas, latent,
+                                                 PlanRequest(memory_mode="low_vram", sol_qkv_chunk_tokens=64),
+                                                 device_profile=DeviceProfile.card(vram_gb=16, ram_gb=64,
+                                                                                   dynamic_vram=dynamic_vram))
     finally:
         guider.model_options["transformer_options"]["wrappers"][ext.WrappersMP.DIFFUSION_MODEL].pop("test_outer")
     assert result.plan.prefetch is dynamic_vram and prefetch_seen
@@ -266,7 +221,7 @@ def _spy_sol_calls(monkeypatch):
 
 
 @pytest.mark.parametrize("mode,chunks", [("normal", {}), ("low_vram", {"sol_qkv_chunk_tokens": 64})])
-def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, monkeypatch, mode, chunks):
+def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(sampler_env, monkeypatch, mode, chunks):
     """Sol (the reference backend on CPU, through the same summary memo as the kernel) inside
     torch.inference_mode(), unstreamed (our attention override) and streamed (block replacements). The
     negative prompt (5 text rows) gets its own packed table, not the positive's (11 rows): the streamed
@@ -275,9 +230,9 @@ def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, m
 
     assert torch.is_inference_mode_enabled()
     seen = _spy_sol_calls(monkeypatch)
-    (sv, sa), _ = stock(env, *job(env))
+    (sv, sa), _ = stock(sampler_env, *sampler_job(sampler_env))
     request = PlanRequest(memory_mode=mode, attention_mode="sol", sol=SolSettings(min_tokens=0), **chunks)
-    (ov, oa), _, result = ours(env, request, *job(env))
+    (ov, oa), _, result = run_longmedia(sampler_env, request, *sampler_job(sampler_env))
     assert result.plan.attention.backend == "sol_reference"
     assert seen and all(table is not None and table[-1][1] == keys for table, keys in seen)
     lengths = sorted({keys for _, keys in seen})
@@ -291,142 +246,18 @@ def test_sol_runs_under_inference_mode_with_each_prompt_own_segment_table(env, m
     assert 0.0027 < rel(ov, sv) < 0.0093 and 0.0072 < rel(oa, sa) < 0.023
 
 
-def _oom(*args, **kwargs):
-    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
-
-class _FailingQueue(list):
-    """A prefetch queue whose transport runs out of memory (what staging the next block's weights can do)."""
-
-    def pop(self, index=-1):
-        _oom()
-
-
-def _prefetch_fails(monkeypatch):
-    import comfy.model_prefetch
-
-    monkeypatch.setattr(comfy.model_prefetch, "make_prefetch_queue", lambda *a, **k: _FailingQueue([None]))
-
-
-@pytest.mark.parametrize("where,phase,block", [
-    ("blocks.1.attn.qkv_proj", "qkv", 1),
-    ("blocks.0.attention", "attention", 0),
-    ("blocks.1.mlp.fc1", "mlp", 1),
-    ("final_layer.norm", "final_output", None),
-    ("prefetch", "prefetch_transport", 0),
-    ("token_refiner", "before_block_0", None),
-])
-def test_normal_mode_oom_names_where_it_happened(env, monkeypatch, where, phase, block):
-    """Normal mode replaces nothing of the model (it stays bit-exact), so the phase comes from the traceback:
-    an OOM in a block, the final layer or the prefetch transport was reported as before_block_0."""
-    import comfy.ldm.minimax.model as h3
-
-    model = env["models"]["fp32"].model.diffusion_model
-    if where == "prefetch":
-        _prefetch_fails(monkeypatch)
-    elif where == "blocks.0.attention":
-        real = h3.optimized_attention
-
-        def failing(q, k, v, heads, **kwargs):  # the DiT's joint attention, not the text refiner's
-            if (k.peek() if hasattr(k, "peek") else k).shape[2] > 20:
-                _oom()
-            return real(q, k, v, heads, **kwargs)
-        monkeypatch.setattr(h3, "optimized_attention", failing)
-    else:
-        target = model.token_refiner.blocks[0].mlp.fc1 if where == "token_refiner" else model.get_submodule(where)
-        monkeypatch.setitem(target.__dict__, "forward", _oom)
-    with pytest.raises(LongMediaOOM) as info:
-        ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"), *job(env))
-    report = info.value.report
-    assert (report.phase, report.block_index) == (phase, block)
-    if phase == "prefetch_transport":
-        assert "not the cause" in report.next_step and report.pressure_point == "--disable-async-offload"
-    monkeypatch.undo()
-    (ov, _), _, _ = ours(env, PlanRequest(memory_mode="normal", attention_mode="existing"), *job(env))
-    assert torch.isfinite(ov).all()
-
-
-def test_streamed_mode_prefetch_oom_is_transport(env, monkeypatch):
-    """In the streamed modes the stages report their own phase; the prefetch between blocks is not a stage."""
-    _prefetch_fails(monkeypatch)
-    with pytest.raises(LongMediaOOM) as info:
-        ours(env, PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64), *job(env))
-    assert info.value.report.phase == "prefetch_transport"
-
-
-def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exact(env):
+def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exact(sampler_env):
     """A manual block guard in normal mode cannot act (no block is streamed): the run report says so, and the
     run is still stock bit for bit."""
-    (sv, sa), _ = stock(env, *job(env))
+    (sv, sa), _ = stock(sampler_env, *sampler_job(sampler_env))
     request = PlanRequest(memory_mode="normal", attention_mode="existing", late_block_guard_target_mb=3000)
-    (ov, oa), _, result = ours(env, request, *job(env))
+    (ov, oa), _, result = run_longmedia(sampler_env, request, *sampler_job(sampler_env))
     assert torch.equal(ov, sv) and torch.equal(oa, sa)
     assert any(n.startswith("late_block_guard_target_mb=3000 has no effect in normal mode") for n in result.report.notes)
 
 
-def test_a_latent_with_nan_is_reported_first_with_what_to_try(env, monkeypatch, caplog):
-    from longmedia.execution import streamed_block
-
-    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
-                          mlp_chunk_tokens=96)
-    _, _, clean = ours(env, request, *job(env))
-    assert clean.report.output_finite and not any("NaN" in line for line in clean.report.summary_lines())
-    real = streamed_block._Run.streamed_mlp
-
-    def poisoned(self):  # a stage that leaves NaN in the packed sequence, as the 50-block run on the H200 did before the
-        # offload-stream fix (727d794)
-        real(self)
-        self.x[5, 3] = float("nan")
-
-    monkeypatch.setattr(streamed_block._Run, "streamed_mlp", poisoned)
-    (ov, _), _, bad = ours(env, request, *job(env))
-    assert not torch.isfinite(ov).all()
-    assert bad.report.output_finite is False and json.loads(bad.report.to_json())["output_finite"] is False
-    first = bad.report.summary_lines()[0]
-    assert first.startswith("WARNING: the sampled latent holds NaN or inf") and "memory_mode normal" in first
-    assert any("holds NaN or inf" in r.getMessage() for r in caplog.records)
-
-
-def test_longmedia_probes_names_the_first_non_finite_phase_in_the_report(env, monkeypatch, caplog):
-    """A user's NaN report: LONGMEDIA_PROBES=nan,weights switches the product's probes on for the run; the report
-    (and the log, as it happens) names the first stage whose packed sequence held NaN and where the weights came from."""
-    from longmedia.execution import streamed_block
-
-    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
-                          mlp_chunk_tokens=96)
-    monkeypatch.delenv("LONGMEDIA_PROBES", raising=False)
-    assert ours(env, request, *job(env))[2].report.probes is None  # none by default
-    monkeypatch.setenv("LONGMEDIA_PROBES", "nan,weights")
-    clean = ours(env, request, *job(env))[2].report.probes.lines
-    assert clean[0].endswith("non-finite seen: False") and clean[1].startswith("WEIGHT PROBE: {'resident': ")
-    real = streamed_block._Run.streamed_mlp
-
-    def poisoned(self):
-        real(self)
-        self.x[7, 1] = float("nan")
-
-    monkeypatch.setattr(streamed_block._Run, "streamed_mlp", poisoned)
-    (ov, _), _, bad = ours(env, request, *job(env))
-    first = "NAN PROBE: phase streamed_mlp call 2: input finite True, output finite False"
-    assert not torch.isfinite(ov).all() and bad.report.probes.lines[0].startswith(first)
-    assert any(line.startswith(first) for line in bad.report.summary_lines())
-    assert json.loads(bad.report.to_json())["probes"]["lines"][0].startswith(first)
-    assert any(first in r.getMessage() for r in caplog.records)
-
-
-def test_all_finite_reads_each_part_of_a_nested_latent(env):
-    from comfy.nested_tensor import NestedTensor  # what H3's empty AV latent holds (video 5-D, audio 3-D)
-
-    from longmedia.comfy.sampler import all_finite
-
-    video, audio = torch.randn(1, 4, 3, 2, 2), torch.randn(1, 8, 5)
-    assert all_finite(NestedTensor([video, audio])) and all_finite(video)
-    audio[0, 2, 1] = float("inf")
-    assert not all_finite(NestedTensor([video, audio])) and not all_finite(audio)
-
-
 @pytest.mark.parametrize("profile", ["measured", "probe", "fixed"])
-def test_the_planner_runs_once_per_pass_after_the_boundary(env, monkeypatch, profile):
+def test_the_planner_runs_once_per_pass_after_the_boundary(sampler_env, monkeypatch, profile):
     """One pass, one plan: planned after the residency boundary from the memory it leaves (a fixed card's plan
     is final, so it is planned once before the boundary and refused there if it cannot run)."""
     from longmedia.comfy import pass_plan
@@ -449,6 +280,6 @@ def test_the_planner_runs_once_per_pass_after_the_boundary(env, monkeypatch, pro
     monkeypatch.setattr(core, "residency_boundary", boundary)
     device_profile = {"measured": None, "probe": lambda: card, "fixed": card}[profile]
     request = PlanRequest(memory_mode="auto", attention_mode="existing")
-    result = ours(env, request, *job(env), device_profile=device_profile)[2]
+    result = run_longmedia(sampler_env, request, *sampler_job(sampler_env), device_profile=device_profile)[2]
     assert order == (["plan", "boundary"] if profile == "fixed" else ["boundary", "plan"])
     assert result.report.plan.memory_mode in ("normal", "low_vram", "ultra_low_vram")
