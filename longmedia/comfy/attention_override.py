@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..attention.backends import default_registry
-from ..attention.dispatcher import AttentionChoice, build_attention_fn
+from ..attention.choice import AttentionChoice, build_attention_fn
 from ..attention.protocol import AttentionFn
 from ..attention.registry import BackendRegistry
 from ..attention.schedule import sigma_progress

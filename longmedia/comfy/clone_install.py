@@ -89,7 +89,7 @@ def _attention_factory(plan: ExecutionPlan, row_spans):
     choice = plan.attention.choice
     if choice is None or plan.attention.backend == "existing":
         return existing_attention_fn
-    from ..attention.dispatcher import build_attention_fn
+    from ..attention.choice import build_attention_fn
 
     def factory(topts, heads):
         table = host_layout_row_spans(topts)

@@ -1,7 +1,8 @@
 """The planner's one coupling to the attention dispatcher, and the documented default without it.
 
 `resolve_attention_path` calls `longmedia.attention.dispatcher.resolve_attention` (which needs torch)
-with the job's facts and the bytes the plan leaves for attention. `default_attention_path` does not
+with the job's facts and the bytes the plan leaves for attention, then `longmedia.attention.choice.call_extra_bytes`
+for one call's bytes beyond q/k/v/out. `default_attention_path` does not
 probe anything: it records the requested mode and assumes ComfyUI's installed attention is a fused
 exact kernel (flash / PyTorch SDPA: no score matrix), which is what the planner's byte formula uses.
 The CLI uses the default so it stays torch-free and fast; it plans for a card that is not here anyway.
@@ -49,6 +50,8 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
         return default_attention_path(request, geometry, model, device, chunks, budget_bytes, "not installed")
     import torch  # present: the dispatcher imported it
 
+    from ..attention.choice import call_extra_bytes
+
     heads = chunks.group_heads(model.dims.heads)
     # No exact attention over int8 K/V here. The executor holds K/V in bf16, so an int8-K/V backend would
     # quantise a second copy per call. Holding int8 K/V instead would not pay either. Per token, int8 K/V
@@ -62,8 +65,7 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
                                    int8_kv_storage=False, host_attention=request.host_attention,
                                    streamed=chunks.streams_attention, speeds=request.attention_speeds)
     rows = chunks.qkv_chunk_tokens or geometry.seq_len  # the executor's query rows per call
-    extra = mod.call_extra_bytes(choice, query_rows=rows, heads=heads, head_dim=model.dims.head_dim,
-                                 dtype=torch.bfloat16)
+    extra = call_extra_bytes(choice, query_rows=rows, heads=heads, head_dim=model.dims.head_dim, dtype=torch.bfloat16)
     return AttentionPath(mode=choice.mode, backend=choice.backend, exact=bool(choice.exact),
                          query_chunk_tokens=int(choice.query_chunk_tokens), source="dispatcher",
                          reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes),

@@ -18,7 +18,7 @@ from ..h3.references import REFERENCE_BUDGETS
 from ..limits import MAX_LINK_GBPS, MAX_MB, MAX_SP_DEGREE
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
-    from ..attention.dispatcher import AttentionChoice
+    from ..attention.choice import AttentionChoice
 
 MEMORY_MODES = ("auto", "normal", "low_vram", "ultra_low_vram")
 ATTENTION_MODES = ("auto", "existing", "sol", "scheduled_sol")

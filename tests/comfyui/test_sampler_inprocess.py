@@ -202,10 +202,10 @@ def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(sampler_env, p
 
 def _spy_sol_calls(monkeypatch):
     """Every AttentionFn the run builds, wrapped to record (the row spans it was built with, keys it got)."""
-    from longmedia.attention import dispatcher
+    from longmedia.attention import choice as attention_choice
     from longmedia.comfy import attention_override as override
 
-    seen, real = [], dispatcher.build_attention_fn
+    seen, real = [], attention_choice.build_attention_fn
 
     def spy(choice, **kwargs):
         fn, table = real(choice, **kwargs), kwargs.get("row_spans")
@@ -215,7 +215,7 @@ def _spy_sol_calls(monkeypatch):
             return fn(q, k, v, q_offset=q_offset)
         return call
 
-    monkeypatch.setattr(dispatcher, "build_attention_fn", spy)
+    monkeypatch.setattr(attention_choice, "build_attention_fn", spy)
     monkeypatch.setattr(override, "build_attention_fn", spy)
     return seen
 

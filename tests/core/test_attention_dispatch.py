@@ -8,9 +8,9 @@ import torch
 from attention_fakes import ALL, fake_registry, fake_spec, rand_qkv  # tests/core helper
 
 from longmedia.attention import backends as builtin
+from longmedia.attention.choice import build_attention_fn
 from longmedia.attention.dispatcher import (
     AttentionModeError,
-    build_attention_fn,
     existing_backend_is_exact,
     resolve_attention,
 )

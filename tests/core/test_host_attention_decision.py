@@ -6,7 +6,8 @@ import torch
 from attention_fakes import ALL  # tests/core helper
 
 from longmedia.attention import backends as builtin
-from longmedia.attention.dispatcher import AttentionModeError, call_extra_bytes, resolve_attention
+from longmedia.attention.choice import call_extra_bytes
+from longmedia.attention.dispatcher import AttentionModeError, resolve_attention
 from longmedia.attention.existing import existing_spec
 from longmedia.attention.host import HostAttention
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
