@@ -111,17 +111,18 @@ def main(argv=None) -> int:
         return smoke(a)
     job = FULL
     a.out.mkdir(parents=True, exist_ok=True)
-    plan = print_plan(a, job)
-    (a.out / PLAN_FILE).write_text(json.dumps(plan, indent=1))
     if not _gpu_and_comfyui():
+        (a.out / PLAN_FILE).write_text(json.dumps(print_plan(a, job), indent=1))     # of the INT8 preset
         print("bench.long_job: the stages need a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent "
               "GPU machine `. tools/gpu/bootstrap.sh`). The calls that make the table:\n  " + "\n  ".join(calls(a, job)))
         return 2
     unet = checkpoint(a)
-    if a.prepare or unet is None:
-        return 0 if unet else 1
+    if unet is None:
+        return 1
     plan = print_plan(a, job, str(a.models / unet))         # the checkpoint that runs, not the preset
     (a.out / PLAN_FILE).write_text(json.dumps(plan, indent=1))
+    if a.prepare:
+        return 0
     if a.stage is None and not a.stages:
         print("name a stage (--stage) or stages (--stages); the calls that make the table:\n  "
               + "\n  ".join(calls(a, job)))

@@ -17,29 +17,24 @@ from pathlib import Path
 WRAPPER_KEY = "longmedia_bench_long_job"
 
 
-def host_rss() -> tuple[int, int]:
-    """(RSS now, its peak since `reset_host_peak`) of this process, bytes (Linux /proc)."""
-    fields = {}
+def _status_bytes(*keys: str) -> dict[str, int]:
+    """Fields of this process's /proc/self/status (given in kB), in bytes; 0 for a key the kernel does not give."""
+    fields = dict.fromkeys(keys, 0)
     for line in Path("/proc/self/status").read_text().splitlines():
         key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in fields:
             fields[key] = int(rest.split()[0]) * 1024
-    return fields["VmRSS"], fields["VmHWM"]
+    return fields
+
+
+def host_rss() -> tuple[int, int]:
+    """(RSS now, its peak since `reset_host_peak`) of this process, bytes (Linux /proc)."""
+    f = _status_bytes("VmRSS", "VmHWM")
+    return f["VmRSS"], f["VmHWM"]
 
 
 def reset_host_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")     # VmHWM := the current RSS
-
-
-def rss_split() -> dict[str, int]:
-    """This process's resident bytes by kind (Linux /proc): anonymous (heap, pinned buffers, latents), file-backed
-    (mapped files: the checkpoint ComfyUI maps, clean pages the kernel may drop), shared memory."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("RssAnon", "RssFile", "RssShmem"):
-            fields[key] = int(rest.split()[0]) * 1024
-    return {"anon": fields.get("RssAnon", 0), "file": fields.get("RssFile", 0), "shmem": fields.get("RssShmem", 0)}
 
 
 class PeakSampler:
@@ -83,10 +78,11 @@ class PeakSampler:
 
 
 def host_split() -> dict[str, int]:
-    """The pass row's host fields: anonymous and file-backed RSS (see `rss_split`). Reads /proc only: safe on a
-    thread of its own."""
-    split = rss_split()
-    return {"host_anon_peak_bytes": split["anon"], "host_file_peak_bytes": split["file"]}
+    """The row's host fields: this process's anonymous RSS (heap, pinned buffers, the state dict ComfyUI holds)
+    and file-backed RSS (mapped files: clean pages the kernel may drop). Reads /proc only: safe on a thread of its
+    own."""
+    f = _status_bytes("RssAnon", "RssFile")
+    return {"host_anon_peak_bytes": f["RssAnon"], "host_file_peak_bytes": f["RssFile"]}
 
 
 def device_memory_at_call(torch_cuda) -> Callable[[], dict[str, int | None]]:

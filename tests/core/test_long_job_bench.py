@@ -77,11 +77,11 @@ def test_the_per_pass_peak_sampler_keeps_a_spike_between_resets_and_forgets_the_
         meter.close()
 
 
-def test_rss_split_reads_this_process_s_anonymous_and_file_pages():
-    from bench.long_job.record import rss_split
+def test_host_split_reads_this_process_s_anonymous_and_file_pages():
+    from bench.long_job.record import host_split
 
-    split = rss_split()
-    assert split["anon"] > 1 << 20 and split["file"] > 1 << 20      # a Python process has both
+    split = host_split()
+    assert split["host_anon_peak_bytes"] > 1 << 20 and split["host_file_peak_bytes"] > 1 << 20   # Python has both
 
 
 def test_the_plan_counts_the_checkpoint_that_runs_not_the_preset(monkeypatch):
