@@ -62,6 +62,7 @@ def tiny_video_vae(comfy_sd: ModuleType, minimax_vae: ModuleType, seed: int = 0)
     model = cls(**TINY_VIDEO_VAE)
     model.decoder = minimax_vae.ViT3DDecoder(patch_size=model.vae_ratio, patch_size_t=model.vae_ratio_t,
                                              in_channels=24, out_channels=3, **TINY_VIDEO_DECODER)
+    _materialize_lazy_linears(model)
     _fill(model, seed, skip=("latents_", "pixel_"))      # H3's latent statistics and ImageNet pixels stay
     return _wrap(comfy_sd, cls, model)
 
@@ -70,6 +71,7 @@ def tiny_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: in
     """A `comfy.sd.VAE` over a tiny `MiniMaxH3AudioVAE`: latents [1, 32, 2, T] -> stereo at 32 kHz (800 per T)."""
     cls = minimax_audio_vae.MiniMaxH3AudioVAE
     model = cls(**TINY_AUDIO_VAE)
+    _materialize_lazy_linears(model)
     _fill(model, seed)
     with torch.no_grad():
         model.latents_std.abs_().add_(0.5)
@@ -82,6 +84,7 @@ def full_video_vae(comfy_sd: ModuleType, minimax_vae: ModuleType, seed: int = 0,
     `draw_device` (a GPU draws 2.4 B values in seconds), held on the CPU until ComfyUI loads it."""
     cls = minimax_vae.MiniMaxH3VideoVAE
     model = cls()      # ComfyUI builds it with its no-init layers: allocation only
+    _materialize_lazy_linears(model)
     _fill_fan_in(model, seed, draw_device, skip=("latents_", "pixel_"))
     return _wrap(comfy_sd, cls, model)
 
@@ -90,10 +93,28 @@ def full_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: in
     """A `comfy.sd.VAE` over ComfyUI's `MiniMaxH3AudioVAE` at full size with seeded random weights."""
     cls = minimax_audio_vae.MiniMaxH3AudioVAE
     model = cls()
+    _materialize_lazy_linears(model)
     _fill_fan_in(model, seed, draw_device)
     with torch.no_grad():
         model.latents_std.abs_().add_(0.5)
     return _wrap(comfy_sd, cls, model)
+
+
+def _materialize_lazy_linears(module: torch.nn.Module) -> None:
+    """Under Dynamic VRAM (comfy-aimdo on), ComfyUI's no-init `Linear` is built without weight or bias: they arrive
+    with the state dict. Such layers would be skipped by the fill and fail at decode ("'NoneType' object has no
+    attribute 'device'"), so each gets an empty weight (and bias) of its shape through the module's own
+    `load_state_dict`, the path ComfyUI's loader takes; the fill then draws them."""
+    lazy = {}
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.Linear) and m.weight is None:
+            lazy[f"{name}.weight"] = torch.empty(m.out_features, m.in_features)
+            if getattr(m, "comfy_need_lazy_init_bias", False):
+                lazy[f"{name}.bias"] = torch.empty(m.out_features)
+    if lazy:
+        result = module.load_state_dict(lazy, strict=False, assign=True)
+        if result.unexpected_keys:
+            raise RuntimeError(f"lazy Linear weights not taken by their modules: {result.unexpected_keys[:4]}")
 
 
 def _fill_fan_in(module: torch.nn.Module, seed: int, draw_device: str, skip: tuple[str, ...] = ()) -> None:

@@ -237,3 +237,30 @@ def test_ram_growth_is_bounded_by_one_chunk_not_the_video(comfyui_root, tmp_path
     assert ours_long < 1.2 * ours_short
     whole_video = 226 * 512 * 512 * 3 * 4
     assert stock_long - ours_long > 0.8 * whole_video, "stock should hold the whole video beyond what ours holds"
+
+
+def test_the_vaes_get_every_weight_when_dynamic_vram_builds_them_weightless(comfy_inprocess, monkeypatch):
+    """Under Dynamic VRAM (comfy-aimdo on), ComfyUI builds its no-init Linear without weight or bias, to take them
+    from the state dict. The bench's drawn VAEs must still fill every one: the full-size decode on the GPU failed
+    with "'NoneType' object has no attribute 'device'" in the decoder's first Linear. Built with aimdo on, the
+    VAEs decode exactly as the same seeds built with it off."""
+    import comfy.memory_management
+    import comfy.sd
+    from comfy.ldm.minimax import audio_vae, vae
+
+    from longmedia.testing.tiny_vae import tiny_audio_vae, tiny_video_vae
+
+    reference = tiny_video_vae(comfy.sd, vae, seed=7), tiny_audio_vae(comfy.sd, audio_vae, seed=8)
+    monkeypatch.setattr(comfy.memory_management, "aimdo_enabled", True)
+    built = tiny_video_vae(comfy.sd, vae, seed=7), tiny_audio_vae(comfy.sd, audio_vae, seed=8)
+    monkeypatch.setattr(comfy.memory_management, "aimdo_enabled", False)    # decode on the CPU path, as reference
+    for ref, got in zip(reference, built):
+        linears = [(n, m) for n, m in got.first_stage_model.named_modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(m.weight is not None for _, m in linears), [n for n, m in linears if m.weight is None]
+        ref_params = dict(ref.first_stage_model.named_parameters())
+        got_params = dict(got.first_stage_model.named_parameters())
+        assert ref_params.keys() == got_params.keys()
+        assert all(torch.equal(ref_params[k], got_params[k]) for k in ref_params)
+    latent = av_latent(seed=11, t=5, h=2, w=3, audio_t=20)
+    with torch.inference_mode():
+        assert torch.equal(stock_images(built[0], latent), stock_images(reference[0], latent))
