@@ -110,10 +110,12 @@ class _Pass:
     def mlp_fits(self, c: ChunkSizes) -> bool:
         return self.need(self.fixed + self.block(c).mlp_bytes) <= self.usable
 
-    def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0) -> Candidate:
-        """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace)."""
+    def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0, attention_held: int = 0) -> Candidate:
+        """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace); attention_held:
+        the part of it the block's AttentionFn keeps until the block returns (Sol's key summaries), so live in the
+        MLP phase as well."""
         bm = self.block(chunks)
-        act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes)
+        act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes + attention_held)
         mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
                               workspace_bytes=self.workspace, pre_block_bytes=self.pre,
                               final_bytes=self.final if chunks.is_stock else self.final_chunked,
@@ -273,12 +275,14 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                        "working set needs it")
         cand = p.candidate(cand.mode, chunks)
     workspace_warning = None
-    if attention.extra_bytes:
+    if attention.extra_bytes or attention.held_bytes:
         fitted = cand.fits
-        cand = p.candidate(cand.mode, chunks, attention.extra_bytes)
+        cand = p.candidate(cand.mode, chunks, attention.extra_bytes, attention.held_bytes)
         reasons.append(f"{attention.backend} allocates {gib(attention.extra_bytes)} per attention call beyond "
                        "q/k/v (scores or Sol's key summaries, block lists, routing mask): counted in the block's "
-                       "attention phase")
+                       "attention phase"
+                       + (f"; {mib(attention.held_bytes)} MiB of it (Sol's key summaries, made once per K/V) stays "
+                          "until the block returns: counted in its MLP phase too" if attention.held_bytes else ""))
         if fitted and not cand.fits:
             workspace_warning = (f"{attention.backend}'s {gib(attention.extra_bytes)} of per-call workspace takes "
                                  "the plan over the budget: lower sol_qkv_chunk_tokens or free VRAM")

@@ -122,6 +122,7 @@ class AttentionPath:
     reasons: tuple[str, ...]
     working_bytes: int = 0
     extra_bytes: int = 0       # a call's allocations beyond q/k/v/out (scores, Sol's workspace), per query chunk
+    held_bytes: int = 0        # the part of extra_bytes kept until the block call returns (Sol's key summaries)
     choice: AttentionChoice | None = field(default=None, compare=False, repr=False)  # the dispatcher's, when asked
 
 
