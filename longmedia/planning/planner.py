@@ -304,6 +304,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                    f"{gib(mem.min_weight_bytes)} the block in use needs (counted in the predicted peak)"
                    + (f" and {gib(elastic)} elastic, kept in the room beside the peak and given up when "
                       "activations need it" if elastic > 0 else ""))
+    reasons.append(peak_bound_text(mem, device))
     if mem.final_bytes > mem.blocks_phase_bytes:
         reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block phase "
                        f"({gib(mem.blocks_phase_bytes)}): the late-block guard makes room before it")
@@ -354,6 +355,24 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                          memory=mem, budget_bytes=device.usable_vram_bytes, geometry=geometry, model=model,
                          device=device, manual_fields=request.manual_fields, warnings=tuple(warnings),
                          reasons=tuple(reasons), segment_suggestion=suggestion, sp=sp)
+
+
+def peak_bound_text(mem: MemoryBreakdown, device: DeviceProfile) -> str:
+    """What the predicted peak bounds, and what it does not: the reason the plan states it in."""
+    in_use = max(0, device.vram_total_bytes - device.usable_vram_bytes)
+    elastic = mem.resident_weight_bytes - mem.min_weight_bytes
+    if device.dynamic_vram:
+        torch_part = (f"torch's allocated bytes peak at {gib(mem.torch_need_bytes - mem.min_weight_bytes)} at most "
+                      "(activations, workspaces, the tensors around the blocks; the weights are comfy-aimdo's VBAR "
+                      "pages, outside torch)")
+    else:
+        torch_part = (f"torch's allocated bytes peak at {gib(mem.predicted_peak_bytes - mem.outside_torch_bytes)} at "
+                      "most, resident weights included")
+    return (f"predicted peak {gib(mem.predicted_peak_bytes)} ({gib(mem.activation_need_bytes)} needed + "
+            f"{gib(elastic)} of elastic weights): what the pass may add to the {gib(in_use)} the device had in use "
+            f"when the plan read it (CUDA context, other processes); {torch_part}"
+            + (f"; the room above the {gib(mem.activation_need_bytes)} needed is for elastic weights, kept while they "
+               "fit and given up under pressure, not for activations" if elastic > 0 else ""))
 
 
 def normal_mode_differences(prefetch: bool, guards) -> str:

@@ -239,6 +239,12 @@ class ExecutionPlan:
         return self.budget_bytes - self.activation_reserve_bytes
 
     @property
+    def in_use_at_plan_bytes(self) -> int:
+        """Device memory in use, outside the budget, when the plan read the device: the CUDA context, what the
+        process already held, other processes. The predicted peak is what the pass may add on top of it."""
+        return max(0, self.device.vram_total_bytes - self.budget_bytes)
+
+    @property
     def fits(self) -> bool:
         return self.memory.activation_need_bytes <= self.usable_bytes
 
@@ -259,7 +265,8 @@ class ExecutionPlan:
         if self.sp is not None:
             out["sp"]["expected_speedup"] = self.sp.expected_speedup
         out.update(predicted_peak_bytes=self.predicted_peak_bytes, usable_bytes=self.usable_bytes, fits=self.fits,
-                   resident_weight_budget_bytes=self.resident_weight_budget_bytes)
+                   resident_weight_budget_bytes=self.resident_weight_budget_bytes,
+                   in_use_at_plan_bytes=self.in_use_at_plan_bytes)
         return out
 
     def to_json(self, indent: int | None = None) -> str:
