@@ -359,18 +359,13 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
 
 def peak_bound_text(mem: MemoryBreakdown, device: DeviceProfile) -> str:
     """What the predicted peak bounds, and what it does not: the reason the plan states it in."""
-    in_use = max(0, device.vram_total_bytes - device.usable_vram_bytes)
     elastic = mem.resident_weight_bytes - mem.min_weight_bytes
-    if device.dynamic_vram:
-        torch_part = (f"torch's allocated bytes peak at {gib(mem.torch_need_bytes - mem.min_weight_bytes)} at most "
-                      "(activations, workspaces, the tensors around the blocks; the weights are comfy-aimdo's VBAR "
-                      "pages, outside torch)")
-    else:
-        torch_part = (f"torch's allocated bytes peak at {gib(mem.predicted_peak_bytes - mem.outside_torch_bytes)} at "
-                      "most, resident weights included")
+    what = ("activations, workspaces, the tensors around the blocks; the weights are comfy-aimdo's VBAR pages, "
+            "outside torch" if device.dynamic_vram else "resident weights included")
     return (f"predicted peak {gib(mem.predicted_peak_bytes)} ({gib(mem.activation_need_bytes)} needed + "
-            f"{gib(elastic)} of elastic weights): what the pass may add to the {gib(in_use)} the device had in use "
-            f"when the plan read it (CUDA context, other processes); {torch_part}"
+            f"{gib(elastic)} of elastic weights): what the pass may add to the {gib(device.in_use_bytes)} the device "
+            f"had in use when the plan read it (CUDA context, other processes); torch's allocated bytes peak at "
+            f"{gib(mem.torch_allocated_bytes(device.dynamic_vram))} at most ({what})"
             + (f"; the room above the {gib(mem.activation_need_bytes)} needed is for elastic weights, kept while they "
                "fit and given up under pressure, not for activations" if elastic > 0 else ""))
 

@@ -170,6 +170,14 @@ class MemoryBreakdown:
     def predicted_peak_bytes(self) -> int:
         return self.activation_need_bytes + (self.resident_weight_bytes - self.min_weight_bytes)
 
+    def torch_allocated_bytes(self, weights_outside_torch: bool) -> int:
+        """The most torch's allocator hands out (its allocated count, not its pool): the torch need less the block's
+        weights when dynamic VRAM keeps weights outside torch (comfy-aimdo's VBAR pages), else the predicted peak,
+        resident weights included; the bytes outside torch's count (cast buffers, pool slack) never."""
+        if weights_outside_torch:
+            return self.torch_need_bytes - self.min_weight_bytes
+        return self.predicted_peak_bytes - self.outside_torch_bytes
+
     @property
     def streamed_weight_bytes(self) -> int:
         """Weights that travel from RAM on every model call."""
@@ -240,9 +248,9 @@ class ExecutionPlan:
 
     @property
     def in_use_at_plan_bytes(self) -> int:
-        """Device memory in use, outside the budget, when the plan read the device: the CUDA context, what the
-        process already held, other processes. The predicted peak is what the pass may add on top of it."""
-        return max(0, self.device.vram_total_bytes - self.budget_bytes)
+        """Device memory in use, outside the budget, when the plan read the device (`DeviceProfile.in_use_bytes`).
+        The predicted peak is what the pass may add on top of it."""
+        return self.device.in_use_bytes
 
     @property
     def fits(self) -> bool:

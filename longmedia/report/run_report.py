@@ -54,12 +54,8 @@ class PredictedPeaks:
     def of(cls, memory: MemoryBreakdown, dynamic_vram: bool, in_use_at_plan_bytes: int = 0) -> "PredictedPeaks":
         """From the plan's memory breakdown, whether dynamic VRAM holds the weights and what was in use when the
         plan read the device (`ExecutionPlan.in_use_at_plan_bytes`)."""
-        total = int(memory.predicted_peak_bytes)
-        if dynamic_vram:  # the weights in use and the elastic ones are VBAR pages
-            torch_bytes = memory.torch_need_bytes - memory.min_weight_bytes
-        else:  # torch holds every resident weight; cast buffers and pool slack stay outside its allocated count
-            torch_bytes = total - memory.outside_torch_bytes
-        return cls(max(0, int(torch_bytes)), total, bool(dynamic_vram), max(0, int(in_use_at_plan_bytes)))
+        return cls(max(0, int(memory.torch_allocated_bytes(dynamic_vram))), int(memory.predicted_peak_bytes),
+                   bool(dynamic_vram), max(0, int(in_use_at_plan_bytes)))
 
     @classmethod
     def of_plan(cls, plan: ExecutionPlan) -> "PredictedPeaks":
