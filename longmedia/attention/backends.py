@@ -239,11 +239,21 @@ def _sol_factory(module_name: str, names: tuple[str, ...]) -> Callable[[BuildCon
     return factory
 
 
-def _sol_workspace(*, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
-    """Sol's allocations per call (kernels/sol_reference.sol_workspace_bytes: pure arithmetic, torch only)."""
-    from ..kernels.sol_reference import sol_workspace_bytes
-    return sol_workspace_bytes(heads=heads, rows=query_rows, seq_len=seq_len, head_dim=head_dim,
-                               elem_bytes=dtype_bytes, block=SOL_BLOCK)
+def _sol_counts(summary_bytes: int | None) -> dict[str, Callable[..., int]]:
+    """A Sol backend's `workspace` (its allocations per call: kernels/sol_reference.sol_workspace_bytes, pure
+    arithmetic, torch only) and `held` (the key summaries `_SummaryMemo` keeps for the AttentionFn's life).
+    summary_bytes: bytes per summary element (None = q's dtype, as the Triton kernel keeps them; the fp32
+    reference keeps fp32 ones)."""
+    def workspace(*, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
+        from ..kernels.sol_reference import sol_workspace_bytes
+        return sol_workspace_bytes(heads=heads, rows=query_rows, seq_len=seq_len, head_dim=head_dim,
+                                   elem_bytes=summary_bytes or dtype_bytes, block=SOL_BLOCK)
+
+    def held(*, seq_len: int, heads: int, head_dim: int, dtype_bytes: int) -> int:
+        from ..kernels.sol_reference import sol_summary_bytes
+        return sol_summary_bytes(heads, seq_len, head_dim, summary_bytes or dtype_bytes, SOL_BLOCK)
+
+    return {"workspace": workspace, "held": held}
 
 
 # ---- declarations -----------------------------------------------------------------------------
@@ -291,12 +301,12 @@ def builtin_backends() -> tuple[BackendSpec, ...]:
                     probe=_kernel_probe("qstream_reference", QSTREAM_REF, needs_triton=False),
                     description="eager fp32 torch reference of the exact kernel: the last exact fallback"),
         BackendSpec(name="sol", exact=False, dtypes=HALF, head_dims=(64, 128), min_capability=(8, 0),
-                    workspace=_sol_workspace, speed_rank=0, takes_tau=True, factory=_sol_factory("sol_attention", SOL),
+                    speed_rank=0, takes_tau=True, factory=_sol_factory("sol_attention", SOL), **_sol_counts(None),
                     probe=_kernel_probe("sol_attention", SOL, needs_triton=True),
                     description="our block-sparse Sol kernel: approximate, routed by tau"),
         BackendSpec(name="sol_reference", exact=False, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
-                    kv_element_bytes=6, score_bytes=8, workspace=_sol_workspace, speed_rank=2, takes_tau=True,
-                    factory=_sol_factory("sol_reference", SOL_REF),
+                    kv_element_bytes=6, score_bytes=8, speed_rank=2, takes_tau=True,
+                    factory=_sol_factory("sol_reference", SOL_REF), **_sol_counts(4),
                     probe=_kernel_probe("sol_reference", SOL_REF, needs_triton=False),
                     description="eager fp32 torch reference of Sol: the approximate fallback"),
         BackendSpec(name="existing", exact=True, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,

@@ -1,6 +1,7 @@
 """The resolved attention path and what a caller does with it: `AttentionChoice` (what the dispatcher,
-dispatcher.py, returns), `build_attention_fn` (the AttentionFn for one sampler step) and `call_extra_bytes` (the
-bytes one call of the chosen path allocates beyond the caller's q/k/v/out, for the planner).
+dispatcher.py, returns), `build_attention_fn` (the AttentionFn for one sampler step), `call_extra_bytes` (the
+bytes one call of the chosen path allocates beyond the caller's q/k/v/out, for the planner) and `call_held_bytes`
+(the part of those the AttentionFn keeps until it is dropped: Sol's key summaries).
 """
 
 from __future__ import annotations
@@ -85,6 +86,18 @@ def call_extra_bytes(choice: AttentionChoice, *, query_rows: int, heads: int, he
                default=0)
 
 
+def call_held_bytes(choice: AttentionChoice, *, heads: int, head_dim: int, dtype: torch.dtype,
+                    registry: BackendRegistry | None = None) -> int:
+    """Bytes the chosen path's AttentionFn keeps after its calls return (Sol's key summaries, memoised per K/V),
+    the larger of its Sol and exact backends'. The executor builds one AttentionFn per block call and drops it
+    when the block returns, so these are live in the block's MLP phase too; the planner adds them there."""
+    registry = default_registry() if registry is None else registry
+    names = {choice.backend, choice.exact_backend} & set(registry.names)
+    return max((registry.get(n).held_bytes(seq_len=choice.seq_len, heads=heads, head_dim=head_dim,
+                                           dtype_bytes=dtype.itemsize) for n in names),
+               default=0)
+
+
 def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None, seq_len: int | None = None,
                        row_spans: Iterable[tuple[int, int, str]] | None = None, existing: AttentionFn | None = None,
                        sm_scale: float | None = None, registry: BackendRegistry | None = None,
@@ -111,4 +124,4 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
                                                        sm_scale=sm_scale))
 
 
-__all__ = ["AttentionChoice", "build_attention_fn", "call_extra_bytes"]
+__all__ = ["AttentionChoice", "build_attention_fn", "call_extra_bytes", "call_held_bytes"]

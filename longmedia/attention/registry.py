@@ -63,7 +63,10 @@ class BackendSpec:
     (None = the compute dtype's size); kv_scale_bytes: extra bytes per (token, head) of each of K and V.
     score_bytes: bytes materialised per (head, query, key): 0 for fused kernels. workspace(seq_len=,
     heads=, head_dim=, dtype_bytes=, query_rows=): bytes one call allocates besides q/k/v/out and the
-    scores (Sol's summaries, lists, mask and proxies; None = nothing). speed_rank: lower is faster (ties
+    scores (Sol's summaries, lists, mask and proxies; None = nothing). held(seq_len=, heads=, head_dim=,
+    dtype_bytes=): the part of that workspace the AttentionFn keeps after its calls return, until the AttentionFn
+    itself is dropped (Sol's key summaries, memoised per K/V; the executor drops it when the block call returns,
+    so they are live in the block's MLP phase too; None = nothing). speed_rank: lower is faster (ties
     keep declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
     max_head_dim: largest head size (None = no limit; head_dims, when given, lists the allowed ones).
     takes_tau: approximate and routed by Sol's tau (what the Sol modes pick from).
@@ -88,6 +91,7 @@ class BackendSpec:
     kv_scale_bytes: int = 0
     score_bytes: int = 0
     workspace: Callable[..., int] | None = None
+    held: Callable[..., int] | None = None
     speed_rank: int = 100
     probe: Callable[[], tuple[bool, str]] = always_available
     description: str = ""
@@ -146,6 +150,12 @@ class BackendSpec:
         work = 0 if self.workspace is None else self.workspace(seq_len=seq_len, heads=heads, head_dim=head_dim,
                                                                 dtype_bytes=dtype_bytes, query_rows=rows)
         return int(scores + work)
+
+    def held_bytes(self, *, seq_len: int, heads: int, head_dim: int, dtype_bytes: int) -> int:
+        """Bytes the AttentionFn keeps between and after its calls (part of `extra_bytes` while a call runs): what
+        the planner adds to the block's MLP phase, which runs before the block call returns."""
+        return 0 if self.held is None else int(self.held(seq_len=seq_len, heads=heads, head_dim=head_dim,
+                                                         dtype_bytes=dtype_bytes))
 
     def working_bytes(self, *, seq_len: int, heads: int, head_dim: int, dtype_bytes: int, query_rows: int) -> int:
         """Bytes the attention path holds for one call over `query_rows` queries against `seq_len` keys:

@@ -178,7 +178,7 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                        block_peak_bytes=tuple(run.block_peaks.get(i, 0) for i in sorted(run.block_peaks)),
                        guard_events=run.guards.report().lines, preview=callback.failure.summary
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
-                       predicted=PredictedPeaks.of(plan.memory, plan.device.dynamic_vram), output_finite=finite,
+                       predicted=PredictedPeaks.of_plan(plan), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
                        host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1))
     if not finite:

@@ -186,6 +186,12 @@ class DeviceProfile:
         return self.vram_free_bytes + self.allocator_reserved_bytes
 
     @property
+    def in_use_bytes(self) -> int:
+        """Device memory in use outside the usable VRAM when it was read: the CUDA context, what the process held
+        beyond torch's reusable cache, other processes."""
+        return max(0, self.vram_total_bytes - self.usable_vram_bytes)
+
+    @property
     def vram_gb(self) -> float:
         return self.vram_total_bytes / GIB
 

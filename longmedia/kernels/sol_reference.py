@@ -49,6 +49,12 @@ def _proxy_bytes_per_head(batch: int, q_blocks: int, key_blocks: int, head_dim: 
     return 4 * batch * (q_blocks * key_blocks + (q_blocks + key_blocks) * head_dim + 2 * q_blocks)
 
 
+def sol_summary_bytes(heads: int, seq_len: int, head_dim: int, elem_bytes: int = 2, block: int = 64,
+                      batch: int = 1) -> int:
+    """Bytes of the key summaries of one K/V (mean key and summed value per key block, `elem_bytes` each)."""
+    return 2 * batch * heads * -(-seq_len // block) * head_dim * elem_bytes
+
+
 def sol_workspace_bytes(heads: int, rows: int, seq_len: int, head_dim: int, elem_bytes: int = 2,
                         block: int = 64, batch: int = 1) -> int:
     """Bytes the Sol kernel allocates besides its output: key summaries (when not passed in), and per launch
@@ -56,7 +62,7 @@ def sol_workspace_bytes(heads: int, rows: int, seq_len: int, head_dim: int, elem
     fp32 proxies; excludes the caller's q/k/v/out."""
     nk = -(-seq_len // block)
     nq = -(-rows // block) + 1  # an unaligned q_offset can add one partial block
-    summaries = 2 * batch * heads * nk * head_dim * elem_bytes
+    summaries = sol_summary_bytes(heads, seq_len, head_dim, elem_bytes, block, batch)
     per_block = 4 * batch * heads * nk  # one int32 per (program, key block)
     launch_blocks = min(nq, max(2, LIST_BUDGET_BYTES // per_block))
     list_bytes = per_block * launch_blocks

@@ -2,9 +2,10 @@
 
 `resolve_attention_path` calls `longmedia.attention.dispatcher.resolve_attention` (which needs torch)
 with the job's facts and the bytes the plan leaves for attention, then `longmedia.attention.choice.call_extra_bytes`
-for one call's bytes beyond q/k/v/out. `default_attention_path` does not
-probe anything: it records the requested mode and assumes ComfyUI's installed attention is a fused
-exact kernel (flash / PyTorch SDPA: no score matrix), which is what the planner's byte formula uses.
+for one call's bytes beyond q/k/v/out and `call_held_bytes` for the part of them kept until the block call returns.
+`default_attention_path` does not probe anything: it records the requested mode and assumes ComfyUI's installed
+attention is a fused exact kernel (flash / PyTorch SDPA: no score matrix), which is what the planner's byte formula
+uses.
 The CLI uses the default so it stays torch-free and fast; it plans for a card that is not here anyway.
 """
 
@@ -50,7 +51,7 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
         return default_attention_path(request, geometry, model, device, chunks, budget_bytes, "not installed")
     import torch  # present: the dispatcher imported it
 
-    from ..attention.choice import call_extra_bytes
+    from ..attention.choice import call_extra_bytes, call_held_bytes
 
     heads = chunks.group_heads(model.dims.heads)
     # No exact attention over int8 K/V here. The executor holds K/V in bf16, so an int8-K/V backend would
@@ -66,7 +67,8 @@ def resolve_attention_path(request: PlanRequest, geometry: Geometry, model: Mode
                                    streamed=chunks.streams_attention, speeds=request.attention_speeds)
     rows = chunks.qkv_chunk_tokens or geometry.seq_len  # the executor's query rows per call
     extra = call_extra_bytes(choice, query_rows=rows, heads=heads, head_dim=model.dims.head_dim, dtype=torch.bfloat16)
+    held = call_held_bytes(choice, heads=heads, head_dim=model.dims.head_dim, dtype=torch.bfloat16)
     return AttentionPath(mode=choice.mode, backend=choice.backend, exact=bool(choice.exact),
                          query_chunk_tokens=int(choice.query_chunk_tokens), source="dispatcher",
                          reasons=tuple(choice.reasons), working_bytes=int(choice.working_bytes),
-                         extra_bytes=int(extra), choice=choice)
+                         extra_bytes=int(extra), held_bytes=int(held), choice=choice)

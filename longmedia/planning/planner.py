@@ -110,10 +110,12 @@ class _Pass:
     def mlp_fits(self, c: ChunkSizes) -> bool:
         return self.need(self.fixed + self.block(c).mlp_bytes) <= self.usable
 
-    def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0) -> Candidate:
-        """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace)."""
+    def candidate(self, mode: str, chunks: ChunkSizes, attention_extra: int = 0, attention_held: int = 0) -> Candidate:
+        """attention_extra: what each attention call allocates beyond q/k/v/out (Sol's workspace); attention_held:
+        the part of it the block's AttentionFn keeps until the block returns (Sol's key summaries), so live in the
+        MLP phase as well."""
         bm = self.block(chunks)
-        act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes)
+        act = max(bm.attention_bytes + attention_extra, bm.mlp_bytes + attention_held)
         mem = MemoryBreakdown(block_activation_bytes=act, held_outside_bytes=self.held,
                               workspace_bytes=self.workspace, pre_block_bytes=self.pre,
                               final_bytes=self.final if chunks.is_stock else self.final_chunked,
@@ -273,12 +275,14 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                        "working set needs it")
         cand = p.candidate(cand.mode, chunks)
     workspace_warning = None
-    if attention.extra_bytes:
+    if attention.extra_bytes or attention.held_bytes:
         fitted = cand.fits
-        cand = p.candidate(cand.mode, chunks, attention.extra_bytes)
+        cand = p.candidate(cand.mode, chunks, attention.extra_bytes, attention.held_bytes)
         reasons.append(f"{attention.backend} allocates {gib(attention.extra_bytes)} per attention call beyond "
                        "q/k/v (scores or Sol's key summaries, block lists, routing mask): counted in the block's "
-                       "attention phase")
+                       "attention phase"
+                       + (f"; {mib(attention.held_bytes)} MiB of it (Sol's key summaries, made once per K/V) stays "
+                          "until the block returns: counted in its MLP phase too" if attention.held_bytes else ""))
         if fitted and not cand.fits:
             workspace_warning = (f"{attention.backend}'s {gib(attention.extra_bytes)} of per-call workspace takes "
                                  "the plan over the budget: lower sol_qkv_chunk_tokens or free VRAM")
@@ -300,6 +304,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                    f"{gib(mem.min_weight_bytes)} the block in use needs (counted in the predicted peak)"
                    + (f" and {gib(elastic)} elastic, kept in the room beside the peak and given up when "
                       "activations need it" if elastic > 0 else ""))
+    reasons.append(peak_bound_text(mem, device))
     if mem.final_bytes > mem.blocks_phase_bytes:
         reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block phase "
                        f"({gib(mem.blocks_phase_bytes)}): the late-block guard makes room before it")
@@ -350,6 +355,19 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                          memory=mem, budget_bytes=device.usable_vram_bytes, geometry=geometry, model=model,
                          device=device, manual_fields=request.manual_fields, warnings=tuple(warnings),
                          reasons=tuple(reasons), segment_suggestion=suggestion, sp=sp)
+
+
+def peak_bound_text(mem: MemoryBreakdown, device: DeviceProfile) -> str:
+    """What the predicted peak bounds, and what it does not: the reason the plan states it in."""
+    elastic = mem.resident_weight_bytes - mem.min_weight_bytes
+    what = ("activations, workspaces, the tensors around the blocks; the weights are comfy-aimdo's VBAR pages, "
+            "outside torch" if device.dynamic_vram else "resident weights included")
+    return (f"predicted peak {gib(mem.predicted_peak_bytes)} ({gib(mem.activation_need_bytes)} needed + "
+            f"{gib(elastic)} of elastic weights): what the pass may add to the {gib(device.in_use_bytes)} the device "
+            f"had in use when the plan read it (CUDA context, other processes); torch's allocated bytes peak at "
+            f"{gib(mem.torch_allocated_bytes(device.dynamic_vram))} at most ({what})"
+            + (f"; the room above the {gib(mem.activation_need_bytes)} needed is for elastic weights, kept while they "
+               "fit and given up under pressure, not for activations" if elastic > 0 else ""))
 
 
 def normal_mode_differences(prefetch: bool, guards) -> str:

@@ -133,7 +133,7 @@ def manual_warnings(request: PlanRequest, cand, usable: int, guards: GuardSettin
                     if getattr(request, f) is not None]
     if chunk_fields and not cand.fits:
         out.append(f"risky: manual {', '.join(f'{f}={getattr(request, f)}' for f in chunk_fields)} leave the "
-                   f"predicted peak at {gib(cand.memory.activation_need_bytes)}, over the {gib(usable)} usable")
+                   f"pass needing {gib(cand.memory.activation_need_bytes)}, over the {gib(usable)} usable")
     if request.sol_out_proj_chunk_tokens and cand.chunks.qkv_chunk_tokens == 0:
         out.append("sol_out_proj_chunk_tokens has no effect while sol_qkv_chunk_tokens is 0 (stock attention)")
     r = request.vram_activation_reserve_mb

@@ -122,6 +122,7 @@ class AttentionPath:
     reasons: tuple[str, ...]
     working_bytes: int = 0
     extra_bytes: int = 0       # a call's allocations beyond q/k/v/out (scores, Sol's workspace), per query chunk
+    held_bytes: int = 0        # the part of extra_bytes kept until the block call returns (Sol's key summaries)
     choice: AttentionChoice | None = field(default=None, compare=False, repr=False)  # the dispatcher's, when asked
 
 
@@ -168,6 +169,14 @@ class MemoryBreakdown:
     @property
     def predicted_peak_bytes(self) -> int:
         return self.activation_need_bytes + (self.resident_weight_bytes - self.min_weight_bytes)
+
+    def torch_allocated_bytes(self, weights_outside_torch: bool) -> int:
+        """The most torch's allocator hands out (its allocated count, not its pool): the torch need less the block's
+        weights when dynamic VRAM keeps weights outside torch (comfy-aimdo's VBAR pages), else the predicted peak,
+        resident weights included; the bytes outside torch's count (cast buffers, pool slack) never."""
+        if weights_outside_torch:
+            return self.torch_need_bytes - self.min_weight_bytes
+        return self.predicted_peak_bytes - self.outside_torch_bytes
 
     @property
     def streamed_weight_bytes(self) -> int:
@@ -238,6 +247,12 @@ class ExecutionPlan:
         return self.budget_bytes - self.activation_reserve_bytes
 
     @property
+    def in_use_at_plan_bytes(self) -> int:
+        """Device memory in use, outside the budget, when the plan read the device (`DeviceProfile.in_use_bytes`).
+        The predicted peak is what the pass may add on top of it."""
+        return self.device.in_use_bytes
+
+    @property
     def fits(self) -> bool:
         return self.memory.activation_need_bytes <= self.usable_bytes
 
@@ -258,7 +273,8 @@ class ExecutionPlan:
         if self.sp is not None:
             out["sp"]["expected_speedup"] = self.sp.expected_speedup
         out.update(predicted_peak_bytes=self.predicted_peak_bytes, usable_bytes=self.usable_bytes, fits=self.fits,
-                   resident_weight_budget_bytes=self.resident_weight_budget_bytes)
+                   resident_weight_budget_bytes=self.resident_weight_budget_bytes,
+                   in_use_at_plan_bytes=self.in_use_at_plan_bytes)
         return out
 
     def to_json(self, indent: int | None = None) -> str:

@@ -34,8 +34,9 @@ def memory_rows(p: ExecutionPlan) -> list[tuple[str, str]]:
     return [
         ("vram budget", f"{gib(p.budget_bytes)} free of the {gib(d.vram_total_bytes)} card - {gib(p.activation_reserve_bytes)} "
                         f"reserve ({reserve_kind}) = {gib(p.usable_bytes)} usable"),
-        ("activations", f"{gib(mem.activation_need_bytes)} predicted peak, with the {gib(mem.min_weight_bytes)} of block "
-                        f"weights a block needs in VRAM and {gib(mem.outside_torch_bytes)} outside torch's count"),
+        ("activations", f"{gib(mem.activation_need_bytes)} needed at the peak, with the {gib(mem.min_weight_bytes)} "
+                        f"of block weights a block needs in VRAM and {gib(mem.outside_torch_bytes)} outside torch's "
+                        "count"),
         ("weights", f"{gib(mem.resident_weight_bytes)} resident of {gib(mem.model_weight_bytes)} ("
                     f"{gib(mem.min_weight_bytes)} in use + {gib(extra)} elastic, kept because they fit)"
                     + (f"; {gib(streamed)} stream from RAM every model call" if streamed else "; nothing streams")),

@@ -35,22 +35,31 @@ class StepRecord:
 class PredictedPeaks:
     """The plan's prediction split to match what is measured.
 
-    torch_bytes: what torch's allocator holds at the peak: activations, workspaces, and the resident weights
-    only when they are torch tensors; under dynamic VRAM (comfy-aimdo) weights sit in VBAR pages outside it.
-    device_bytes: everything LongMedia's pass keeps on the device, weights included (the plan's peak).
+    torch_bytes: the most torch's allocator hands out (its allocated count, not its reserved pool): activations,
+    workspaces and the tensors held around the blocks, plus the resident weights only when they are torch tensors;
+    under dynamic VRAM (comfy-aimdo) weights sit in VBAR pages outside it. The plan's bytes outside torch's count
+    (comfy-aimdo's cast buffers, the pool's slack) are not in it.
+    device_bytes: the plan's predicted peak, everything the pass may add on the device, elastic weights included.
+    in_use_at_plan_bytes: device memory already in use, outside the budget, when the plan read the device (the
+    CUDA context, the process's other tensors, other processes): the device in use should stay within
+    in_use_at_plan_bytes + device_bytes.
     """
 
     torch_bytes: int
     device_bytes: int
     weights_outside_torch: bool
+    in_use_at_plan_bytes: int = 0
 
     @classmethod
-    def of(cls, memory: MemoryBreakdown, dynamic_vram: bool) -> "PredictedPeaks":
-        """From the plan's memory breakdown and whether dynamic VRAM holds the weights."""
-        total = int(memory.predicted_peak_bytes)
-        weights = int(memory.resident_weight_bytes)
-        torch_bytes = total - weights if dynamic_vram else total
-        return cls(max(0, torch_bytes), total, bool(dynamic_vram))
+    def of(cls, memory: MemoryBreakdown, dynamic_vram: bool, in_use_at_plan_bytes: int = 0) -> "PredictedPeaks":
+        """From the plan's memory breakdown, whether dynamic VRAM holds the weights and what was in use when the
+        plan read the device (`ExecutionPlan.in_use_at_plan_bytes`)."""
+        return cls(max(0, int(memory.torch_allocated_bytes(dynamic_vram))), int(memory.predicted_peak_bytes),
+                   bool(dynamic_vram), max(0, int(in_use_at_plan_bytes)))
+
+    @classmethod
+    def of_plan(cls, plan: ExecutionPlan) -> "PredictedPeaks":
+        return cls.of(plan.memory, plan.device.dynamic_vram, plan.in_use_at_plan_bytes)
 
 
 @dataclass(frozen=True)
@@ -179,15 +188,18 @@ class RunReport:
             return (f"predicted peak {self.plan.predicted_peak_bytes / GIB:.2f} GiB (weights included); "
                     "no like-for-like measurement in this report",)
         measured = self.measured_peak_bytes
-        what = ("activations and workspaces; weights live in comfy-aimdo's VBAR, outside torch"
-                if pred.weights_outside_torch else "activations, workspaces and resident weights")
+        what = ("activations, workspaces and the tensors around the blocks; weights live in comfy-aimdo's VBAR, "
+                "outside torch" if pred.weights_outside_torch else
+                "activations, workspaces, the tensors around the blocks and resident weights")
         torch_line = (f"torch allocator peak: predicted {pred.torch_bytes / GIB:.2f} GiB ({what}), measured "
                       + (f"{measured / GIB:.2f} GiB" if measured else "n/a (no CUDA)"))
         device = self.measured_device_bytes
-        device_line = (f"device memory in use: predicted {pred.device_bytes / GIB:.2f} GiB (the pass, weights "
-                       "included), measured " + (f"{device / GIB:.2f} GiB (cudaMemGetInfo at block and step ends: "
-                                                 "VBAR weights, CUDA context and other processes included)"
-                                                 if device else "n/a (no CUDA)"))
+        held = pred.in_use_at_plan_bytes
+        device_line = (f"device memory in use: predicted at most {(held + pred.device_bytes) / GIB:.2f} GiB ("
+                       f"{held / GIB:.2f} GiB in use when the plan read the device + the pass's predicted peak "
+                       f"{pred.device_bytes / GIB:.2f} GiB, elastic weights included), measured "
+                       + (f"{device / GIB:.2f} GiB (cudaMemGetInfo at block and step ends: VBAR weights, CUDA "
+                          "context and other processes included)" if device else "n/a (no CUDA)"))
         return torch_line, device_line
 
 

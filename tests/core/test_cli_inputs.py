@@ -234,7 +234,7 @@ def test_weights_resident_and_headroom_are_separate(capsys):
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     # the card as the nodes see it: 16 GiB less the context and ComfyUI's own footprint (COMFYUI_HELD_BYTES)
     assert "15.19 GiB free of the 16.00 GiB card" in rows["vram"] and "14.37 GiB usable" in rows["vram"]
-    assert "12.20 GiB predicted peak" in rows["activations"]
+    assert "12.20 GiB needed at the peak" in rows["activations"]
     assert "1.28 GiB outside torch's count" in rows["activations"]
     assert "2.78 GiB resident of 30.90 GiB (0.60 GiB in use + 2.17 GiB elastic" in rows["weights"]
     assert rows["headroom"].split("headroom")[1].split()[0] == "2.17"

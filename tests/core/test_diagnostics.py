@@ -183,25 +183,32 @@ def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
 
 
 def test_report_sets_predicted_beside_measured_like_for_like():
-    """torch's allocator peak excludes comfy-aimdo's VBAR weights: it is set beside the prediction without the
-    resident weights (under dynamic VRAM), and the device's memory in use beside the whole prediction."""
-    from types import SimpleNamespace
-
+    """torch's allocated peak excludes comfy-aimdo's VBAR weights and the bytes outside torch's count (cast buffers,
+    pool slack): it is set beside the plan's torch bytes without them; the device's memory in use beside the whole
+    prediction plus what was in use when the plan read the device (the CUDA context is not in the budget)."""
+    from longmedia.planning.types import MemoryBreakdown
     from longmedia.report.run_report import PredictedPeaks, RunReport, StepRecord
 
-    memory = SimpleNamespace(predicted_peak_bytes=10 * GIB, resident_weight_bytes=6 * GIB)
-    dynamic, classic = PredictedPeaks.of(memory, True), PredictedPeaks.of(memory, False)
-    assert (dynamic.torch_bytes, dynamic.device_bytes) == (4 * GIB, 10 * GIB)
-    assert (classic.torch_bytes, classic.device_bytes) == (10 * GIB, 10 * GIB)
+    # torch need 5 GiB (1 GiB of it the block's weights), 1 GiB outside torch, 4 GiB of elastic weights
+    memory = MemoryBreakdown(block_activation_bytes=3 * GIB, held_outside_bytes=GIB // 2, workspace_bytes=GIB // 2,
+                             pre_block_bytes=0, final_bytes=0, min_weight_bytes=GIB, resident_weight_bytes=5 * GIB,
+                             model_weight_bytes=20 * GIB, outside_torch_bytes=GIB)
+    assert (memory.torch_need_bytes, memory.predicted_peak_bytes) == (5 * GIB, 10 * GIB)
+    dynamic, classic = PredictedPeaks.of(memory, True, GIB // 2), PredictedPeaks.of(memory, False)
+    assert (dynamic.torch_bytes, dynamic.device_bytes, dynamic.in_use_at_plan_bytes) == (4 * GIB, 10 * GIB, GIB // 2)
+    assert (classic.torch_bytes, classic.device_bytes) == (9 * GIB, 10 * GIB)
     steps = (StepRecord(0, 1.0, 1.0, 3 * GIB, 11 * GIB), StepRecord(1, 0.5, 1.0, 4 * GIB, 12 * GIB))
     planned = plan(ModelProfile.preset("h3-int8"), DeviceProfile.card(16), build_geometry(1344, 768, seconds=10),
                    attention_resolver=default_attention_path)
+    assert PredictedPeaks.of_plan(planned).in_use_at_plan_bytes == planned.in_use_at_plan_bytes > 0
     report = RunReport(plan=planned, attention_backend="sdpa", streamed_blocks=(),
                        boundaries=(), steps=steps, block_peak_bytes=(), guard_events=(), preview="ok",
                        predicted=dynamic)
     torch_line, device_line = report.peak_lines()
     assert torch_line.startswith("torch allocator peak: predicted 4.00 GiB") and "measured 4.00 GiB" in torch_line
     assert "VBAR" in torch_line
-    assert device_line.startswith("device memory in use: predicted 10.00 GiB") and "measured 12.00 GiB" in device_line
+    assert device_line.startswith("device memory in use: predicted at most 10.50 GiB (0.50 GiB in use when the plan "
+                                  "read the device + the pass's predicted peak 10.00 GiB")
+    assert "measured 12.00 GiB" in device_line
     assert report.to_dict()["measured_device_bytes"] == 12 * GIB
     assert not any(line.startswith("predicted peak") for line in report.summary_lines())

@@ -205,6 +205,23 @@ def test_plan_serialises():
     assert "choice" not in d["attention"]
 
 
+@pytest.mark.parametrize("dynamic_vram", [True, False])
+def test_the_plan_states_what_its_predicted_peak_bounds(dynamic_vram):
+    """The predicted peak is what the pass may add to the device memory in use when the plan read it (the CUDA
+    context is outside the budget); torch's allocated bytes are bounded apart, without the bytes outside its count."""
+    g = build_geometry(1344, 768, seconds=14.4)
+    p = plan(MODELS["int8"], DeviceProfile.card(16, 64, dynamic_vram=dynamic_vram), g,
+             attention_resolver=default_attention_path)
+    mem = p.memory
+    assert p.in_use_at_plan_bytes == p.device.vram_total_bytes - p.budget_bytes > 0
+    assert json.loads(p.to_json())["in_use_at_plan_bytes"] == p.in_use_at_plan_bytes
+    line = next(r for r in p.reasons if r.startswith("predicted peak"))
+    torch_bound = (mem.torch_need_bytes - mem.min_weight_bytes if dynamic_vram
+                   else mem.predicted_peak_bytes - mem.outside_torch_bytes)
+    for part in (p.predicted_peak_bytes, mem.activation_need_bytes, p.in_use_at_plan_bytes, torch_bound):
+        assert f"{part / GIB:.2f} GiB" in line, (part, line)
+
+
 def test_attention_dispatcher_is_consulted_by_default():
     pytest.importorskip("torch")
     g = build_geometry(1344, 768, seconds=10)

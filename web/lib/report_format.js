@@ -46,11 +46,14 @@ function planRows(plan, run, measured, measuredDevice = run.measured_device_byte
   const seen = (bytes) => (bytes > 0 ? gib(bytes) : "n/a (no CUDA)");
   const pred = run.predicted;
   if (pred && typeof pred === "object") {
-    // like for like: torch's allocator against the plan without VBAR weights; the device against the whole plan
+    // like for like: torch's allocated bytes against the plan's torch bytes (no VBAR weights, no cast buffers);
+    // the device in use against the whole plan plus what was in use when the plan read the device
     rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}`]);
     const what = pred.weights_outside_torch ? "activations; weights in VBAR" : "activations + resident weights";
     rows.push(["torch peak", `predicted ${gib(pred.torch_bytes)} (${what}); measured ${seen(measured)}`]);
-    rows.push(["device", `predicted ${gib(pred.device_bytes)} (weights included); measured ${seen(measuredDevice)}`]);
+    const before = pred.in_use_at_plan_bytes ?? 0;
+    rows.push(["device", `predicted ${gib(before + pred.device_bytes)} (${gib(before)} in use at planning + the ` +
+                         `pass, weights included); measured ${seen(measuredDevice)}`]);
   } else {
     rows.push(["peak", `predicted ${gib(plan.predicted_peak_bytes)} of ${gib(plan.usable_bytes)} usable${fits}; ` +
                        `measured ${seen(measured)}`]);
