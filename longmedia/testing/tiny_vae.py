@@ -40,8 +40,10 @@ def _fill(module: torch.nn.Module, seed: int, skip: tuple[str, ...] = (), draw_d
                 b.copy_(torch.randn(b.shape, generator=gen, device=draw_device) * weight_scale)
 
 
-def _wrap(comfy_sd: ModuleType, full_size: type, tiny: torch.nn.Module):
-    """ComfyUI's VAE wrapper as its loader builds it for `full_size`'s checkpoint, holding `tiny` instead."""
+def _wrap(comfy_sd: ModuleType, full_size: type, tiny: torch.nn.Module, fill=None):
+    """ComfyUI's VAE wrapper as its loader builds it for `full_size`'s checkpoint, holding `tiny` instead;
+    `fill(model)`, when given, draws the weights after the model is in the wrapper's dtype, so host RAM holds them
+    once, at that dtype, as after ComfyUI loads a VAE file (not a float32 copy beside them)."""
     with torch.device("meta"):
         sd = dict(full_size().state_dict())
         vae = comfy_sd.VAE(sd=sd)
@@ -49,6 +51,8 @@ def _wrap(comfy_sd: ModuleType, full_size: type, tiny: torch.nn.Module):
         raise RuntimeError(f"comfy.sd.VAE did not recognise {full_size.__name__}'s keys: got "
                            f"{type(vae.first_stage_model).__name__}")
     vae.first_stage_model = tiny.eval().to(vae.vae_dtype)
+    if fill is not None:
+        fill(vae.first_stage_model)
     vae.patcher = type(vae.patcher)(vae.first_stage_model, load_device=vae.device,
                                     offload_device=vae.patcher.offload_device)
     vae.size = None
@@ -84,9 +88,9 @@ def full_video_vae(comfy_sd: ModuleType, minimax_vae: ModuleType, seed: int = 0,
     `draw_device` (a GPU draws 2.4 B values in seconds), held on the CPU until ComfyUI loads it."""
     cls = minimax_vae.MiniMaxH3VideoVAE
     model = cls()      # ComfyUI builds it with its no-init layers: allocation only
-    _materialize_lazy_linears(model)
-    _fill_fan_in(model, seed, draw_device, skip=("latents_", "pixel_"))
-    return _wrap(comfy_sd, cls, model)
+    _materialize_lazy_linears(model)      # untouched: no RAM is taken until the fill writes them
+    return _wrap(comfy_sd, cls, model,
+                 fill=lambda m: _fill_fan_in(m, seed, draw_device, skip=("latents_", "pixel_")))
 
 
 def full_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: int = 0, draw_device: str = "cpu"):
@@ -94,10 +98,13 @@ def full_audio_vae(comfy_sd: ModuleType, minimax_audio_vae: ModuleType, seed: in
     cls = minimax_audio_vae.MiniMaxH3AudioVAE
     model = cls()
     _materialize_lazy_linears(model)
-    _fill_fan_in(model, seed, draw_device)
-    with torch.no_grad():
-        model.latents_std.abs_().add_(0.5)
-    return _wrap(comfy_sd, cls, model)
+
+    def fill(m: torch.nn.Module) -> None:
+        _fill_fan_in(m, seed, draw_device)
+        with torch.no_grad():
+            m.latents_std.abs_().add_(0.5)
+
+    return _wrap(comfy_sd, cls, model, fill=fill)
 
 
 def _materialize_lazy_linears(module: torch.nn.Module) -> None:
