@@ -37,6 +37,13 @@ TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
 DECODE_PATHS = ("longmedia", "stock")
 DECODE_NODE = "LongMedia Decode & Save"
 RAM_SLACK_FRACTION = 0.05      # RAM kept free beyond a stage's own bytes (allocator, Python, ComfyUI's caches)
+# Host RAM of a ComfyUI process on CUDA besides the models and latents it holds: Python, torch, the CUDA runtime and
+# the libraries it loads at first use (cuBLAS, cuDNN, comfy-kitchen's extension, kernels compiled in-process),
+# ComfyUI and its nodes. Measured on an H100 with Dynamic VRAM and flash-attn-4 (bench.long_job, 60 s job,
+# 2026-12-06; docs/lab/2026-12-05-long-job-gpu-plan.md): 0.92 GiB before the model loads, and 2.6 to 2.9 GiB in all
+# beside the weights and latents at the DiT stages' peaks (Sampler 2.43, Hi-Res 2.57, Refiner 2.72).
+PROCESS_HOST_BYTES = 3 * GIB
+JOB_LATENT_COPIES = 3          # a stage holds the whole job's latent as its input, its output and the denoised output
 
 
 @dataclass(frozen=True)
@@ -146,11 +153,11 @@ def text_encoder_stage(g: Geometry, device: DeviceProfile, usable: int, variant:
     ram_avail = _ram(device)
     if on_cpu:
         cpu_act = F.text_encoder_activation_bytes(tokens, dtype_bytes=4, materialised_scores=True)
-        vram, ram = 0, weights + cpu_act
+        vram, ram = 0, weights + cpu_act + PROCESS_HOST_BYTES
         detail = f"Qwen3-VL-32B {variant} ({size(weights)}) on the CPU over {tokens} tokens"
     else:
         layer = F.text_encoder_layer_bytes(variant)
-        vram, ram = act + layer + WORKSPACE_FIXED, weights
+        vram, ram = act + layer + WORKSPACE_FIXED, weights + PROCESS_HOST_BYTES
         resident = "streams layer by layer (dynamic VRAM)" if device.dynamic_vram else \
             "loaded by ComfyUI's estimate-based loader (dynamic VRAM off)"
         if weights + act + WORKSPACE_FIXED <= usable:
@@ -206,12 +213,27 @@ def _pass_remedies(p: ExecutionPlan, resolver) -> list[str]:
     return out or ["a lower resolution or fewer references (even the shortest segment does not fit)"]
 
 
+def job_latent_bytes(g: Geometry) -> int:
+    """The whole job's video and audio latent in float32 (every segment's frames: `total_frames`)."""
+    frames = g.total_frames or g.frames
+    video = 24 * L.latent_frames(frames) * g.latent_height * g.latent_width
+    audio = 32 * L.AUDIO_ROWS_PER_FRAME * L.audio_latent_frames(L.seconds_for_frames(frames))
+    return F.FP32 * (video + audio)
+
+
+def vae_host_bytes(v: F.VideoVAEDims = F.H3_VIDEO_VAE) -> int:
+    """Host RAM of the two VAEs while either decodes: ComfyUI's loaders hold each VAE whole (encoder and decoder),
+    the video VAE in bf16 and the audio VAE in float32, for as long as the graph keeps them."""
+    return (v.encoder_params + v.decoder_params) * 2 + F.AUDIO_VAE_PARAMS * F.FP32
+
+
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
               resolver=default_attention_path) -> StagePlan:
     g, mem, d = p.geometry, p.memory, p.device
     ram_avail = _ram(d)
-    latents = F.FP32 * 6 * (g.video_rows * 96 + g.audio_rows * 32)
-    ram = host_weight_bytes(p) + latents
+    pass_latents = F.FP32 * 6 * (g.video_rows * 96 + g.audio_rows * 32)
+    beyond_weights = pass_latents + JOB_LATENT_COPIES * job_latent_bytes(g) + PROCESS_HOST_BYTES
+    ram = host_weight_bytes(p) + beyond_weights
     step = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
                               p.pinning.pinned_bytes, p.prefetch)
     detail = (f"{p.memory_mode}, {g.width}x{g.height}, {g.frames} frames per pass, {g.seq_len} rows, "
@@ -222,7 +244,7 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
     if not p.fits:
         remedy = "; or ".join(_pass_remedies(p, resolver))
     elif ram > ram_avail:
-        smaller = _smaller_models(p, ram_avail, latents, resolver)
+        smaller = _smaller_models(p, ram_avail, beyond_weights, resolver)
         remedy = (f"load a smaller checkpoint: {smaller[0][0]} ({size(smaller[0][1])} of weights)" if smaller else
                   f"more RAM: the {size(host_weight_bytes(p))} of weights ComfyUI holds in RAM "
                   f"({'all of them under dynamic VRAM' if d.dynamic_vram else 'those that stream every model call'}"
@@ -251,14 +273,14 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
     audio = F.decoded_audio_bytes(frames)
     bounded = F.bounded_decode_host_bytes(w, h)
     held = bounded + audio if decode == "longmedia" else video
-    ram_v = held + dec_weights
+    ram_v = held + vae_host_bytes() + PROCESS_HOST_BYTES
     remedy_v = None
     if ram_v > ram_avail and decode == "stock":
         remedy_v = (f"the decoded video is {size(video)} of float32 frames: decode and save with {DECODE_NODE} "
                     f"(RAM holds one {v.written_chunk_frames}-frame chunk, about {size(bounded)}, at any length; "
                     "--decode longmedia), or a shorter job or a lower resolution")
     elif ram_v > ram_avail:
-        remedy_v = (f"more RAM: the video decoder's {size(dec_weights)} of weights and one chunk "
+        remedy_v = (f"more RAM: the VAEs' {size(vae_host_bytes())} of weights and one chunk "
                     f"({size(bounded)}) must fit")
     elif vram > usable:
         remedy_v = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
@@ -276,12 +298,12 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
     a_stock = F.stock_audio_decode_estimate(F.audio_samples(frames))
     a_weights = F.AUDIO_VAE_DECODER_PARAMS * F.FP32
     beside = video if decode == "stock" else 0
-    ram_a = beside + audio + a_weights
+    ram_a = beside + audio + vae_host_bytes() + PROCESS_HOST_BYTES
     remedy_a = None
     if ram_a > ram_avail:
         remedy_a = (f"the video ({size(video)}) and audio stay in RAM together: decode and save with {DECODE_NODE} "
                     "(--decode longmedia), or a shorter job or a lower resolution" if decode == "stock" else
-                    f"more RAM: the audio decoder's {size(a_weights)} of weights must fit")
+                    f"more RAM: the VAEs' {size(vae_host_bytes())} of weights must fit")
     elif a_stock + a_weights > usable:
         remedy_a = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
     audio_stage = StagePlan(
