@@ -100,7 +100,9 @@ def _gpu_and_comfyui() -> bool:
 def main(argv=None) -> int:
     a = parse(argv)
     if a.table:
-        plan_path = a.table.parent / PLAN_FILE
+        plan_path = a.table.parent / PLAN_FILE         # a run's folder; a kept copy names it after its rows
+        if not plan_path.is_file():
+            plan_path = a.table.with_name(f"{a.table.stem}-plan.json")
         print(table(read_rows(a.table), json.loads(plan_path.read_text()) if plan_path.is_file() else None))
         return 0
     if a.child:

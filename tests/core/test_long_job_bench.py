@@ -95,3 +95,14 @@ def test_the_plan_counts_the_checkpoint_that_runs_not_the_preset(monkeypatch):
     preset, own = job_plan(FULL, 16, 128, 50), job_plan(FULL, 16, 128, 50, "/models/h3.safetensors")
     assert seen == ["/models/h3.safetensors"] and own["sampler"]["model"]["weight_bytes"] == bigger.weight_bytes
     assert own["sampler"]["ram_need_bytes"] - preset["sampler"]["ram_need_bytes"] > 20 << 30
+
+
+def test_the_table_of_kept_rows_reads_the_plan_kept_beside_them(capsys):
+    """docs/lab/data keeps a run's rows as DATE-...jsonl and its plan as DATE-...-plan.json: --table joins them, so
+    the plan's RAM beside the measured RSS reproduces from the command the docs give."""
+    from pathlib import Path
+
+    rows = Path(__file__).resolve().parents[2] / "docs/lab/data/2026-12-06-h100-long-job-60s.jsonl"
+    assert entry.main(["--table", str(rows)]) == 0
+    out = capsys.readouterr().out
+    assert "sampler | 0..end | ok | 279.35 | 15.88 | 46.85 / 45.94 / 0.78 | 43.95 | 3027.62 |" in out
