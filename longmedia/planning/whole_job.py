@@ -223,7 +223,7 @@ def job_latent_bytes(g: Geometry) -> int:
 
 def vae_host_bytes(v: F.VideoVAEDims = F.H3_VIDEO_VAE) -> int:
     """Host RAM of the two VAEs while either decodes: ComfyUI's loaders hold each VAE whole (encoder and decoder),
-    the video VAE in bf16 and the audio VAE in float32, for as long as the graph keeps them."""
+    the video VAE in 16 bits and the audio VAE in float32, for as long as the graph keeps them."""
     return (v.encoder_params + v.decoder_params) * 2 + F.AUDIO_VAE_PARAMS * F.FP32
 
 
@@ -293,7 +293,8 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
     video_stage = StagePlan(
         "video decode", vram, usable, ram_v, ram_avail, T.video_decode_seconds(frames, w, h, card),
         f"{frames} frames at {w}x{h}; stock reserves {size(stock)} (its memory_used_decode), the decode's own peak "
-        f"is {size(formula)} (256 px tiles, 28-frame chunks); decoder weights {size(dec_weights)} fp16; {output}",
+        f"is {size(formula)} (256 px tiles, 28-frame chunks); decoder weights {size(dec_weights)} in 16 bits (RAM "
+        f"holds both VAEs whole: {size(vae_host_bytes())}); {output}",
         remedy_v)
     a_stock = F.stock_audio_decode_estimate(F.audio_samples(frames))
     a_weights = F.AUDIO_VAE_DECODER_PARAMS * F.FP32
