@@ -14,6 +14,7 @@ from pathlib import Path
 
 from longmedia.units import GIB
 
+from . import vae_files
 from .job import FULL, SMOKE, STAGES, job_plan
 from .tables import PLAN_FILE, ROWS_FILE, read_rows, table
 
@@ -46,7 +47,7 @@ def parse(argv=None):
     p.add_argument("--prepare", action="store_true", help="only write the checkpoint (its own device call)")
     p.add_argument("--stage-budget-s", type=float, default=550.0, help="wall-time limit of one stage process")
     p.add_argument("--table", type=Path, help="only print the table of this long_job.jsonl")
-    p.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=(*STAGES, "vaes"), help=argparse.SUPPRESS)
     p.add_argument("--unet", default="", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -105,6 +106,10 @@ def main(argv=None) -> int:
             plan_path = a.table.with_name(f"{a.table.stem}-plan.json")
         print(table(read_rows(a.table), json.loads(plan_path.read_text()) if plan_path.is_file() else None))
         return 0
+    if a.child == "vaes":
+        from .vae_files import main as write_vaes
+
+        return write_vaes(a)
     if a.child:
         from .stage import stage_main
 
@@ -118,10 +123,14 @@ def main(argv=None) -> int:
         print("bench.long_job: the stages need a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent "
               "GPU machine `. tools/gpu/bootstrap.sh`). The calls that make the table:\n  " + "\n  ".join(calls(a, job)))
         return 2
-    unet = checkpoint(a)
-    if unet is None:
-        return 1
-    plan = print_plan(a, job, str(a.models / unet))         # the checkpoint that runs, not the preset
+    if not a.prepare and {a.stage} | set(a.stages or ()) <= {"decode", None}:
+        unet = ""                # the decode alone needs no DiT checkpoint: the plan is the INT8 preset's
+        plan = print_plan(a, job)
+    else:
+        unet = checkpoint(a)
+        if unet is None:
+            return 1
+        plan = print_plan(a, job, str(a.models / unet))     # the checkpoint that runs, not the preset
     (a.out / PLAN_FILE).write_text(json.dumps(plan, indent=1))
     if a.prepare:
         return 0
@@ -187,6 +196,12 @@ def run_stage(a, unet: str) -> int:
     from ..cards import comfy_process
 
     passes = a.passes or (0, 0)
+    if a.stage == "decode" and not a.smoke and vae_files.missing(a.models):
+        code = subprocess.run([sys.executable, "-P", "-m", "bench.long_job", "--child", "vaes", "--models",
+                               str(a.models)], cwd=REPO, check=False, env=comfy_process.child_env(REPO)).returncode
+        if code != 0:
+            print(f"stage decode: writing the VAE files failed (exit {code})", flush=True)
+            return code
     cmd = [sys.executable, "-P", "-m", "bench.long_job", "--child", a.stage, "--passes", *map(str, passes),
            "--out", str(a.out), "--models", str(a.models), "--blocks", str(a.blocks), "--card", str(a.card),
            "--unet", unet] + (["--smoke"] if a.smoke else [])

@@ -7,8 +7,8 @@
   the card (`bench.cards.nodes.card_probe`: read after each pass's boundary, the card's total), for passes
   [pass_first, pass_stop); the stage's latents (output and denoised) are saved to WORK/<stage>.pt after it, and
   read from there by the stage's next process (`done`) and by the next stage.
-- LongMediaLongJobDecode: LongMedia Decode & Save on the Refiner's latent with ComfyUI's H3 VAE classes, full size
-  with random weights (tiny for --smoke).
+- LongMediaLongJobDecode: LongMedia Decode & Save on the Refiner's latent with ComfyUI's H3 VAEs: full size with
+  random weights, loaded from files by ComfyUI's VAELoader (`vae_files`), or tiny ones built here for --smoke.
 """
 
 from __future__ import annotations
@@ -128,13 +128,13 @@ def make_nodes(recorder_for) -> dict:
         @classmethod
         def INPUT_TYPES(cls):
             return {"required": {"work_dir": ("STRING", {"default": ""}), "tiny": ("BOOLEAN", {"default": False}),
-                                 "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})}}
+                                 "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})},
+                    "optional": {"video_vae": ("VAE",), "audio_vae": ("VAE",)}}
 
-        def run(self, work_dir, tiny, seed):
-            import comfy.model_management as mm
+        def run(self, work_dir, tiny, seed, video_vae=None, audio_vae=None):
             import comfy.sd
-            import torch
-            from comfy.ldm.minimax import audio_vae, vae
+            from comfy.ldm.minimax import audio_vae as minimax_audio_vae
+            from comfy.ldm.minimax import vae as minimax_vae
 
             from longmedia.comfy.decode_save import decode_and_save
             from longmedia.testing import tiny_vae
@@ -142,16 +142,14 @@ def make_nodes(recorder_for) -> dict:
             work = Path(work_dir)
             latent = _nested(load_latents(work / "refiner.pt")["output"])
             if tiny:
-                video_vae = tiny_vae.tiny_video_vae(comfy.sd, vae, seed=seed)
-                sound_vae = tiny_vae.tiny_audio_vae(comfy.sd, audio_vae, seed=seed + 1)
-            else:   # ComfyUI's classes at full size; the 2.4 B decoder values drawn on the GPU, held on the CPU
-                draw = "cuda" if torch.cuda.is_available() else "cpu"
-                video_vae = tiny_vae.full_video_vae(comfy.sd, vae, seed=seed, draw_device=draw)
-                sound_vae = tiny_vae.full_audio_vae(comfy.sd, audio_vae, seed=seed + 1, draw_device=draw)
-                mm.soft_empty_cache()
+                video_vae = tiny_vae.tiny_video_vae(comfy.sd, minimax_vae, seed=seed)
+                audio_vae = tiny_vae.tiny_audio_vae(comfy.sd, minimax_audio_vae, seed=seed + 1)
+            elif video_vae is None or audio_vae is None:
+                raise ValueError("the full-size decode takes both VAEs from ComfyUI's VAELoader (bench.long_job "
+                                 "writes their files: vae_files.py)")
             recorder = recorder_for("decode", 0)
             recorder.pass_started()                  # the decode is one "pass": its peak and time
-            saved = decode_and_save(latent, video_vae, sound_vae, filename_prefix="long_job/h3",
+            saved = decode_and_save(latent, video_vae, audio_vae, filename_prefix="long_job/h3",
                                     output_dir=str(work))
             recorder.finish()
             return {"ui": {"decode": [saved.report.to_dict()]}}

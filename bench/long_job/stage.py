@@ -7,6 +7,7 @@ import json
 import time
 
 from ..cards import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
+from . import vae_files
 from .job import FULL, SMOKE
 from .record import (
     CpuMark,
@@ -25,8 +26,14 @@ def stage_prompt(a, job, unet: str) -> dict:
     """The stage's API prompt (decode: the decode node alone)."""
     work = str(a.out.resolve())
     if a.child == "decode":
-        return {"run": {"class_type": "LongMediaLongJobDecode", "inputs": {"work_dir": work, "tiny": a.smoke,
-                                                                           "seed": 3}}}
+        if a.smoke:    # tiny VAEs, built in the node (ComfyUI's loader recognises only the full-size layout)
+            return {"run": {"class_type": "LongMediaLongJobDecode", "inputs": {"work_dir": work, "tiny": True,
+                                                                               "seed": vae_files.VAE_SEED}}}
+        return {"vv": {"class_type": "VAELoader", "inputs": {"vae_name": vae_files.VIDEO_VAE_FILE}},
+                "av": {"class_type": "VAELoader", "inputs": {"vae_name": vae_files.AUDIO_VAE_FILE}},
+                "run": {"class_type": "LongMediaLongJobDecode", "inputs": {
+                    "work_dir": work, "tiny": False, "seed": vae_files.VAE_SEED, "video_vae": ["vv", 0],
+                    "audio_vae": ["av", 0]}}}
     steps = {"sampler": job.sampler_steps, "hires": job.hires_schedule_steps, "refiner": 1}[a.child]
     return {
         "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
@@ -90,6 +97,7 @@ def stage_main(a) -> int:
 
     nodes.register(recorder_for)
     folder_paths.add_model_folder_path("diffusion_models", str(a.models))
+    folder_paths.add_model_folder_path("vae", str(a.models))
     executor = executor_class(execution)(Server(), cache_type=execution.CacheType.CLASSIC,
                                          cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
     stage_memory = comfy_process.DeviceMemory() if cuda else NoDeviceMemory()
