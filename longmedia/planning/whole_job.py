@@ -367,8 +367,9 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
              (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
               f"{T.DIT_BASIS[1][3]}, docs/lab/2026-12-02-executor-kernels-planner.md); streamed weights cross at an assumed "
               f"{T.ASSUMED_HOST_GBPS * 1e9 / GIB:.1f} GiB/s pinned, half that pageable"),
-             (f"text encoder and VAE: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); "
-              "loading checkpoints from disk is not counted"))
+             (f"text encoder: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); video "
+              f"decode: FLOPs at {T.VAE_DECODE_UTILISATION:.1%} of peak, the rate LongMedia Decode & Save measured "
+              "end to end on an H100 (audio and h264 included); loading checkpoints from disk is not counted"))
     return JobPlan(tuple(stages), card, text_encoder, notes)
 
 
