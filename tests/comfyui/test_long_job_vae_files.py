@@ -14,9 +14,9 @@ def test_a_written_vae_file_loads_through_comfyui_s_vae_loader_bit_for_bit(comfy
     9.7 GiB in float32 on a CPU, too large for this box.)"""
     import comfy.sd
     import folder_paths
-    import nodes
     from comfy.ldm.minimax import audio_vae
 
+    import nodes
     from longmedia.testing.tiny_vae import full_audio_vae
 
     built = full_audio_vae(comfy.sd, audio_vae, seed=4)
