@@ -1,0 +1,28 @@
+#!/bin/bash
+# With too little device time for the whole chain: the 60 s job's decode and save under the 16 GiB ballast on a
+# seeded latent of the job's final size (issue 28), then issue 29's unconstrained rows on the same machine.
+# call 1 carry [.whl .comfy_src.txz .flash4_a .gpu_batch]; call 2 [.whl_av]; call 3 [.flash4_b]
+set -u
+bash .gpu_batch/run_decode60.sh; rc=$?
+unset OUT
+for i in $(seq 1 60); do
+    [ -f "$LONGMEDIA_GPU_SITE/.longmedia_flash4" ] && break
+    echo "driver29: waiting for flash-attn-4 ($i)"; sleep 3
+done
+export PYTHONPATH="$PYTHONPATH:$LONGMEDIA_GPU_SITE/nvidia_cutlass_dsl/dsl_packages"
+if [ -f "$LONGMEDIA_GPU_SITE/.longmedia_flash4" ] && python3 -m tools.gpu.flash4_gate; then
+    echo "driver29: flash-attn-4 passed the gate"
+else
+    echo "driver29: flash-attn-4 absent or failed its gate: removed"; rm -rf "$LONGMEDIA_GPU_SITE/flash_attn"
+fi
+echo "driver29: start $(date +%T)"
+big=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+card=72; [ "$big" -gt 130000 ] && card=120
+A="--formats int8 --seconds 14.4 --blocks 50 --out /tmp/lm29 --latents /tmp/lm29/lat --budget-s 300"
+python3 -m bench.cards --cards $card --samplers longmedia_sol --steps 3 $A
+python3 -m bench.cards --cards $card --samplers longmedia --steps 3 $A
+python3 bench/latent_diff.py /tmp/lm29/lat/${card}gib_int8_14.4s_longmedia.pt /tmp/lm29/lat/${card}gib_int8_14.4s_longmedia_sol.pt --tol 1
+python3 -m bench.cards --cards $card --samplers stock --steps 2 $A
+python3 -m bench.schedule_average /tmp/lm29/cards.jsonl
+echo "driver29: end $(date +%T)"
+exit $rc
