@@ -106,3 +106,28 @@ def test_the_table_of_kept_rows_reads_the_plan_kept_beside_them(capsys):
     assert entry.main(["--table", str(rows)]) == 0
     out = capsys.readouterr().out
     assert "sampler | 0..end | ok | 279.35 | 15.88 | 46.85 / 45.94 / 0.78 | 43.95 | 3027.62 |" in out
+
+
+def test_the_decode_alone_writes_no_dit_checkpoint_and_the_dit_stages_do(monkeypatch, tmp_path):
+    """The 44 GiB DiT checkpoint costs a minute of device time to write; the decode stage does not load it."""
+    import bench.cards.entry as cards_entry
+
+    class Ballast:
+        def kill(self):
+            pass
+
+        def wait(self):
+            pass
+
+    written, ran = [], []
+    monkeypatch.setattr(entry, "_gpu_and_comfyui", lambda: True)
+    monkeypatch.setattr(entry, "checkpoint", lambda a: written.append(a.models) or "h3.safetensors")
+    monkeypatch.setattr(entry, "print_plan", lambda a, job, checkpoint=None: {"checkpoint": checkpoint})
+    monkeypatch.setattr(entry, "run_stages", lambda a, unet: ran.append(unet) or 0)
+    monkeypatch.setattr(cards_entry, "_ballast", lambda card: Ballast())
+    monkeypatch.setattr(entry, "table", lambda rows, plan=None: "")
+    monkeypatch.setattr(entry, "read_rows", lambda path: [])
+    assert entry.main(["--stages", "decode", "--out", str(tmp_path)]) == 0
+    assert written == [] and ran == [""]
+    assert entry.main(["--stages", "refiner", "decode", "--out", str(tmp_path)]) == 0
+    assert len(written) == 1 and ran[-1] == "h3.safetensors"
