@@ -1,10 +1,11 @@
 """The full-size H3 video and audio VAEs as files (random weights), so that the decode stage loads them through
 ComfyUI's own VAELoader, as a user's graph does.
 
-Building the VAEs in the decode process instead left the drawn weights beside the pinned host copy that ComfyUI
-makes under Dynamic VRAM (`comfy.pinned_memory`), a second copy no user's process holds: the H100 decode measured
-12.3 GiB of anonymous RSS against the plan's 8.9 GiB (docs/lab/2026-12-05-long-job-gpu-plan.md). The files are
-written once, in a process of their own, beside the DiT checkpoint (--models)."""
+Built in the decode process from drawn weights, the VAEs measured 12.3 GiB of anonymous RSS on the H100 against the
+plan's 8.9 GiB (docs/lab/2026-12-05-long-job-gpu-plan.md). By ComfyUI's code, Dynamic VRAM copies a layer's weights
+into pinned host memory (`comfy.pinned_memory`) unless they were loaded into it from a file, so the drawn weights
+were a second copy that no user's process holds; the next GPU run measures the file path. The files are written
+once, in a process of their own, beside the DiT checkpoint (--models)."""
 
 from __future__ import annotations
 
