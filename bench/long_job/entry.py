@@ -123,8 +123,11 @@ def main(argv=None) -> int:
         print("bench.long_job: the stages need a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent "
               "GPU machine `. tools/gpu/bootstrap.sh`). The calls that make the table:\n  " + "\n  ".join(calls(a, job)))
         return 2
-    if not a.prepare and {a.stage} | set(a.stages or ()) <= {"decode", None}:
-        unet = ""                # the decode alone needs no DiT checkpoint: the plan is the INT8 preset's
+    from longmedia.testing.full_h3 import default_filename
+
+    decode_only = not a.prepare and {a.stage} | set(a.stages or ()) <= {"decode", None}
+    if decode_only and not (a.models / default_filename("int8", a.blocks)).is_file():
+        unet = ""                # the decode alone writes no DiT checkpoint: the plan is the INT8 preset's
         plan = print_plan(a, job)
     else:
         unet = checkpoint(a)

@@ -127,7 +127,15 @@ def test_the_decode_alone_writes_no_dit_checkpoint_and_the_dit_stages_do(monkeyp
     monkeypatch.setattr(cards_entry, "_ballast", lambda card: Ballast())
     monkeypatch.setattr(entry, "table", lambda rows, plan=None: "")
     monkeypatch.setattr(entry, "read_rows", lambda path: [])
-    assert entry.main(["--stages", "decode", "--out", str(tmp_path)]) == 0
+    models = tmp_path / "models"
+    assert entry.main(["--stages", "decode", "--out", str(tmp_path), "--models", str(models)]) == 0
     assert written == [] and ran == [""]
-    assert entry.main(["--stages", "refiner", "decode", "--out", str(tmp_path)]) == 0
+    assert entry.main(["--stages", "refiner", "decode", "--out", str(tmp_path), "--models", str(models)]) == 0
     assert len(written) == 1 and ran[-1] == "h3.safetensors"
+    # once the checkpoint is there, the decode's plan (which the chain's table reads) is the checkpoint's own
+    from longmedia.testing.full_h3 import default_filename
+
+    models.mkdir()
+    (models / default_filename("int8", 50)).write_bytes(b"")
+    assert entry.main(["--stages", "decode", "--out", str(tmp_path), "--models", str(models)]) == 0
+    assert len(written) == 2 and ran[-1] == "h3.safetensors"
