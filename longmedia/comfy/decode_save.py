@@ -5,7 +5,8 @@ Stock `VAEDecode` -> `CreateVideo` -> `SaveVideo` holds the whole video in host 
 (`MiniMaxH3VideoVAE`, `comfy_has_chunked_io`) decodes 17-frame temporal chunks and writes each finished
 chunk into that buffer in order (`dec[:, :, a:b].copy_(part)`, reading `dec.shape[2]`). Here the buffer is
 a `ChunkSink`: it takes those writes, converts each chunk to the buffer's dtype on the host exactly as
-stock's copy would, and hands the frames to the mp4 writer, so RAM holds one chunk, never the video.
+stock's copy would, and hands the frames to the mp4 writer, so RAM holds one chunk, never the video. The writer
+encodes a chunk on its own thread while the device decodes the next one (`encode_ahead`).
 The decoder is stock's, so the pixels are stock's bit for bit, seams included (stock's own blend).
 
 A VAE of H3's class without chunked io (another ComfyUI generation) takes the named fallback
@@ -34,6 +35,7 @@ from typing import Callable
 import torch
 
 from ..errors import LongMediaInputError, check_float
+from .encode_ahead import EncodeAhead
 from .inputs import av_latents
 
 CHUNKED = "chunked"                 # the H3 VAE's temporal chunks stream into the writer
@@ -145,10 +147,11 @@ class ChunkSink:
     """
 
     def __init__(self, shape, dtype: torch.dtype, consume: Callable[[torch.Tensor], None],
-                 on_chunk: Callable[[ChunkWritten], None], check_cancel: Callable[[], None]):
+                 on_chunk: Callable[[ChunkWritten], None], check_cancel: Callable[[], None],
+                 ready: Callable[[], None] = lambda: None):
         self.shape = torch.Size(shape)
         self.dtype = dtype
-        self._consume, self._on_chunk, self._check_cancel = consume, on_chunk, check_cancel
+        self._consume, self._on_chunk, self._check_cancel, self._ready = consume, on_chunk, check_cancel, ready
         self.written = 0
         self.chunks = 0
         self.largest_frames = 0
@@ -173,6 +176,7 @@ class ChunkSink:
         if src.ndim != 5 or src.shape[0] != 1 or tuple(src.shape[3:]) != tuple(self.shape[3:]):
             raise RuntimeError(f"the VAE wrote a {tuple(src.shape)} chunk into a {tuple(self.shape)} video")
         self._check_cancel()
+        self._ready()                  # the chunk before is written: one chunk of frames in RAM, never two
         host = src.to(device="cpu", dtype=self.dtype)
         n = host.shape[2]
         self.chunks += 1
@@ -203,8 +207,10 @@ def _check_cancel() -> None:
 
 
 def decode_video_chunks(vae, video_latent: torch.Tensor, consume: Callable[[torch.Tensor], None],
-                        on_chunk: Callable[[ChunkWritten], None] = lambda c: None) -> tuple[str, ChunkSink | None]:
-    """Decode `video_latent` with `vae` as VAE.decode does, streaming frames [n, H, W, 3] into `consume`.
+                        on_chunk: Callable[[ChunkWritten], None] = lambda c: None,
+                        ready: Callable[[], None] = lambda: None) -> tuple[str, ChunkSink | None]:
+    """Decode `video_latent` with `vae` as VAE.decode does, streaming frames [n, H, W, 3] into `consume`; `ready()`
+    is called before each chunk leaves the device (for a consumer that writes in the background to finish the last).
 
     Returns (decode path, the sink: None on the stock fallback). Cancel is checked before and at every chunk.
     """
@@ -228,7 +234,7 @@ def decode_video_chunks(vae, video_latent: torch.Tensor, consume: Callable[[torc
         memory_used = vae.memory_used_decode(video_latent.shape, vae.vae_dtype)
         mm.load_models_gpu([vae.patcher], memory_required=memory_used, force_full_load=vae.disable_offload)
         sink = ChunkSink(model.decode_output_shape(video_latent.shape), vae.vae_output_dtype(), consume, on_chunk,
-                         _check_cancel)
+                         _check_cancel, ready)
         samples = video_latent.to(device=vae.device, dtype=vae.vae_dtype)
         model.decode(samples, output_buffer=sink)
         del samples
@@ -351,19 +357,20 @@ def decode_audio(audio_vae, latent) -> dict:
 def decode_and_save(latent, video_vae, audio_vae=None, *, fps: float = 24.0, filename_prefix: str = "video/LongMedia",
                     bit_depth: int = 8, crf: float = CRF_AUTO, prompt=None, extra_pnginfo=None,
                     on_chunk: Callable[[ChunkWritten], None] | None = None,
-                    output_dir: str | None = None) -> DecodeSaveResult:
+                    output_dir: str | None = None, encode_ahead: bool | None = None) -> DecodeSaveResult:
     """Decode the Sampler's AV latent chunk by chunk and save it as SaveVideo would; see the module docstring."""
     video, _ = check_decode_inputs(latent, video_vae, audio_vae, fps, bit_depth, crf, filename_prefix)
     audio = decode_audio(audio_vae, latent) if audio_vae is not None else None
     return save_streamed(video, video_vae, audio, fps=fps, filename_prefix=filename_prefix, bit_depth=bit_depth,
                          crf=crf, metadata=_metadata(prompt, extra_pnginfo), on_chunk=on_chunk,
-                         output_dir=output_dir)
+                         output_dir=output_dir, encode_ahead=encode_ahead)
 
 
 def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_prefix: str, bit_depth: int,
                   crf: float, metadata: dict | None, on_chunk: Callable[[ChunkWritten], None] | None = None,
-                  output_dir: str | None = None) -> DecodeSaveResult:
-    """The video latent (checked by `check_decode_inputs`) decoded into one mp4 with `audio` (AUDIO or None)."""
+                  output_dir: str | None = None, encode_ahead: bool | None = None) -> DecodeSaveResult:
+    """The video latent (checked by `check_decode_inputs`) decoded into one mp4 with `audio` (AUDIO or None).
+    `encode_ahead`: encode on a thread of its own while the device decodes (None: when the VAE is not on the CPU)."""
     import comfy.model_management as mm
     import comfy.utils
 
@@ -385,14 +392,19 @@ def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_
             on_chunk(chunk)
 
     done = False
+    # on a GPU the device decodes chunk k+1 while chunk k is encoded; on the CPU the writer runs inline
+    ahead = EncodeAhead(writer.write_frames, threaded=encode_ahead if encode_ahead is not None else
+                        torch.device(getattr(video_vae, "device", "cpu")).type != "cpu")
     try:
-        path, sink = decode_video_chunks(video_vae, video, writer.write_frames, chunk_done)
+        path, sink = decode_video_chunks(video_vae, video, ahead, chunk_done, ready=ahead.wait)
+        ahead.finish()
         _check_cancel()
         writer.finish()
         os.replace(partial, final)
         done = True
     finally:
         if not done:
+            ahead.discard()
             writer.abort()
             with contextlib.suppress(FileNotFoundError):
                 os.remove(partial)

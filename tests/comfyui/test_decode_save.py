@@ -97,8 +97,15 @@ def _read(path: Path) -> dict:
     return out
 
 
-@pytest.mark.parametrize("bit_depth", [8, 10])
-def test_saved_file_matches_stock_create_video_and_save_video(vaes, tmp_path, bit_depth):
+def _no_writer_thread() -> bool:
+    import threading
+
+    return not [t for t in threading.enumerate() if t.name.startswith("longmedia-mp4")]
+
+
+@pytest.mark.parametrize(("bit_depth", "encode_ahead"), [(8, False), (10, False), (8, True), (10, True)])
+def test_saved_file_matches_stock_create_video_and_save_video(vaes, tmp_path, bit_depth, encode_ahead):
+    """Inline (as on a CPU-only ComfyUI) and with the writer on its own thread (as on a GPU), the file is stock's."""
     from comfy_api.latest import InputImpl, Types
     from comfy_extras.nodes_audio import vae_decode_audio
 
@@ -111,7 +118,8 @@ def test_saved_file_matches_stock_create_video_and_save_video(vaes, tmp_path, bi
                                        audio=vae_decode_audio(audio_vae, latent), frame_rate=Fraction(24.0))
     InputImpl.VideoFromComponents(components, bit_depth=bit_depth).save_to(str(stock_path))
     result = decode_and_save(latent, video_vae, audio_vae, fps=24.0, filename_prefix="video/ours",
-                             bit_depth=bit_depth, output_dir=str(tmp_path))
+                             bit_depth=bit_depth, output_dir=str(tmp_path), encode_ahead=encode_ahead)
+    assert _no_writer_thread()
     assert Path(result.path) == tmp_path / "video" / "ours_00001_.mp4" and Path(result.path).is_file()
     assert result.report.decode_path == "chunked" and result.report.frames == 56
     assert sorted(p.name for p in (tmp_path / "video").iterdir()) == ["ours_00001_.mp4"]   # no .partial left
@@ -150,7 +158,8 @@ def test_bad_inputs_are_refused_before_any_decode(vaes, tmp_path):
     assert not list(tmp_path.rglob("*")), "nothing may be written for refused inputs"
 
 
-def test_cancel_mid_decode_leaves_no_file(vaes, tmp_path):
+@pytest.mark.parametrize("encode_ahead", [False, True])
+def test_cancel_mid_decode_leaves_no_file(vaes, tmp_path, encode_ahead):
     import comfy.model_management as mm
 
     from longmedia.comfy.decode_save import decode_and_save
@@ -164,13 +173,15 @@ def test_cancel_mid_decode_leaves_no_file(vaes, tmp_path):
 
     with pytest.raises(mm.InterruptProcessingException):
         decode_and_save(av_latent(seed=14), video_vae, audio_vae, filename_prefix="video/cancelled",
-                        output_dir=str(tmp_path), on_chunk=cancel_after_first)
+                        output_dir=str(tmp_path), on_chunk=cancel_after_first, encode_ahead=encode_ahead)
     assert len(seen) == 1 and seen[0].stop == 17, "the next chunk's check should have stopped it"
     assert not mm.processing_interrupted()
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [], "a cancelled run leaves no file"
+    assert _no_writer_thread()
 
 
-def test_failed_write_leaves_no_file(vaes, tmp_path):
+@pytest.mark.parametrize("encode_ahead", [False, True])
+def test_failed_write_leaves_no_file(vaes, tmp_path, encode_ahead):
     from longmedia.comfy.decode_save import decode_and_save
 
     video_vae, audio_vae = vaes
@@ -181,8 +192,8 @@ def test_failed_write_leaves_no_file(vaes, tmp_path):
 
     with pytest.raises(RuntimeError, match="disk full"):
         decode_and_save(av_latent(seed=15), video_vae, audio_vae, filename_prefix="video/failed",
-                        output_dir=str(tmp_path), on_chunk=fail_on_second)
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+                        output_dir=str(tmp_path), on_chunk=fail_on_second, encode_ahead=encode_ahead)
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [] and _no_writer_thread()
 
 
 def test_vae_without_chunked_io_takes_the_named_stock_fallback(comfy_inprocess, vaes, tmp_path):
