@@ -123,10 +123,8 @@ def main(argv=None) -> int:
         print("bench.long_job: the stages need a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent "
               "GPU machine `. tools/gpu/bootstrap.sh`). The calls that make the table:\n  " + "\n  ".join(calls(a, job)))
         return 2
-    from longmedia.testing.full_h3 import default_filename
-
     decode_only = not a.prepare and {a.stage} | set(a.stages or ()) <= {"decode", None}
-    if decode_only and not (a.models / default_filename("int8", a.blocks)).is_file():
+    if decode_only and not (a.models / checkpoint_name(a)).is_file():
         unet = ""                # the decode alone writes no DiT checkpoint: the plan is the INT8 preset's
         plan = print_plan(a, job)
     else:
@@ -168,11 +166,15 @@ def copy_out(a, text: str) -> None:
     (Path(dest) / "long_job_table.md").write_text(text + "\n")
 
 
-def checkpoint(a) -> str | None:
-    """The random full-width INT8 H3 with --blocks blocks in --models (written once; a warm machine keeps it)."""
+def checkpoint_name(a) -> str:
     from longmedia.testing.full_h3 import default_filename
 
-    name = default_filename("int8", a.blocks)
+    return default_filename("int8", a.blocks)
+
+
+def checkpoint(a) -> str | None:
+    """The random full-width INT8 H3 with --blocks blocks in --models (written once; a warm machine keeps it)."""
+    name = checkpoint_name(a)
     if (a.models / name).is_file():
         return name
     t0 = time.perf_counter()

@@ -273,14 +273,15 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
     audio = F.decoded_audio_bytes(frames)
     bounded = F.bounded_decode_host_bytes(w, h)
     held = bounded + audio if decode == "longmedia" else video
-    ram_v = held + vae_host_bytes() + PROCESS_HOST_BYTES
+    vaes = vae_host_bytes()
+    ram_v = held + vaes + PROCESS_HOST_BYTES
     remedy_v = None
     if ram_v > ram_avail and decode == "stock":
         remedy_v = (f"the decoded video is {size(video)} of float32 frames: decode and save with {DECODE_NODE} "
                     f"(RAM holds one {v.written_chunk_frames}-frame chunk, about {size(bounded)}, at any length; "
                     "--decode longmedia), or a shorter job or a lower resolution")
     elif ram_v > ram_avail:
-        remedy_v = (f"more RAM: the VAEs' {size(vae_host_bytes())} of weights and one chunk "
+        remedy_v = (f"more RAM: the VAEs' {size(vaes)} of weights and one chunk "
                     f"({size(bounded)}) must fit")
     elif vram > usable:
         remedy_v = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
@@ -294,17 +295,17 @@ def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardC
         "video decode", vram, usable, ram_v, ram_avail, T.video_decode_seconds(frames, w, h, card),
         f"{frames} frames at {w}x{h}; stock reserves {size(stock)} (its memory_used_decode), the decode's own peak "
         f"is {size(formula)} (256 px tiles, 28-frame chunks); decoder weights {size(dec_weights)} in 16 bits (RAM "
-        f"holds both VAEs whole: {size(vae_host_bytes())}); {output}",
+        f"holds both VAEs whole: {size(vaes)}); {output}",
         remedy_v)
     a_stock = F.stock_audio_decode_estimate(F.audio_samples(frames))
     a_weights = F.AUDIO_VAE_DECODER_PARAMS * F.FP32
     beside = video if decode == "stock" else 0
-    ram_a = beside + audio + vae_host_bytes() + PROCESS_HOST_BYTES
+    ram_a = beside + audio + vaes + PROCESS_HOST_BYTES
     remedy_a = None
     if ram_a > ram_avail:
         remedy_a = (f"the video ({size(video)}) and audio stay in RAM together: decode and save with {DECODE_NODE} "
                     "(--decode longmedia), or a shorter job or a lower resolution" if decode == "stock" else
-                    f"more RAM: the VAEs' {size(vae_host_bytes())} of weights must fit")
+                    f"more RAM: the VAEs' {size(vaes)} of weights must fit")
     elif a_stock + a_weights > usable:
         remedy_a = "decode on the CPU: start ComfyUI with --cpu-vae (slow)"
     audio_stage = StagePlan(
