@@ -278,3 +278,20 @@ def test_the_video_decode_estimate_reproduces_the_measured_h100_decode():
     assert (decode["frames"], decode["width"], decode["height"]) == (1450, 1664, 960)
     est = T.video_decode_seconds(decode["frames"], decode["width"], decode["height"], T.card_class(80 * GIB))
     assert abs(est / decode["seconds"] - 1) < 0.05, (est, decode["seconds"])
+
+
+def test_the_decode_through_vae_files_stays_within_its_plans_ram_and_estimate():
+    """Out of sample: the plan's decode RAM (8.91 GiB) was set before this H100 run, which loaded the VAEs from
+    files through ComfyUI's VAELoader (docs/lab/data/2026-12-06-h100-decode-vaefiles.jsonl). Its host RSS peak stays
+    under the plan, and the planner's decode time (from the earlier 263.2 s run) is not shorter than it took."""
+    from longmedia.planning import stage_times as T
+
+    data = REPO / "docs/lab/data"
+    plan = json.loads((data / "2026-12-06-h100-decode-vaefiles-plan.json").read_text())
+    rows = [json.loads(line) for line in (data / "2026-12-06-h100-decode-vaefiles.jsonl").read_text().splitlines()]
+    stage_row = next(r for r in rows if r["kind"] == "stage" and r["result"] == "ok")
+    assert stage_row["host_rss_peak_bytes"] <= plan["decode"]["ram_need_bytes"], (
+        stage_row["host_rss_peak_bytes"] / GIB, plan["decode"]["ram_need_bytes"] / GIB)
+    decode = stage_row["decode"]
+    est = T.video_decode_seconds(decode["frames"], decode["width"], decode["height"], T.card_class(80 * GIB))
+    assert est >= decode["seconds"], (est, decode["seconds"])
