@@ -4,8 +4,9 @@ ComfyUI's own VAELoader, as a user's graph does.
 Built in the decode process from drawn weights, the VAEs measured 12.3 GiB of anonymous RSS on the H100 against the
 plan's 8.9 GiB (docs/lab/2026-12-05-long-job-gpu-plan.md). By ComfyUI's code, Dynamic VRAM copies a layer's weights
 into pinned host memory (`comfy.pinned_memory`) unless they were loaded into it from a file, so the drawn weights
-were a second copy that no user's process holds; the next GPU run measures the file path. The files are written
-once, in a process of their own, beside the DiT checkpoint (--models)."""
+were a second copy that no user's process holds. Loaded from these files, the same decode peaked at 7.54 GiB of RSS
+against the plan's 8.91 (docs/lab/data/2026-12-06-h100-decode-vaefiles.jsonl). The files are written once, in a
+process of their own, beside the DiT checkpoint (--models)."""
 
 from __future__ import annotations
 
@@ -32,12 +33,9 @@ def write(models: Path, seed: int = VAE_SEED) -> list[Path]:
 
     draw = "cuda" if torch.cuda.is_available() else "cpu"
     models.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, build in ((VIDEO_VAE_FILE, lambda: tiny_vae.full_video_vae(comfy.sd, vae, seed=seed, draw_device=draw)),
-                        (AUDIO_VAE_FILE, lambda: tiny_vae.full_audio_vae(comfy.sd, audio_vae, seed=seed + 1,
-                                                                         draw_device=draw))):
-        written.append(save(build(), models / name))
-    return written
+    video = save(tiny_vae.full_video_vae(comfy.sd, vae, seed=seed, draw_device=draw), models / VIDEO_VAE_FILE)
+    audio = save(tiny_vae.full_audio_vae(comfy.sd, audio_vae, seed=seed + 1, draw_device=draw), models / AUDIO_VAE_FILE)
+    return [video, audio]
 
 
 def save(vae, path: Path) -> Path:

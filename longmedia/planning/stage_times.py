@@ -47,7 +47,9 @@ ASSUMED_UTILISATION = 0.4       # text encoder matmuls: share of peak reached (a
 # The video decode's FLOPs over its measured time: 94.0 s at 0.4 of an H100's 989 TFLOPS against 263.2 s measured
 # for the 60 s job's 1450 frames at 1664x960 (LongMedia Decode & Save, ComfyUI's full-size VAEs with random
 # weights, audio and h264 included; docs/lab/data/2026-12-06-h100-decode-60s.jsonl). 145 frames took 26.7 s, the
-# same rate within 4 %.
+# same rate within 4 %. A later run of the same decode, with the VAEs loaded from files and the mp4 encoded on its
+# own thread, took 167.6 s (docs/lab/data/2026-12-06-h100-decode-vaefiles.jsonl); the two changes were not
+# separated, so the rate stays at the slower run's and the estimate errs long.
 VAE_DECODE_UTILISATION = 0.143
 ASSUMED_HOST_GBPS = 24.0        # PCIe 4.0 x16, pinned host memory (assumed); pageable at half
 CPU_TFLOPS = 1.0                # a desktop CPU in fp32 matmuls (assumed), for an encode on the CPU
