@@ -73,7 +73,7 @@ def measure(executor, server, steps_at, memory, torch, mm, t0, clock=None) -> di
                    report_steps=rep.get("steps"),
                    # LongMedia's own split (model-call time; kernel compilation before step 1 apart)
                    report_first_step_s=rep.get("first_step_s"), report_steady_step_s=rep.get("steady_step_s"),
-                   warmup_s=rep.get("warmup_s"), skipped_steps=rep.get("skipped_steps"))
+                   warmup_s=rep.get("warmup_s"), probe_s=rep.get("probe_s"), skipped_steps=rep.get("skipped_steps"))
         if rep.get("segments"):  # a segmented job: one summary per pass
             out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out

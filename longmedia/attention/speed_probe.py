@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -179,12 +180,14 @@ class SpeedCache:
 def probe_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device: torch.device | str, head_dim: int,
                  dtype: torch.dtype, seq_len: int, timer: Timer | None = None, label: str | None = None,
                  capability: tuple[int, int] | None = None, available: Collection[str] | None = None,
-                 free_bytes: int | None = None) -> MeasuredSpeeds:
+                 free_bytes: int | None = None, wall: Callable[[], float] = time.perf_counter) -> MeasuredSpeeds:
     """The exact backends' speeds for a job of `seq_len` keys: from `cache` where it holds every candidate, else
-    measured (only the candidates it lacks) and written back. On CPU no probe runs (the static rank applies).
+    measured (only the candidates it lacks) and written back, with the probe's own wall time (`probe_s`). On CPU no
+    probe runs (the static rank applies).
 
-    timer / label / capability / available / free_bytes: the facts read from the device (injectable for tests;
-    None = read them: CUDA events, `device_label`, the device's capability, the registry's probes, free memory)."""
+    timer / label / capability / available / free_bytes / wall: the facts read from the device and the clock
+    (injectable for tests; None = read them: CUDA events, `device_label`, the device's capability, the registry's
+    probes, free memory)."""
     device = torch.device(device)
     dtype_name = str(dtype).removeprefix("torch.")
     cls = length_class(seq_len)
@@ -201,15 +204,20 @@ def probe_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device:
     missing = [s for s in specs if s.name not in known]
     if cached is not None and not missing:
         return cached
+    started = wall()
     if free_bytes is None and device.type == "cuda":
         free_bytes = int(torch.cuda.mem_get_info(device)[0])
     fresh = measure_speeds(registry, missing, device=device, label=label, head_dim=head_dim, dtype=dtype, cls=cls,
                            timer=timer if timer is not None else cuda_event_timer(device), free_bytes=free_bytes)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the last untimed call of a skipped backend may still run
+    probe_s = max(0.0, wall() - started)
     old_seconds = () if cached is None else cached.seconds
     old_skipped = () if cached is None else cached.skipped
     merged = MeasuredSpeeds(device=label, head_dim=head_dim, dtype=dtype_name, length_class=cls, rows=fresh.rows,
                             heads=fresh.heads, seconds=old_seconds + fresh.seconds,
-                            skipped=old_skipped + fresh.skipped + tuple(p for p in passed if p[0] not in known))
+                            skipped=old_skipped + fresh.skipped + tuple(p for p in passed if p[0] not in known),
+                            probe_s=probe_s)
     if cache is not None:
         cache.write(dataclasses.replace(merged, skipped=tuple(p for p in merged.skipped if not p[1].startswith(NO_ROOM))))
     return merged

@@ -37,7 +37,9 @@ class MeasuredSpeeds:
     device: what ran it ("NVIDIA H200 sm90, torch 2.9.0, CUDA 12.8"). seconds: (backend, seconds per call),
     fastest first. skipped: (backend, why it was not timed). rows / heads: the probe's shape (q rows = keys).
     cached: read back from the on-disk cache. refused: non-empty = no probe ran, and why (then seconds is
-    empty and auto keeps the static rank).
+    empty and auto keeps the static rank). probe_s: wall seconds the probe ran in this process to give these
+    timings (compilation and JIT of every candidate included); 0 when the cache held them all. It runs before the
+    first model call, so a sampler step's clock does not see it, and a clock that starts at the node does.
     """
 
     device: str
@@ -50,10 +52,13 @@ class MeasuredSpeeds:
     skipped: tuple[tuple[str, str], ...] = ()
     cached: bool = False
     refused: str = ""
+    probe_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.length_class not in {c[0] for c in LENGTH_CLASSES}:
             raise ValueError(f"MeasuredSpeeds.length_class must be a length class, got {self.length_class!r}")
+        if not self.probe_s >= 0:
+            raise ValueError(f"MeasuredSpeeds.probe_s must be >= 0 s, got {self.probe_s!r}")
         for name, value in self.seconds:
             if not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"MeasuredSpeeds.seconds of {name!r} must be > 0, got {value!r}")
@@ -90,4 +95,9 @@ class MeasuredSpeeds:
                 f"{self.dtype}, {self.length_class} class, {self.rows} rows x {self.heads} heads): {timed}")
         if skipped:
             line += f"; not timed: {skipped}"
+        if self.cached:
+            line += "; read from the on-disk cache"
+        elif self.probe_s:
+            line += (f"; probed now, in {self.probe_s:.1f} s before the first model call (once per device, torch "
+                     f"and CUDA version: kept on disk)")
         return line

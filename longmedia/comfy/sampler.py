@@ -112,7 +112,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 checked.request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True))
             plan = plan_pass(checked, plan.device)
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
-                         ranks)
+                         ranks, probe_s=_probe_seconds(checked.request.attention_speeds))
         clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):
@@ -124,7 +124,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     return result
 
 
-def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks):
+def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks, *,
+            probe_s: float = 0.0):
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -180,7 +181,8 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                        if callback.failure else "ok", manual_fields=plan.manual_fields, notes=tuple(run.notes),
                        predicted=PredictedPeaks.of_plan(plan), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
-                       host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1))
+                       host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1),
+                       probe_s=probe_s)
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)
@@ -190,6 +192,11 @@ def all_finite(samples: torch.Tensor) -> bool:
     """Whether a latent (H3's video+audio NestedTensor, or a plain tensor) holds only finite values."""
     parts = samples.unbind() if getattr(samples, "is_nested", False) else (samples,)
     return all(bool(torch.isfinite(p).all()) for p in parts)
+
+
+def _probe_seconds(speeds) -> float:
+    """The attention speed probe's seconds in this prompt (0 when no probe ran or the disk cache served it)."""
+    return speeds.probe_s if speeds is not None else 0.0
 
 
 def _oom_phase(current: str) -> str:

@@ -81,6 +81,7 @@ class RunReport:
     probes: ProbeReport | None = None  # what the diagnostics saw (LONGMEDIA_PROBES); None: none ran
     host: HostFeatures | None = None  # what the pack detected on this ComfyUI (paste into a bug report)
     warmup_s: float = 0.0  # kernel compilation before the first step (attention/warmup.py), outside every step
+    probe_s: float = 0.0  # the attention speed probe, run in this prompt before the first step (0: cached on disk)
     sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
 
     def step_seconds(self) -> tuple[tuple[int, float], ...]:
@@ -171,6 +172,9 @@ class RunReport:
                 line += f", steady steps {steady:.2f} s (mean of {len(self.step_seconds()) - 1})"
             if self.warmup_s:
                 line += f"; kernels compiled before the first step in {self.warmup_s:.2f} s"
+            if self.probe_s:
+                line += (f"; the attention speed probe ran before it in {self.probe_s:.2f} s (once per device, "
+                         f"torch and CUDA version: kept on disk)")
             lines.append(line)
         if self.sampler_steps:
             skipped = self.skipped_steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 import pytest
 import torch
@@ -120,6 +121,25 @@ def test_probe_times_the_exact_candidates_and_caches_them_per_device(tmp_path, m
     clock = _Clock({"delta": 0.005})
     merged = _probe(newer, cache, clock)
     assert clock.timed == ["delta"] and merged.order == ("delta", "gamma", "beta", "alpha")
+
+
+def test_the_probe_reports_its_own_time_and_a_cached_read_reports_none(tmp_path, monkeypatch):
+    """The probe runs before the first model call, so only a clock that starts at the node sees it (on the H100 the
+    first LongMedia row of each machine took 12-20 s longer than its report's first step, and later rows did not).
+    Its seconds come back with the timings and in the plan's reason; a read from the disk cache carries none."""
+    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    reg, cache = _registry([]), SpeedCache(tmp_path)
+    start = random.uniform(100.0, 200.0)
+    took = random.uniform(5.0, 20.0)
+    ticks = iter([start, start + took])
+    got = _probe(reg, cache, _Clock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01}), wall=lambda: next(ticks))
+    assert abs(got.probe_s - took) < 1e-9 and not got.cached
+    assert f"probed now, in {took:.1f} s before the first model call" in got.summary()
+    again = _probe(reg, cache, _Clock({}), wall=lambda: pytest.fail("a cached read must not time a probe"))
+    assert again.cached and again.probe_s == 0.0
+    assert again.summary().endswith("read from the on-disk cache") and "probed now" not in again.summary()
+    with pytest.raises(ValueError, match="probe_s"):
+        dataclasses.replace(got, probe_s=-1.0)
 
 
 def test_probe_skips_what_cannot_run_and_retries_what_had_no_room(tmp_path, monkeypatch):

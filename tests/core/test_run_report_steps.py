@@ -13,12 +13,12 @@ from longmedia.planning.planner import plan
 from longmedia.report.run_report import RunReport, StepRecord
 
 
-def _report(steps, sampler_steps, warmup_s=0.0):
+def _report(steps, sampler_steps, warmup_s=0.0, probe_s=0.0):
     planned = plan(ModelProfile.preset("h3-int8"), DeviceProfile.card(16), build_geometry(1344, 768, seconds=5),
                    attention_resolver=default_attention_path)
     return RunReport(plan=planned, attention_backend="sol", streamed_blocks=(), boundaries=(), steps=tuple(steps),
                      block_peak_bytes=(), guard_events=(), preview="ok", warmup_s=warmup_s,
-                     sampler_steps=sampler_steps)
+                     sampler_steps=sampler_steps, probe_s=probe_s)
 
 
 def test_first_step_apart_from_the_steady_mean_with_cond_and_uncond_calls():
@@ -52,3 +52,14 @@ def test_uncounted_steps_report_no_skips():
     steps = [StepRecord(0, 1.0, 2.0, 0, 0)]  # sampler_step -1: a caller that did not count
     report = _report(steps, 0)
     assert report.skipped_steps == () and report.first_step_s is None and report.time_lines() == ()
+
+
+def test_the_speed_probe_shows_beside_the_first_step_and_in_the_json():
+    """The probe's seconds (before the first model call) are named beside the first step, not folded into it."""
+    probe = random.uniform(8, 20)
+    steps = [StepRecord(i, 1.0 - i / 3, random.uniform(12, 13), 0, 0, i) for i in range(3)]
+    report = _report(steps, 3, warmup_s=2.0, probe_s=probe)
+    line = report.time_lines()[0]
+    assert f"the attention speed probe ran before it in {probe:.2f} s" in line
+    assert abs(json.loads(report.to_json())["probe_s"] - probe) < 1e-9
+    assert "speed probe" not in _report(steps, 3).time_lines()[0]

@@ -30,7 +30,8 @@ def _row(sampler, steps, **kw):
 
 def test_figures_mark_each_goal_met_or_missed():
     rows = [_row("stock", [58.0, 55.0, 55.0], card_gib=120), _row("longmedia", [44.0, 33.0, 33.0]),
-            _row("longmedia_sol", [16.0, 11.0, 11.0], report_first_step_s=14.3, report_steady_step_s=11.0),
+            _row("longmedia_sol", [16.0, 11.0, 11.0], report_first_step_s=14.3, report_steady_step_s=11.0,
+                 probe_s=12.41),
             _row("longmedia_sol_tau08", [18.0, 13.0, 13.0])]
     lines = sa.figures(rows)
     assert lines[0].startswith("stock: 55.00 s/step")
@@ -38,5 +39,6 @@ def test_figures_mark_each_goal_met_or_missed():
     assert "0.200x stock (goal <= 0.2x: met)" in lines[2]
     assert "sol first step 16.00 s = 1.45x its steady step (goal <= 1.3x: missed)" in lines[3]   # not steps_s[0]
     assert "14.30 / 11.00 s = 1.30x" in lines[3]
+    assert lines[3].endswith("the attention speed probe ran before it in 12.41 s")   # the node's clock counts it
     assert "scheduled_sol over 20 steps" in lines[4] and "met" in lines[4]
     assert sa.figures([_row("longmedia", [1.0])]) == ["no ok stock row with a device-timed step: no ratios"]
