@@ -45,7 +45,9 @@ def _wrap(comfy_sd: ModuleType, full_size: type, tiny: torch.nn.Module, fill=Non
     `fill(model)`, when given, draws the weights after the model is in the wrapper's dtype, so host RAM holds them
     once, at that dtype, as after ComfyUI loads a VAE file (not a float32 copy beside them)."""
     with torch.device("meta"):
-        sd = dict(full_size().state_dict())
+        shape_model = full_size()
+        _materialize_lazy_linears(shape_model)      # else its weightless Linears' keys read as missing
+        sd = dict(shape_model.state_dict())
         vae = comfy_sd.VAE(sd=sd)
     if type(vae.first_stage_model) is not full_size:
         raise RuntimeError(f"comfy.sd.VAE did not recognise {full_size.__name__}'s keys: got "

@@ -250,11 +250,13 @@ def test_ram_growth_is_bounded_by_one_chunk_not_the_video(comfyui_root, tmp_path
     assert stock_long - ours_long > 0.8 * whole_video, "stock should hold the whole video beyond what ours holds"
 
 
-def test_the_vaes_get_every_weight_when_dynamic_vram_builds_them_weightless(comfy_inprocess, monkeypatch):
+def test_the_vaes_get_every_weight_when_dynamic_vram_builds_them_weightless(comfy_inprocess, monkeypatch, caplog):
     """Under Dynamic VRAM (comfy-aimdo on), ComfyUI builds its no-init Linear without weight or bias, to take them
     from the state dict. The bench's drawn VAEs must still fill every one: the full-size decode on the GPU failed
     with "'NoneType' object has no attribute 'device'" in the decoder's first Linear. Built with aimdo on, the
-    VAEs decode exactly as the same seeds built with it off."""
+    VAEs decode exactly as the same seeds built with it off, and ComfyUI's VAE class, shown the full-size keys it
+    recognises the model by, reports none missing (on the H100 it listed every Linear's as missing, a false alarm
+    in the log of each VAE-file write)."""
     import comfy.memory_management
     import comfy.sd
     from comfy.ldm.minimax import audio_vae, vae
@@ -263,7 +265,9 @@ def test_the_vaes_get_every_weight_when_dynamic_vram_builds_them_weightless(comf
 
     reference = tiny_video_vae(comfy.sd, vae, seed=7), tiny_audio_vae(comfy.sd, audio_vae, seed=8)
     monkeypatch.setattr(comfy.memory_management, "aimdo_enabled", True)
+    caplog.clear()
     built = tiny_video_vae(comfy.sd, vae, seed=7), tiny_audio_vae(comfy.sd, audio_vae, seed=8)
+    assert not [r.getMessage()[:120] for r in caplog.records if "Missing VAE keys" in r.getMessage()]
     monkeypatch.setattr(comfy.memory_management, "aimdo_enabled", False)    # decode on the CPU path, as reference
     for ref, got in zip(reference, built):
         linears = [(n, m) for n, m in got.first_stage_model.named_modules() if isinstance(m, torch.nn.Linear)]
