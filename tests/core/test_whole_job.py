@@ -295,3 +295,36 @@ def test_the_decode_through_vae_files_stays_within_its_plans_ram_and_estimate():
     decode = stage_row["decode"]
     est = T.video_decode_seconds(decode["frames"], decode["width"], decode["height"], T.card_class(80 * GIB))
     assert est >= decode["seconds"], (est, decode["seconds"])
+
+
+def test_the_whole_60_s_chain_ran_within_its_plan_in_one_run():
+    """Issue 28's proof, out of sample: the 60 s job's whole chain in one run on an H100 under the 16 GiB ballast
+    (docs/lab/data/2026-12-06-h100-long-job-chain.jsonl; tools/gpu/run_long_job.sh): Sampler, Hi-Res, Refiner and
+    the decode, which read the Refiner's own latent. Every stage ended ok; every pass's process VRAM (NVML) stayed
+    within the 16 GiB card; each stage's host RSS peak lies within the RAM of the plan the run printed before its
+    stages started (its allowances set from the earlier run's rows), and within today's planner's RAM for that
+    checkpoint."""
+    from bench.long_job.job import FULL, job_plan
+
+    data = REPO / "docs/lab/data"
+    run_plan = json.loads((data / "2026-12-06-h100-long-job-chain-plan.json").read_text())
+    rows = [json.loads(line) for line in (data / "2026-12-06-h100-long-job-chain.jsonl").read_text().splitlines()]
+    stages = [r for r in rows if r["kind"] == "stage"]
+    assert [(r["stage"], r["result"]) for r in stages] == [
+        ("sampler", "ok"), ("hires", "ok"), ("refiner", "ok"), ("decode", "ok")]
+    passes = [r for r in rows if r["kind"] == "pass"]
+    assert len(passes) == 3 * 7 + 1
+    for r in passes:
+        assert r["card_gib"] == 16 and r["process_source"] == "nvml per-process"
+        assert r["process_peak_bytes"] <= 16 * GIB, (r["stage"], r["segment"], r["process_peak_bytes"] / GIB)
+    decode = stages[-1]["decode"]
+    assert (decode["frames"], decode["width"], decode["height"]) == (1450, *hires_size(1344, 768, 1.25))
+    assert decode["largest_chunk_frames"] <= 17 and decode["chunks"] * 17 >= decode["frames"]
+    ours = job_plan(FULL, 16, 128, 50)         # the INT8 preset: only what it adds beside the weights is used
+    for r in stages:
+        name, peak = r["stage"], r["host_rss_peak_bytes"]
+        assert peak <= run_plan[name]["ram_need_bytes"], (name, peak / GIB, run_plan[name]["ram_need_bytes"] / GIB)
+        today = ours[name]["ram_need_bytes"]
+        if name != "decode":                   # a DiT stage holds the run's checkpoint, not the preset's weights
+            today += run_plan[name]["model"]["weight_bytes"] - ours[name]["model"]["weight_bytes"]
+        assert peak <= today, (name, peak / GIB, today / GIB)
