@@ -8,7 +8,8 @@ with tau moving from tau_start (1.3) to tau_end (0.8) along the curve over the s
 within a phase, apart from tau: the dense steps cost the exact steady step (the `longmedia` row: the same plan and
 exact backend on the same card), and a Sol step at tau costs the Sol steady step interpolated linearly in tau
 between the `longmedia_sol` row (tau 1.3) and the `longmedia_sol_tau08` row (tau 0.8). Each of those rows runs 2-3
-steps. Steady = the mean of the device-timed steps after the first.
+steps. Steady = the mean of the device-timed steps after the first. Where a `longmedia_scheduled_sol` row ran
+(3 steps: dense, then Sol at tau 1.15 and 0.8), a second estimate takes the Sol cost from its own later steps.
 """
 
 from __future__ import annotations
@@ -96,7 +97,23 @@ def figures(rows: list[dict], steps: int = 20) -> list[str]:
         out.append("  per step: " + ", ".join(f"{s:.1f}" for s in per))
     else:
         out.append("scheduled_sol: needs the longmedia, longmedia_sol and longmedia_sol_tau08 rows")
+    own = _row(rows, "longmedia_scheduled_sol")
+    sol_at = own_sol_steps(own) if own else {}
+    if exact and sol_at:
+        avg, per = scheduled_average(steady(exact), sol_at, steps)
+        out.append(ratio(f"scheduled_sol over {steps} steps (from its own row's Sol steps at tau "
+                         + ", ".join(f"{t:.2f}" for t in sorted(sol_at, reverse=True))
+                         + ", clamped beyond them; dense steps at the exact row's)", avg, GOALS["scheduled_sol"]))
+        out.append("  per step: " + ", ".join(f"{s:.1f}" for s in per))
     return out
+
+
+def own_sol_steps(row: dict, settings: SolSettings | None = None) -> dict[float, float]:
+    """{tau: device-timed seconds} of a `longmedia_scheduled_sol` row's Sol steps after its first, at the taus its own
+    schedule of that many steps ran (its first step, dense and paying the fault-in, is not used)."""
+    later = row.get("steps_s") or []
+    taus = schedule_taus(len(later) + 1, settings)[1:]
+    return {tau: sec for tau, sec in zip(taus, later) if tau is not None}
 
 
 def main(argv=None) -> int:

@@ -42,3 +42,18 @@ def test_figures_mark_each_goal_met_or_missed():
     assert lines[3].endswith("the attention speed probe ran before it in 12.41 s")   # the node's clock counts it
     assert "scheduled_sol over 20 steps" in lines[4] and "met" in lines[4]
     assert sa.figures([_row("longmedia", [1.0])]) == ["no ok stock row with a device-timed step: no ratios"]
+
+
+def test_scheduled_sol_averages_from_its_own_rows_sol_steps():
+    """A `longmedia_scheduled_sol` row of 3 steps ran tau None, 1.15, 0.8: its two Sol steps (not the dense first,
+    which pays the fault-in) give the Sol cost, the exact row's steady step the dense steps."""
+    s115, s08 = random.uniform(13, 15), random.uniform(17, 19)
+    own = _row("longmedia_scheduled_sol", [64.0, s115, s08])
+    assert sa.schedule_taus(3)[0] is None
+    got = sa.own_sol_steps(own)
+    assert sorted(got) == sorted(t for t in sa.schedule_taus(3) if t is not None) and sorted(got.values()) == [s115, s08]
+    rows = [_row("stock", [58.0, 55.0, 55.0], card_gib=72), _row("longmedia", [44.0, 33.0, 33.0]), own]
+    avg, _ = sa.scheduled_average(33.0, got, 20)
+    line = next(line for line in sa.figures(rows) if "from its own row" in line)
+    assert f"{avg:.2f} s/step = {avg / 55.0:.3f}x stock" in line
+    assert not [line for line in sa.figures(rows[:2]) if "from its own row" in line]
