@@ -18,17 +18,7 @@ unset OUT
 W=/tmp/lm29u
 echo "issue 29 rows: start $(date +%T), LONGMEDIA_FLASH4=${LONGMEDIA_FLASH4:-unset}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-export PYTHONPATH="$PYTHONPATH:$LONGMEDIA_GPU_SITE/nvidia_cutlass_dsl/dsl_packages"
-for i in $(seq 1 60); do
-    [ -f "$LONGMEDIA_GPU_SITE/.longmedia_flash4" ] && break
-    echo "issue 29 rows: waiting for flash-attn-4 ($i)"; sleep 3
-done
-if [ -f "$LONGMEDIA_GPU_SITE/.longmedia_flash4" ] && python3 -m tools.gpu.flash4_gate; then
-    echo "issue 29 rows: flash-attn-4 passed the gate"
-else
-    echo "issue 29 rows: flash-attn-4 absent or failed its gate: removed, auto runs without it"
-    rm -rf "$LONGMEDIA_GPU_SITE/flash_attn"
-fi
+FLASH4_WHO="issue 29 rows" . tools/gpu/flash4_ready.sh
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 card=72; [ "$total" -gt 130000 ] && card=120
 A="--cards $card --formats int8 --seconds 14.4 --blocks 50 --out $W --latents $W/lat --budget-s 300"

@@ -19,18 +19,8 @@ unset OUT
 W=/tmp/longmedia_long_job
 echo "long job: start $(date +%T), LONGMEDIA_FLASH4=${LONGMEDIA_FLASH4:-unset}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-export PYTHONPATH="$PYTHONPATH:$LONGMEDIA_GPU_SITE/nvidia_cutlass_dsl/dsl_packages"
 python3 -m bench.long_job --prepare --blocks 50 --out $W || exit 1
-for i in $(seq 1 60); do
-    [ -f "$LONGMEDIA_GPU_SITE/.longmedia_flash4" ] && break
-    echo "long job: waiting for flash-attn-4 ($i)"; sleep 3
-done
-if [ -f "$LONGMEDIA_GPU_SITE/.longmedia_flash4" ] && python3 -m tools.gpu.flash4_gate; then
-    echo "long job: flash-attn-4 passed the gate"
-else
-    echo "long job: flash-attn-4 absent or failed its gate: removed, auto runs without it"
-    rm -rf "$LONGMEDIA_GPU_SITE/flash_attn"
-fi
+FLASH4_WHO="long job" . tools/gpu/flash4_ready.sh
 echo "long job: DiT stages $(date +%T)"
 python3 -m bench.long_job --stages sampler hires refiner --blocks 50 --out $W --stage-budget-s 900
 rc=$?
