@@ -81,7 +81,8 @@ class RunReport:
     probes: ProbeReport | None = None  # what the diagnostics saw (LONGMEDIA_PROBES); None: none ran
     host: HostFeatures | None = None  # what the pack detected on this ComfyUI (paste into a bug report)
     warmup_s: float = 0.0  # kernel compilation before the first step (attention/warmup.py), outside every step
-    probe_s: float = 0.0  # the attention speed probe, run in this prompt before the first step (0: cached on disk)
+    probe_s: float = 0.0  # the attention speed probe, when this pass ran it before its first step (0: read from
+    # the disk cache, or run earlier in the prompt, as a segmented job's forecast of its passes does)
     sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
 
     def step_seconds(self) -> tuple[tuple[int, float], ...]:
