@@ -112,7 +112,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 checked.request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True))
             plan = plan_pass(checked, plan.device)
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
-                         ranks, probe_s=_probe_seconds(checked.request.attention_speeds))
+                         ranks, probe_s=speeds.probe_s if (speeds := checked.request.attention_speeds) else 0.0)
         clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):
@@ -192,11 +192,6 @@ def all_finite(samples: torch.Tensor) -> bool:
     """Whether a latent (H3's video+audio NestedTensor, or a plain tensor) holds only finite values."""
     parts = samples.unbind() if getattr(samples, "is_nested", False) else (samples,)
     return all(bool(torch.isfinite(p).all()) for p in parts)
-
-
-def _probe_seconds(speeds) -> float:
-    """The attention speed probe's seconds in this prompt (0 when no probe ran or the disk cache served it)."""
-    return speeds.probe_s if speeds is not None else 0.0
 
 
 def _oom_phase(current: str) -> str:
