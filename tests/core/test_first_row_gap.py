@@ -35,7 +35,8 @@ def test_only_the_first_longmedia_row_of_each_h100_run_waited_before_its_first_m
     timings its first row waited over 10 s; every row whose timings repeat an earlier row's waited under 2 s."""
     data = REPO / "docs/lab/data"
     for name in ("2026-12-05-h100-sol-16.jsonl", "2026-12-05-h100-flash4-cards.jsonl",
-                 "2026-12-06-h100-scheduled-sol-cards.jsonl", "2026-12-06-h100-unconstrained-cards.jsonl"):
+                 "2026-12-06-h100-scheduled-sol-cards.jsonl", "2026-12-06-h100-unconstrained-cards.jsonl",
+                 "2026-12-06-h100-scheduled-sol-unconstrained-cards.jsonl"):
         got = frg.gaps([json.loads(line) for line in (data / name).read_text().splitlines()])
         assert got[0]["probe"] == "first in this file" and got[0]["gap_s"] > 10, (name, got[0])
         assert all(g["probe"].endswith("(disk cache)") and g["gap_s"] < 2 for g in got[1:]), (name, got[1:])
