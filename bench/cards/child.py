@@ -15,7 +15,7 @@ from longmedia.units import GIB, MIB
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
 from .entry import advised_segment_seconds, grid
 from .measure import executor_class, measure
-from .prompts import CONTROLS, JOB, Server, base_sampler, prompt
+from .prompts import CONTROLS, JOB, Server, base_sampler, execute, prompt
 from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
 from .step_clock import StepClock
 
@@ -94,7 +94,7 @@ def child(a) -> int:
         t0 = time.perf_counter()
         executor.last_error = None
         with kernel_table(row) if kernels else contextlib.nullcontext():
-            executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
+            execute(executor, p, prompt_id, row.get("sampler", ""))  # a repeat frees the node cache first
             torch.cuda.synchronize()
         row.update(measure(executor, server, steps_at, memory, torch, mm, t0, clock))
         row["process_position"] = next(prompts_run)

@@ -45,6 +45,16 @@ def base_sampler(name: str) -> str:
     return name.split("#", 1)[0]
 
 
+def execute(executor, p: dict, prompt_id: str, sampler: str) -> None:
+    """Run prompt `p` for a row of `sampler`. A repeat (`stock#2`) first frees ComfyUI's node cache, as ComfyUI's
+    own "free memory" request does between prompts (`POST /free`, which calls `PromptExecutor.reset()`): the
+    repeat's inputs equal its first run's, so without it the executor serves the sampler's cached output and
+    nothing samples."""
+    if base_sampler(sampler) != sampler:
+        executor.reset()
+    executor.execute(p, prompt_id, {"client_id": "bench"}, ["sink"])
+
+
 def sampler_name(value: str) -> str:
     """--samplers' argument type: a sampler (longmedia, stock, a control) or a repeat of one, `name#N` with N >= 2."""
     import argparse

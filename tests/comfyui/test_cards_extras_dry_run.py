@@ -166,3 +166,37 @@ def test_saved_latents_compare_stock_with_longmedia(bench_env, monkeypatch, tmp_
     assert latent_diff.diff_row(ref, torch.load(tmp_path / "normal.pt"))["equal"]
     low = latent_diff.diff_row(ref, torch.load(tmp_path / "low_vram.pt"))
     assert low["finite"] and low["rel"] <= 1e-5, low
+
+
+def test_a_repeat_row_samples_again_instead_of_being_served_from_the_node_cache(bench_env, monkeypatch, tmp_path):
+    """`--samplers stock stock#2`, the first-prompt control pair: the repeat's prompt equals the first's, so ComfyUI's
+    executor would serve the sampler's cached output and nothing would sample (the H200 run of 2026-12-04: 0.87 GiB,
+    no steps). The bench frees the node cache before a repeat, as ComfyUI's "free memory" request does; the repeat
+    then runs its steps, and on the CPU gives the first run's latent bit for bit."""
+    import comfy.utils
+    import torch
+
+    import longmedia.h3.dims
+    from bench.cards import nodes, prompts
+    from longmedia.h3.profiles import DeviceProfile
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    monkeypatch.setattr(prompts, "JOB", (128, 96))
+    monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)
+    monkeypatch.setattr(nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
+    execution = bench_env["execution"]
+    executor = execution.PromptExecutor(prompts.Server(), cache_type=execution.CacheType.CLASSIC,
+                                        cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+    steps: list[str] = []
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, **kw: steps.append(current))
+    try:
+        with torch.inference_mode(False):
+            for current in ("stock", "stock#2"):
+                p = prompts.prompt("full_h3_int8_2blocks.safetensors", 5, 2, 42, prompts.base_sampler(current), 16,
+                                   latent_path=str(tmp_path / f"{current}.pt"))
+                prompts.execute(executor, p, current, current)
+                assert executor.success, executor.status_messages[-1:]
+    finally:
+        comfy.utils.set_progress_bar_global_hook(None)
+    assert steps.count("stock") == 2 and steps.count("stock#2") == 2, steps
+    assert torch.equal(torch.load(tmp_path / "stock.pt"), torch.load(tmp_path / "stock#2.pt"))
