@@ -3,6 +3,8 @@
 #
 #   carry [".whl", ".comfy_src.txz"]:  . tools/gpu/bootstrap.sh || exit 1; bash tools/gpu/run_first_prompt_control.sh
 #
+# Arguments, if any, replace the three rows (`stock stock#2` alone: the pair, about 80 s less).
+#
 # One card process, every weight resident (72 GiB on an H100 80GB, 120 GiB on an H200), three prompts in this
 # order: stock, stock#2 (stock again at the same inputs after ComfyUI's node cache is freed, as its "free memory"
 # request does: bench.cards.prompts.execute) and longmedia_existing (LongMedia normal + existing, the third
@@ -15,8 +17,9 @@ echo "first-prompt control: start $(date +%T)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 card=72; [ "$total" -gt 130000 ] && card=120
+ROWS=("$@"); [ ${#ROWS[@]} -eq 0 ] && ROWS=(stock 'stock#2' longmedia_existing)
 python3 -m bench.cards --cards $card --formats int8 --seconds 14.4 --blocks 50 --steps 1 \
-    --samplers stock 'stock#2' longmedia_existing --kernels --out "$W" --latents "$W/lat" --budget-s 400
+    --samplers "${ROWS[@]}" --kernels --out "$W" --latents "$W/lat" --budget-s 400
 L="$W/lat/${card}gib_int8_14.4s"
-python3 bench/latent_diff.py "${L}_stock.pt" "${L}_stock#2.pt" "${L}_longmedia_existing.pt" --tol 1
+python3 bench/latent_diff.py "${L}_${ROWS[0]}.pt" $(for r in "${ROWS[@]:1}"; do echo "${L}_$r.pt"; done) --tol 1
 echo "first-prompt control: end $(date +%T)"
