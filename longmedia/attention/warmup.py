@@ -24,7 +24,8 @@ import torch
 from .registry import BackendRegistry, BuildContext
 
 TRITON_BACKENDS = frozenset({"sol", "qstream_triton", "qstream_triton_int8"})
-"""Backends whose kernels compile on their first shape (the SDPA kernels and flash-attn-4 warm in the speed probe)."""
+"""Backends whose kernels compile on their first shape (the SDPA kernels and flash-attn-4 warm in the speed probe
+when it runs in this process, and otherwise in the first model call)."""
 AUTOTUNED_BELOW = (9, 0)
 """Sol autotunes below this compute capability (kernels/sol_attention.py); from it, one fixed config runs."""
 
