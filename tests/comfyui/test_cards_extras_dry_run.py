@@ -141,18 +141,10 @@ def test_saved_latents_compare_stock_with_longmedia(bench_env, monkeypatch, tmp_
     through the bench sink, and bench/latent_diff.py finds them bit-equal; low_vram within tolerance."""
     import torch
 
-    import longmedia.h3.dims
     from bench import latent_diff
-    from bench.cards import nodes, prompts
-    from longmedia.h3.profiles import DeviceProfile
-    from longmedia.testing.tiny_h3 import TINY_DIMS
+    from bench.cards import prompts
 
-    monkeypatch.setattr(prompts, "JOB", (128, 96))
-    monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)
-    monkeypatch.setattr(nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
-    execution = bench_env["execution"]
-    executor = execution.PromptExecutor(prompts.Server(), cache_type=execution.CacheType.CLASSIC,
-                                        cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+    executor = _tiny_prompt_executor(bench_env, monkeypatch)
     runs = {"stock": ("stock", "auto", "auto"), "normal": ("longmedia", "existing", "normal"),
             "low_vram": ("longmedia", "existing", "low_vram")}
     with torch.inference_mode(False):
@@ -176,17 +168,9 @@ def test_a_repeat_row_samples_again_instead_of_being_served_from_the_node_cache(
     import comfy.utils
     import torch
 
-    import longmedia.h3.dims
-    from bench.cards import nodes, prompts
-    from longmedia.h3.profiles import DeviceProfile
-    from longmedia.testing.tiny_h3 import TINY_DIMS
+    from bench.cards import prompts
 
-    monkeypatch.setattr(prompts, "JOB", (128, 96))
-    monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)
-    monkeypatch.setattr(nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
-    execution = bench_env["execution"]
-    executor = execution.PromptExecutor(prompts.Server(), cache_type=execution.CacheType.CLASSIC,
-                                        cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+    executor = _tiny_prompt_executor(bench_env, monkeypatch)
     steps: list[str] = []
     comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, **kw: steps.append(current))
     try:
@@ -200,3 +184,19 @@ def test_a_repeat_row_samples_again_instead_of_being_served_from_the_node_cache(
         comfy.utils.set_progress_bar_global_hook(None)
     assert steps.count("stock") == 2 and steps.count("stock#2") == 2, steps
     assert torch.equal(torch.load(tmp_path / "stock.pt"), torch.load(tmp_path / "stock#2.pt"))
+
+
+def _tiny_prompt_executor(bench_env, monkeypatch):
+    """A PromptExecutor for the bench's own prompts at the tiny width (a 128x96 canvas, the tiny checkpoint's dims and
+    a 64 GiB host), with the child's classic node cache."""
+    import longmedia.h3.dims
+    from bench.cards import nodes, prompts
+    from longmedia.h3.profiles import DeviceProfile
+    from longmedia.testing.tiny_h3 import TINY_DIMS
+
+    monkeypatch.setattr(prompts, "JOB", (128, 96))
+    monkeypatch.setattr(longmedia.h3.dims, "H3_FULL", TINY_DIMS)
+    monkeypatch.setattr(nodes, "card_profile", lambda card, simulate: DeviceProfile.card(card, 64))
+    execution = bench_env["execution"]
+    return execution.PromptExecutor(prompts.Server(), cache_type=execution.CacheType.CLASSIC,
+                                    cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
