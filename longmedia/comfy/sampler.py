@@ -111,8 +111,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
             checked = dataclasses.replace(checked, request=dataclasses.replace(
                 checked.request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True))
             plan = plan_pass(checked, plan.device)
+        speeds = checked.request.attention_speeds  # probe_s: 0 when the disk cache served the timings
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
-                         ranks, probe_s=speeds.probe_s if (speeds := checked.request.attention_speeds) else 0.0)
+                         ranks, probe_s=speeds.probe_s if speeds is not None else 0.0)
         clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):

@@ -171,18 +171,21 @@ def test_a_repeat_row_samples_again_instead_of_being_served_from_the_node_cache(
     from bench.cards import prompts
 
     executor = _tiny_prompt_executor(bench_env, monkeypatch)
-    steps: list[str] = []
-    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, **kw: steps.append(current))
+    steps: list[int] = []
+    sampled: dict[str, int] = {}  # progress events of each row's prompt
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, **kw: steps.append(value))
     try:
         with torch.inference_mode(False):
-            for current in ("stock", "stock#2"):
-                p = prompts.prompt("full_h3_int8_2blocks.safetensors", 5, 2, 42, prompts.base_sampler(current), 16,
-                                   latent_path=str(tmp_path / f"{current}.pt"))
-                prompts.execute(executor, p, current, current)
+            for row in ("stock", "stock#2"):
+                p = prompts.prompt("full_h3_int8_2blocks.safetensors", 5, 2, 42, prompts.base_sampler(row), 16,
+                                   latent_path=str(tmp_path / f"{row}.pt"))
+                before = len(steps)
+                prompts.execute(executor, p, row, row)
                 assert executor.success, executor.status_messages[-1:]
+                sampled[row] = len(steps) - before
     finally:
         comfy.utils.set_progress_bar_global_hook(None)
-    assert steps.count("stock") == 2 and steps.count("stock#2") == 2, steps
+    assert sampled == {"stock": 2, "stock#2": 2}, sampled
     assert torch.equal(torch.load(tmp_path / "stock.pt"), torch.load(tmp_path / "stock#2.pt"))
 
 
