@@ -4,9 +4,9 @@
 contiguous), bf16 or fp16, head_dim 64 / 96 / 128, on compute capability 9.x (Hopper: its SM90 path), 10.x and
 11.x (Blackwell), and returns the output [B, S, H, D] (with the log-sum-exp in newer releases: a tuple). It
 allocates its output and nothing else at num_splits=1 without grad, so it declares no workspace. Its first call
-per process compiles (about 2.5 s on the H200): the speed probe's untimed call pays that before sampling when the
-probe runs in the process; when its timings come from disk, the first model call pays it (4.2-4.6 s at full depth on
-an H100, docs/lab/2026-12-05-speed-goals.md): the Sampler's kernel warm-up (warmup.py) covers Triton kernels only.
+per process compiles (about 2.5 s on the H200, 1.9 s on an H100). The Sampler's kernel warm-up (warmup.py) makes that
+call at the planned shapes before step 1, so step 1 runs at the steady speed also when the probe's timings come from
+disk (before, the first model call paid 4.2-4.6 s at full depth on an H100; docs/lab/2026-12-05-speed-goals.md).
 
 Measured on the H200 at H3's shape (bf16, 56 x 128, non-causal, 104,466 rows): 480 ms against cuDNN's 575 ms and
 FlashAttention-2's 889 ms, rel-L2 3.1e-3 against cuDNN (issue 29). The package is optional: without it auto orders

@@ -1,4 +1,6 @@
-"""Compile (and, below sm90, autotune) the chosen Triton attention kernels before the first sampling step.
+"""Compile (and, below sm90, autotune) the chosen attention kernels before the first sampling step.
+
+Two kinds compile on first use: our Triton kernels and flash-attn-4 (CuTe DSL, `COMPILED_AT_PLANNED_SHAPE`).
 
 Triton compiles a kernel once per process, device and specialisation: its constexpr arguments, and for integer
 arguments whether each equals 1 or is divisible by 16 (pointers: 16-byte alignment). A Sol or exact-kernel call
@@ -11,6 +13,13 @@ there the warm call uses the planned heads where free memory allows. Sol's tau i
 (routing runs in torch), so changing tau never recompiles. Compiled kernels go to Triton's on-disk cache
 (~/.triton/cache, or TRITON_CACHE_DIR) and a later process loads instead of compiling; autotune picks are cached on
 disk too where this Triton supports `cache_results` (kernels/sol_attention.py).
+
+flash-attn-4 keys its compiled kernels on a config its heuristics pick from the call's heads, rows, keys and the
+card (tile sizes, split-KV on Blackwell), so its warm calls run the planned shapes themselves: every head group at
+the first and the last query chunk against all keys. Each costs one attention call at full length; without them
+step 1 pays the compile (4.2-4.6 s over the steady step at full depth on an H100, docs/lab/2026-12-05-speed-goals.md).
+Where those K/V would not leave half of the free memory, step 1 compiles it in the plan's own memory, and the note
+says so.
 """
 
 from __future__ import annotations
@@ -24,8 +33,11 @@ import torch
 from .registry import BackendRegistry, BuildContext
 
 TRITON_BACKENDS = frozenset({"sol", "qstream_triton", "qstream_triton_int8"})
-"""Backends whose kernels compile on their first shape (the SDPA kernels and flash-attn-4 warm in the speed probe
-when it runs in this process, and otherwise in the first model call)."""
+"""Our Triton backends: their kernels compile on their first shape and specialise as `specialisation_heads` says."""
+COMPILED_AT_PLANNED_SHAPE = frozenset({"flash4"})
+"""Backends that compile on their first call, for a config picked from the whole call shape: warmed at that shape.
+(The SDPA kernels compile nothing: cuDNN builds its plan in the speed probe or the first model call.)"""
+WARMED_BACKENDS = TRITON_BACKENDS | COMPILED_AT_PLANNED_SHAPE
 AUTOTUNED_BELOW = (9, 0)
 """Sol autotunes below this compute capability (kernels/sol_attention.py); from it, one fixed config runs."""
 
@@ -82,9 +94,10 @@ def warm_up(names: tuple[str, ...], registry: BackendRegistry, *, seq_len: int, 
             group: int, head_dim: int, dtype: torch.dtype, device: torch.device | str,
             capability: tuple[int, int] | None, free_bytes: int | None = None,
             sync: Callable[[], None] | None = None) -> Warmup:
-    """Run each Triton backend in `names` once per planned call shape on random inputs; nothing is kept."""
+    """Run each backend of `names` that compiles on first use once per planned call shape on random inputs; nothing
+    is kept."""
     device = torch.device(device)
-    wanted = tuple(n for n in dict.fromkeys(names) if n in TRITON_BACKENDS)
+    wanted = tuple(n for n in dict.fromkeys(names) if n in WARMED_BACKENDS)
     if not wanted:
         return Warmup(0.0, (), "")
     if device.type != "cuda" and sync is None:
@@ -107,21 +120,40 @@ def _run(wanted: tuple[str, ...], registry: BackendRegistry, calls: list, *, seq
          free_bytes: int | None, notes: list[str]) -> None:
     """The warm calls of `warm_up`, each appended to `calls` once it ran."""
     for size in head_groups(heads, group):
-        h = specialisation_heads(size)
-        if autotuned:
-            need = 2 * seq_len * size * head_dim * dtype.itemsize * 3
-            if free_bytes is None or need < free_bytes // 2:
-                h = size
-            else:
-                notes.append(f"Sol autotunes on {h} heads, not {size}: {need / 2**30:.2f} GiB would not leave half "
-                             f"of {free_bytes / 2**30:.2f} GiB free")
-        k = _views(seq_len, h, head_dim, dtype, device, 1)
-        v = _views(seq_len, h, head_dim, dtype, device, 2)
+        by_heads: dict[int, list[str]] = {}
         for name in wanted:
-            fn = registry.build(name, BuildContext(tau=1.0 if name == "sol" else None))
-            for a, rows in query_calls(seq_len, query_chunk):
-                q = _views(rows, h, head_dim, dtype, device, 3)
-                fn(q, k, v, q_offset=a)
-                calls.append((name, a, rows, seq_len, h))
-                del q
-        del k, v
+            h = _warm_heads(name, size, seq_len=seq_len, query_chunk=query_chunk, head_dim=head_dim, dtype=dtype,
+                            autotuned=autotuned, free_bytes=free_bytes, notes=notes)
+            if h is not None:
+                by_heads.setdefault(h, []).append(name)
+        for h, names in by_heads.items():
+            k = _views(seq_len, h, head_dim, dtype, device, 1)
+            v = _views(seq_len, h, head_dim, dtype, device, 2)
+            for name in names:
+                fn = registry.build(name, BuildContext(tau=1.0 if name == "sol" else None))
+                for a, rows in query_calls(seq_len, query_chunk):
+                    q = _views(rows, h, head_dim, dtype, device, 3)
+                    fn(q, k, v, q_offset=a)
+                    calls.append((name, a, rows, seq_len, h))
+                    del q
+            del k, v
+
+
+def _warm_heads(name: str, size: int, *, seq_len: int, query_chunk: int, head_dim: int, dtype: torch.dtype,
+                autotuned: bool, free_bytes: int | None, notes: list[str]) -> int | None:
+    """The heads `name` warms on for a head group of `size`, or None where it cannot warm now (said in `notes`)."""
+    if name in COMPILED_AT_PLANNED_SHAPE:
+        rows = max(r for _, r in query_calls(seq_len, query_chunk))
+        need = (2 * seq_len + 2 * rows) * size * head_dim * dtype.itemsize  # K, V, q and the output
+        if free_bytes is not None and need >= free_bytes // 2:
+            notes.append(f"{name} not warmed: its call at the planned shape needs {need / 2**30:.2f} GiB, more than "
+                         f"half of {free_bytes / 2**30:.2f} GiB free; step 1 compiles it")
+            return None
+        return size
+    if name == "sol" and autotuned:
+        need = 2 * seq_len * size * head_dim * dtype.itemsize * 3
+        if free_bytes is None or need < free_bytes // 2:
+            return size
+        notes.append(f"Sol autotunes on {specialisation_heads(size)} heads, not {size}: {need / 2**30:.2f} GiB would "
+                     f"not leave half of {free_bytes / 2**30:.2f} GiB free")
+    return specialisation_heads(size)

@@ -4,8 +4,8 @@ and the run's mutable state the installed hooks fill in (`RunState`).
 Everything enters through official seams on the copies: streamed blocks go into `patches_replace["dit"]`, our
 attention override into `transformer_options`, the chunked final layer as an object patch, and a DIFFUSION_MODEL
 wrapper (per-call measurement, the call's own packed table, and `prefetch_dynamic_vbars`, which can only be changed
-there) onto the cloned patcher, innermost. Triton backends are compiled on the plan's call shapes before the first
-step. With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is touched.
+there) onto the cloned patcher, innermost. Triton backends and flash-attn-4 are compiled on the plan's call shapes
+before the first step. With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is touched.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from ..attention.warmup import TRITON_BACKENDS, WARMED_BACKENDS
 from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer
@@ -24,8 +25,6 @@ from . import inputs
 from .memory_facts import comfy_reading, vbar_release
 
 WRAPPER_KEY = "longmedia"
-
-TRITON_BACKENDS = ("qstream_triton", "qstream_triton_int8", "sol")
 
 
 def _refuse_pinning(patcher) -> str:
@@ -133,16 +132,18 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
     opts.setdefault("transformer_options", {})
     if plan.pinning.mode == "none" and plan.memory.streamed_weight_bytes > 0:  # weights stream, pinning rejected
         run.notes.append(_refuse_pinning(g.model_patcher))
-    if plan.attention.backend in TRITON_BACKENDS:
+    choice = plan.attention.choice
+    used = () if choice is None or plan.attention.backend == "existing" else (choice.backend, choice.exact_backend)
+    if TRITON_BACKENDS.intersection(used):
         from ..kernels.triton_bootstrap import bootstrap_triton
 
         fix = bootstrap_triton()  # Windows embedded Python: Triton's compiler finds its headers (this process)
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
-        if run.cuda:
-            warmed = _warm_up(plan, run.device, seq_lens)
-            run.warmup_s = warmed.seconds
-            run.notes.extend(warmed.lines())
+    if run.cuda and WARMED_BACKENDS.intersection(used):
+        warmed = _warm_up(plan, run.device, seq_lens)
+        run.warmup_s = warmed.seconds
+        run.notes.extend(warmed.lines())
     blocks = g.model_patcher.model.diffusion_model.blocks
     if blocks and getattr(blocks[0].attn, "to_gate_compress", None) is not None:
         run.notes.append("VSA gate (gate_compress checkpoint): left unused, as ComfyUI's dense attention leaves it; "
@@ -215,7 +216,7 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
 
 
 def _warm_up(plan: ExecutionPlan, device: torch.device, seq_lens: tuple[int, ...]):
-    """Compile the plan's Triton attention kernels on its call shapes before the first step (attention/warmup.py)."""
+    """Compile the plan's attention kernels on its call shapes before the first step (attention/warmup.py)."""
     from ..attention.backends import default_registry
     from ..attention.warmup import Warmup, warm_up
 

@@ -56,3 +56,35 @@ def test_warm_up_compiles_the_planned_variants_and_tau_changes_compile_nothing()
             fn(q, k, v, q_offset=a)
     torch.cuda.synchronize()
     assert _compiled(sol_module._sol_fwd) == before
+
+
+def _flash4_compiled() -> int:
+    from longmedia.attention.flash4 import import_module
+
+    fwd = getattr(getattr(import_module(), "interface", None), "_flash_attn_fwd", None)
+    cache = getattr(fwd, "compile_cache", None)
+    cache = getattr(cache, "cache", cache)  # 4.0.0b40: a JITCache around the dict of compiled kernels
+    if not hasattr(cache, "__len__"):
+        pytest.skip("this flash-attn-4 keeps no _flash_attn_fwd.compile_cache to count compiled kernels")
+    return len(cache)
+
+
+def test_warm_up_compiles_flash4_for_the_planned_shapes_so_the_steps_compile_nothing():
+    if "flash4" not in default_registry().available_names() or torch.cuda.get_device_capability(CUDA) < (9, 0):
+        pytest.skip("flash-attn-4 is not installed here, or this card is below sm90 (tools/gpu/flash4.sh)")
+    seq, chunk, heads, d = 30011, 12288, 56, 128  # a ragged last chunk: its own rows, as the executor launches
+    got = warmup.warm_up(("sol", "flash4"), default_registry(), seq_len=seq, query_chunk=chunk, heads=heads, group=0,
+                         head_dim=d, dtype=torch.bfloat16, device=CUDA, capability=torch.cuda.get_device_capability(CUDA),
+                         free_bytes=int(torch.cuda.mem_get_info(CUDA)[0]))
+    assert [c for c in got.calls if c[0] == "flash4"] == [("flash4", a, rows, seq, heads)
+                                                          for a, rows in warmup.query_calls(seq, chunk)]
+    before = _flash4_compiled()
+    assert before >= 1
+    fn = default_registry().build("flash4", BuildContext())
+    k = torch.randn(seq, heads * d, device=CUDA, dtype=torch.bfloat16).view(1, seq, heads, d).transpose(1, 2)
+    v = torch.randn(seq, heads * d, device=CUDA, dtype=torch.bfloat16).view(1, seq, heads, d).transpose(1, 2)
+    for a, rows in warmup.query_calls(seq, chunk):
+        q = torch.randn(rows, heads * d, device=CUDA, dtype=torch.bfloat16).view(1, rows, heads, d).transpose(1, 2)
+        fn(q, k, v, q_offset=a)
+    torch.cuda.synchronize()
+    assert _flash4_compiled() == before

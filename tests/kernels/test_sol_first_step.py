@@ -108,3 +108,35 @@ def test_no_room_stops_the_warm_up_with_a_note_and_step_one_compiles_the_rest():
     got = warmup.warm_up(("sol",), reg, seq_len=300, query_chunk=0, heads=56, group=0, head_dim=64,
                          dtype=torch.float16, device="cpu", capability=(9, 0), sync=lambda: None)
     assert got.calls == () and "stopped for want of memory (CUDA out of memory" in got.note
+
+
+def INSTALLED():
+    return True, "flash-attn-4 (stand-in)"
+
+
+def test_flash4_warms_at_the_planned_heads_and_rows_beside_sol():
+    seen = []
+
+    def recording(name):
+        return lambda ctx: (lambda q, k, v, *, q_offset=0: seen.append((name, q_offset, q.shape[2], k.shape[2],
+                                                                        q.shape[1])))
+    reg = default_registry().replace("flash4", factory=recording("flash4"), probe=INSTALLED)
+    reg = reg.replace("sol", factory=recording("sol"))
+    got = warmup.warm_up(("sol", "flash4"), reg, seq_len=300, query_chunk=128, heads=56, group=12, head_dim=64,
+                         dtype=torch.bfloat16, device="cpu", capability=(9, 0), free_bytes=1 << 30, sync=lambda: None)
+    flash = [c for c in seen if c[0] == "flash4"]  # each head group at its own heads: its config depends on them
+    assert flash == [("flash4", a, rows, 300, h) for h in (12, 8) for a, rows in ((0, 128), (256, 44))]
+    assert {c[4] for c in seen if c[0] == "sol"} == {12, 8}  # 12 and 8 heads specialise as themselves
+    assert got.calls == tuple(seen) and got.note == ""
+
+
+def test_flash4_is_left_to_step_one_where_its_planned_call_would_not_leave_half_the_memory():
+    seen = []
+    reg = default_registry().replace("flash4", factory=lambda ctx: (lambda q, k, v, *, q_offset=0: seen.append(1)),
+                                     probe=INSTALLED)
+    kw = dict(seq_len=300, query_chunk=0, heads=56, group=0, head_dim=64, dtype=torch.bfloat16, device="cpu",
+              capability=(9, 0), sync=lambda: None)
+    need = (2 * 300 + 2 * 300) * 56 * 64 * 2
+    tight = warmup.warm_up(("flash4",), reg, free_bytes=2 * need, **kw)
+    assert tight.calls == () and seen == [] and "flash4 not warmed" in tight.note and "step 1 compiles it" in tight.note
+    assert warmup.warm_up(("flash4",), reg, free_bytes=2 * need + 2, **kw).calls == (("flash4", 0, 300, 300, 56),)
