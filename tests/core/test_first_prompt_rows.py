@@ -31,3 +31,15 @@ def test_the_first_prompt_value_holds_on_both_card_types_and_the_later_one_under
     later = [r for r in rows if r["process_position"] == 2]
     # a card smaller than the resident peak, and the process within it: Dynamic VRAM streamed part of the weights
     assert later and all(r["process_peak_bytes"] < r["card_gib"] * 2**30 < resident for r in later), later
+
+
+def test_the_control_pair_at_the_same_inputs_in_one_process_reproduces_both_values():
+    """stock, then stock#2 (the same prompt, ComfyUI's node cache freed), then LongMedia normal + existing, in one card
+    process on an H100 (tools/gpu/run_first_prompt_control.sh): the repeat differs from the first run exactly as the
+    later positions do, and LongMedia at the third position gives the later value."""
+    rows = [json.loads(line) for line in (DATA / "2026-12-07-h100-first-prompt-control-cards.jsonl").read_text()
+            .splitlines()]
+    got = [(r["label"], r["process_position"], round(r["stats"]["checksum"], 2)) for r in rows if r["result"] == "ok"]
+    assert got == [("stock", 1, FIRST), ("stock#2", 2, LATER), ("longmedia_existing", 3, LATER)], got
+    assert len({(r["device"], r["card_gib"], r["steps"], r["blocks"], r["format"], r["seed"]) for r in rows}) == 1
+    assert rows[1]["stats"]["std"] == rows[2]["stats"]["std"] != rows[0]["stats"]["std"]
