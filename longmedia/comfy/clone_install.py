@@ -5,7 +5,8 @@ Everything enters through official seams on the copies: streamed blocks go into 
 attention override into `transformer_options`, the chunked final layer as an object patch, and a DIFFUSION_MODEL
 wrapper (per-call measurement, the call's own packed table, and `prefetch_dynamic_vbars`, which can only be changed
 there) onto the cloned patcher, innermost. Triton backends and flash-attn-4 are compiled on the plan's call shapes
-before the first step. With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that computes is touched.
+before the first step. With memory_mode=normal, attention_mode=existing and no manual chunk sizes nothing that
+computes is touched.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 
 import torch
 
-from ..attention.warmup import TRITON_BACKENDS, WARMED_BACKENDS
+from ..attention.warmup import TRITON_BACKENDS, WARMED_BACKENDS, Warmup, warm_up
 from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer
@@ -218,7 +219,6 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
 def _warm_up(plan: ExecutionPlan, device: torch.device, seq_lens: tuple[int, ...]):
     """Compile the plan's attention kernels on its call shapes before the first step (attention/warmup.py)."""
     from ..attention.backends import default_registry
-    from ..attention.warmup import Warmup, warm_up
 
     choice = plan.attention.choice
     done = [warm_up((choice.backend, choice.exact_backend), default_registry(), seq_len=seq,
