@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ..attention.warmup import TRITON_BACKENDS, WARMED_BACKENDS, Warmup, warm_up
+from ..attention.warmup import TRITON_BACKENDS, Warmup, warm_up
 from ..execution.guards import guards_for_device
 from ..execution.linear import WeightAccess
 from ..execution.probes import NO_OBSERVER, Observer
@@ -141,8 +141,8 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
         fix = bootstrap_triton()  # Windows embedded Python: Triton's compiler finds its headers (this process)
         if fix.applied or fix.plan.problems:
             run.notes.extend(fix.lines)
-    if run.cuda and WARMED_BACKENDS.intersection(used):
-        warmed = _warm_up(plan, run.device, seq_lens)
+    if run.cuda and used:  # warm_up picks the backends that compile on first use
+        warmed = _warm_up(plan, used, run.device, seq_lens)
         run.warmup_s = warmed.seconds
         run.notes.extend(warmed.lines())
     blocks = g.model_patcher.model.diffusion_model.blocks
@@ -216,12 +216,11 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
     return streamed
 
 
-def _warm_up(plan: ExecutionPlan, device: torch.device, seq_lens: tuple[int, ...]):
-    """Compile the plan's attention kernels on its call shapes before the first step (attention/warmup.py)."""
+def _warm_up(plan: ExecutionPlan, names: tuple[str, ...], device: torch.device, seq_lens: tuple[int, ...]):
+    """Compile the plan's attention kernels `names` on its call shapes before the first step (attention/warmup.py)."""
     from ..attention.backends import default_registry
 
-    choice = plan.attention.choice
-    done = [warm_up((choice.backend, choice.exact_backend), default_registry(), seq_len=seq,
+    done = [warm_up(names, default_registry(), seq_len=seq,
                     query_chunk=plan.chunks.qkv_chunk_tokens, heads=plan.model.dims.heads,
                     group=plan.chunks.heads_per_group, head_dim=plan.model.dims.head_dim, dtype=torch.bfloat16,
                     device=device, capability=plan.device.compute_capability,

@@ -26,6 +26,7 @@ def test_the_gap_is_the_bench_first_step_less_the_report_and_the_warm_up():
                     _row("d", 9.0, 8.0, 0.0, "x 1 ms", result="OOM")])               # not completed: left out
     assert [g["label"] for g in got] == ["a", "b", "c"]
     assert abs(got[0]["gap_s"] - (first - report - warm)) < 1e-9 and got[0]["probe_s"] == 4.5
+    assert got[0]["warmup_s"] == warm and got[0]["over_steady_s"] is None and got[1]["warmup_s"] == 0.0
     assert [g["probe"] for g in got] == ["first in this file", "same as an earlier row's (disk cache)",
                                          "first in this file"]
 
@@ -40,3 +41,13 @@ def test_only_the_first_longmedia_row_of_each_h100_run_waited_before_its_first_m
         got = frg.gaps([json.loads(line) for line in (data / name).read_text().splitlines()])
         assert got[0]["probe"] == "first in this file" and got[0]["gap_s"] > 10, (name, got[0])
         assert all(g["probe"].endswith("(disk cache)") and g["gap_s"] < 2 for g in got[1:]), (name, got[1:])
+
+
+def test_the_flash4_warm_up_rows_show_step_one_at_the_steady_step_with_the_probe_read_from_disk():
+    """docs/lab/data/2026-12-07-h100-flash4-warmup-cards.jsonl: the row whose probe came from disk compiled
+    flash-attn-4 in the warm-up, and its step 1 ran within 0.5 s of its steady step (before: 4.2-4.6 s over)."""
+    rows = (REPO / "docs/lab/data/2026-12-07-h100-flash4-warmup-cards.jsonl").read_text().splitlines()
+    (got,) = frg.gaps([json.loads(line) for line in rows])
+    assert got["probe_s"] == 0 and got["warmup_s"] > 1 and 0 <= got["over_steady_s"] < 0.5, got
+    line = frg.table(REPO / "docs/lab/data/2026-12-07-h100-flash4-warmup-cards.jsonl")[1]
+    assert "warm-up 6.29 s; step 1 +0.39 s over the steady step" in line, line

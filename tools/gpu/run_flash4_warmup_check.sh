@@ -24,16 +24,7 @@ A="--cards $card --formats int8 --seconds 14.4 --blocks 8 --steps 3 --budget-s 3
 python3 -m bench.cards --samplers longmedia $A --out $W/probe
 python3 -m bench.cards --samplers longmedia $A --out $W/disk
 cat "$W/probe/cards.jsonl" "$W/disk/cards.jsonl" > "$W/cards.jsonl"
-python3 - "$W/cards.jsonl" <<'PY'
-import json, sys
-print("row | probe_s | warmup_s | report first step | report steady | first - steady | attention")
-for i, line in enumerate(open(sys.argv[1])):
-    r = json.loads(line)
-    first, steady = r.get("report_first_step_s"), r.get("report_steady_step_s")
-    gap = f"{first - steady:+.2f}" if first is not None and steady is not None else "-"
-    print(f"{i + 1} | {r.get('probe_s') or 0:.2f} | {r.get('warmup_s') or 0:.2f} | {first} | {steady} | {gap} | "
-          f"{r.get('attention_backend')}")
-PY
+python3 -m bench.first_row_gap "$W/cards.jsonl"   # probe_s, warm-up, step 1 over the steady step, per row
 echo "layer 4: start $(date +%T)"
 mkdir -p "$W/tests" && OUT="$W/tests" bash tools/gpu/run_tests.sh -rs
 echo "flash4 warm-up check: end $(date +%T)"
