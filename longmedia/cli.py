@@ -22,6 +22,7 @@ from .h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
 from .job.preflight import check_job_latent, check_pass_rows, check_plan_runs
 from .planning.attention_path import default_attention_path, resolve_attention_path
+from .planning.host_ram import DEFAULT_DISK_GBPS, DISK_GBPS_BASIS
 from .planning.planner import plan
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
 from .planning.whole_job import DECODE_PATHS, TEXT_ENCODERS, JobPlan, hires_size, plan_job
@@ -118,6 +119,12 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--os", dest="os_name", choices=("linux", "windows", "darwin"), default="linux",
                    help="operating system: Windows keeps more VRAM for the desktop (default linux)")
     g.add_argument("--no-dynamic-vram", action="store_true", help="plan as if ComfyUI's dynamic VRAM were off")
+    g.add_argument("--disk-gbps", type=float, default=DEFAULT_DISK_GBPS,
+                   help=f"the disk's sustained read in GB/s, for weights that stream from the checkpoint file (default "
+                        f"{DEFAULT_DISK_GBPS:g}: {DISK_GBPS_BASIS})")
+    g.add_argument("--no-pinned-memory", action="store_true",
+                   help="plan as if ComfyUI ran with --disable-pinned-memory (no pin cache: weights come from the page "
+                        "cache or the disk)")
     g.add_argument("--model", default="h3-int8",
                    help=f"{', '.join(PRESETS)}, or a .safetensors / .sft path (only its header is read; default "
                         "h3-int8)")
@@ -219,6 +226,7 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
     if setup:
         setup_checks(args, geometry, device)
     request = PlanRequest(memory_mode=args.memory_mode, attention_mode=args.attention_mode,
+                          disk_gbps=args.disk_gbps, pinned_memory=not args.no_pinned_memory,
                           **{name: getattr(args, name) for name, *_ in MANUAL_CONTROLS})
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan(model, device, geometry, request, attention_resolver=resolver)
@@ -384,15 +392,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"longmedia plan: error: {error_line(exc, known)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     refusal, sampler_warnings = sampler_checks(result)
+    fits = result.fits and job.fits and refusal is None
     if args.json:
-        text = json.dumps(json.loads(result.to_json()) | {"whole_job": job.to_dict(), "sampler": {
-            "refusal": refusal, "warnings": list(sampler_warnings)}}, indent=2)
+        text = json.dumps(json.loads(result.to_json()) | {
+            "pass_fits": result.fits, "fits": fits, "verdict": job.verdict if refusal is None else refusal,
+            "whole_job": job.to_dict(), "sampler": {"refusal": refusal, "warnings": list(sampler_warnings)}},
+            indent=2)
     else:
         notes = snap_notes(args, result)
         extra = no_effect_warnings(args, result) + list(sampler_warnings) + ([refusal] if refusal else [])
-        text = as_flags(render_plan(result, notes, extra) + "\n\n" + "\n".join(job.lines()), known)
+        text = as_flags("\n".join(headline(result, job)) + "\n\n" + render_plan(result, notes, extra) + "\n\n"
+                        + "\n".join(job.lines()), known)
     _print(text)
-    return EXIT_FITS if result.fits and job.fits and refusal is None else EXIT_DOES_NOT_FIT
+    return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
+
+
+def headline(p: ExecutionPlan, job: JobPlan) -> list[str]:
+    """The first lines: the whole job's verdict and the main pass's host RAM (what streams from disk, its cost)."""
+    out = [f"LongMedia whole-job plan: {job.verdict}"]
+    if p.host_ram is not None:
+        out.append(f"host RAM (main pass): {p.host_ram.verdict}")
+    return out
 
 
 def _print(text: str) -> None:

@@ -20,6 +20,7 @@ from ..parallel.cost import exchange_buffer_bytes, rank_rows
 from ..units import MIB
 from . import around_blocks as pm
 from .attention_path import resolve_attention_path
+from .host_ram import HostRamPlan, pass_latent_bytes, plan_host_ram, stage_latent_bytes
 from .policy import (
     GUARD_MB_FIELDS,
     auto_guards,
@@ -38,7 +39,7 @@ from .types import MODE_ORDER, AttentionPath, ExecutionPlan, MemoryBreakdown, Pl
 LADDER = (16384, 8192, 4096, 2048, 1024, 512)
 ULTRA_LADDER = (4096, 2048, 1024, 512)
 
-__all__ = ["plan", "LADDER", "Candidate", "evaluate_mode"]
+__all__ = ["plan", "LADDER", "Candidate", "evaluate_mode", "pass_host_ram"]
 
 
 @dataclass(frozen=True)
@@ -317,7 +318,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                        f"activations: ComfyUI's estimate-based loader decides residency, which this plan cannot "
                        "steer; re-enable dynamic VRAM (the default: drop --disable-dynamic-vram / --highvram / "
                        "--gpu-only / --novram)")
-    pin = pinning(model, rank_device(device, request.sp_degree), mem.streamed_weight_bytes)
+    host_ram = pass_host_ram(model, rank_device(device, request.sp_degree), geometry, mem.streamed_weight_bytes, request)
+    pin = pinning(model, rank_device(device, request.sp_degree), mem.streamed_weight_bytes, host_ram)
     reasons.append(pin.reason)
     sp = None
     if request.sp_degree > 1:
@@ -325,7 +327,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                       "measured" if request.sp_link_measured else "declared", pin.pinned_bytes)
         reasons.append(describe_sp(sp, model.dims.num_blocks))
     if mem.streamed_weight_bytes:
-        reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from RAM on every model call")
+        reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from host on every model call: {host_ram.verdict}")
     reasons.extend(f"attention: {r}" for r in attention.reasons)
     guards = auto_guards(request, model, device, mem, geometry)
     warnings = manual_warnings(request, cand, p.usable, guards, auto_guards(PlanRequest(), model, device, mem, geometry),
@@ -354,7 +356,16 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                          chunks=chunks, activation_reserve_bytes=reserve, guards=guards, prefetch=pref, pinning=pin,
                          memory=mem, budget_bytes=device.usable_vram_bytes, geometry=geometry, model=model,
                          device=device, manual_fields=request.manual_fields, warnings=tuple(warnings),
-                         reasons=tuple(reasons), segment_suggestion=suggestion, sp=sp)
+                         reasons=tuple(reasons), segment_suggestion=suggestion, sp=sp, host_ram=host_ram)
+
+
+def pass_host_ram(model: ModelProfile, device: DeviceProfile, g: Geometry, streamed_weight_bytes: int,
+                  request: PlanRequest) -> HostRamPlan:
+    """A DiT pass's host RAM: its latents (the pass's and the job's copies), LongMedia's own largest allocation (the
+    pass latents), the weights that travel every model call."""
+    return plan_host_ram(device, streamed_weight_bytes, model.block_weight_bytes, stage_latent_bytes(g),
+                         own_alloc_bytes=pass_latent_bytes(g), pinned_memory=request.pinned_memory,
+                         disk_gbps=request.disk_gbps)
 
 
 def peak_bound_text(mem: MemoryBreakdown, device: DeviceProfile) -> str:

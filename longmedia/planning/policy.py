@@ -14,6 +14,7 @@ from ..h3.geometry import Geometry, RowSpan
 from ..h3.profiles import DeviceProfile, ModelProfile, gib, mib
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
 from ..units import GIB, MIB
+from .host_ram import HostRamPlan
 from .segment_range import suggest_segment_seconds
 from .types import MANUAL_FIELDS, MemoryBreakdown, PinningDecision, PlanRequest, SegmentSuggestion
 
@@ -46,27 +47,37 @@ def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: 
                   "the current one runs")
 
 
-def advisory_pinning(device: DeviceProfile, floor: int) -> str:
-    """What a pinning rejection is under dynamic VRAM, and what the user can do instead."""
-    return (f"; advisory under dynamic VRAM (not enforced): ComfyUI pins weights itself, within its process-wide "
-            f"pinned budget ({gib(device.pinned_budget_bytes)} here), with no per-model limit LongMedia may set: keep "
-            f"{gib(floor)} of RAM free yourself (close other programs), or start ComfyUI with --disable-pinned-memory")
-
-
-def pinning(model: ModelProfile, device: DeviceProfile, streamed: int) -> PinningDecision:
+def pinning(model: ModelProfile, device: DeviceProfile, streamed: int,
+            host_ram: HostRamPlan | None = None) -> PinningDecision:
     """Pin the streamed weights in RAM when that leaves the headroom; else pin what does, else nothing.
 
-    Only a rejection without dynamic VRAM can be applied (on LongMedia's clone of the patcher); under
-    dynamic VRAM a partial or rejected pinning says that it is advisory, with the RAM to keep free.
+    Under dynamic VRAM ComfyUI pins weights itself into its pin cache while RAM is available; LongMedia holds that
+    cache to the host-RAM plan's pin budget (`host_ram.plan_host_ram`), which the decision states. Without dynamic
+    VRAM the rule below applies on LongMedia's clone of the patcher.
     """
-    decision = _pinning(model, device, streamed)
-    if device.dynamic_vram and streamed > 0 and decision.mode != "full":
-        return replace(decision, reason=decision.reason + advisory_pinning(device, pin_floor(device)))
-    return decision
+    if device.dynamic_vram and host_ram is not None:
+        return _budget_pinning(host_ram, streamed)
+    return _pinning(model, device, streamed)
+
+
+def _budget_pinning(host_ram: HostRamPlan, streamed: int) -> PinningDecision:
+    """Under dynamic VRAM: the pin budget LongMedia enforces on ComfyUI's pin cache."""
+    if streamed <= 0:
+        return PinningDecision("none", 0, host_ram.ram_available_bytes, "RAM pinning not needed: every weight stays "
+                               "in VRAM")
+    pinned = host_ram.pin_budget_bytes
+    mode = "full" if pinned >= streamed else "partial" if pinned > 0 else "none"
+    rule = (f"under dynamic VRAM LongMedia holds ComfyUI's pin cache to the plan's pin budget of {gib(pinned)}, "
+            f"keeping {gib(host_ram.headroom_bytes)} of RAM available beside the process and the latents (ComfyUI's "
+            f"{gib(host_ram.floor_bytes)} pin floor, LongMedia's own {gib(host_ram.own_alloc_bytes)}, "
+            f"{gib(host_ram.prefetch_window_bytes)} read ahead)")
+    if not host_ram.pinned_memory:
+        rule = "pinned memory is off (ComfyUI's --disable-pinned-memory)"
+    return PinningDecision(mode, pinned, host_ram.headroom_bytes, f"{rule}: {host_ram.verdict}")
 
 
 def pin_floor(device: DeviceProfile) -> int:
-    """RAM the plan keeps free of pinned weights."""
+    """RAM the plan keeps free of pinned weights without dynamic VRAM."""
     return max(PIN_HEADROOM_MIN, int(PIN_HEADROOM_FRACTION * device.ram_total_bytes))
 
 

@@ -16,6 +16,7 @@ from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..h3.references import REFERENCE_BUDGETS
 from ..limits import MAX_LINK_GBPS, MAX_MB, MAX_SP_DEGREE
+from .host_ram import DEFAULT_DISK_GBPS, DISK_GBPS_BASIS, HostRamPlan
 
 if TYPE_CHECKING:  # the dispatcher needs torch; the plan types stay torch-free
     from ..attention.choice import AttentionChoice
@@ -54,6 +55,9 @@ class PlanRequest:
     stock nodes' references are uncapped ("max").
     attention_speeds: the exact backends' speeds measured on the device (longmedia/comfy/attention_speeds.py);
     None = not measured (the CLI): the static rank orders them.
+    disk_gbps: the disk's sustained read in GB/s, for weights that stream from the checkpoint file (default
+    DEFAULT_DISK_GBPS: a mid-range NVMe SSD's sustained read; SATA SSDs read about 0.5); pinned_memory: False where
+    ComfyUI runs with --disable-pinned-memory.
     """
 
     memory_mode: str = "auto"
@@ -75,6 +79,8 @@ class PlanRequest:
     sp_degree: int = 1                  # sequence-parallel ranks (Ulysses): 1 = one device
     sp_link_gbps: float | None = None   # the rank-to-rank link, GB/s, measured or declared; None = assumed
     sp_link_measured: bool = False      # sp_link_gbps was measured on the ranks' own group (else declared)
+    disk_gbps: float = DEFAULT_DISK_GBPS
+    pinned_memory: bool = True
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")
@@ -90,6 +96,8 @@ class PlanRequest:
         if self.sp_link_gbps is not None:
             check_float("sp_link_gbps", self.sp_link_gbps, 0.001, MAX_LINK_GBPS,
                         "Give the measured rank-to-rank GB/s, or leave it unset.")
+        check_float("disk_gbps", self.disk_gbps, 0.01, 100.0,
+                    f"Give the disk's sustained read in GB/s ({DISK_GBPS_BASIS}).")
         if self.sp_degree > 1 and self.attention_mode in ("sol", "scheduled_sol"):
             raise LongMediaInputError("attention_mode", self.attention_mode, "auto or existing with sp_degree > 1",
                                       "Sequence parallelism gathers queries of every rank into one attention "
@@ -232,6 +240,7 @@ class ExecutionPlan:
     reasons: tuple[str, ...]
     segment_suggestion: SegmentSuggestion | None = None
     sp: SequenceParallelPlan | None = None    # None: one device
+    host_ram: HostRamPlan | None = None        # the pass's host RAM (`host_ram.plan_host_ram`)
 
     @property
     def predicted_peak_bytes(self) -> int:

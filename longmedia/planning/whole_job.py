@@ -6,11 +6,12 @@ way for their own geometry), video decode and audio decode. Each stage gets its 
 must fit: activations plus the weights a streamed run needs at once), its host-RAM peak, a verdict,
 the stock remedy where it does not fit, and a rough time (`stage_times`, stated as an estimate).
 
-Host RAM: ComfyUI maps checkpoints from disk (comfy-aimdo's model mmap), so a model's weights occupy
-RAM while they are read; weights that stream to the card on every model call must stay in RAM, or
-they page in from disk on every call. ComfyUI's RAM-pressure cache (its default) releases the text
-encoder and pinned buffers when RAM runs short, so a stage counts only what it needs itself plus
-the outputs still alive (the decoded video while the audio decodes).
+Host RAM: under dynamic VRAM ComfyUI mmaps checkpoints (page cache, evictable: not a need) and pins what RAM
+allows; the text encoder and the DiT stages take their host RAM from `host_ram.plan_host_ram` (the need is the
+process, the latents and the headroom; the weights that are neither pinned nor cached stream from the file every
+model call). Without dynamic VRAM the weights that stream stay in RAM: a need. ComfyUI's RAM-pressure cache (its
+default) releases the text encoder and pinned buffers when RAM runs short, so a stage counts only what it needs
+itself plus the outputs still alive (the decoded video while the audio decodes).
 """
 
 from __future__ import annotations
@@ -21,13 +22,19 @@ from dataclasses import asdict, dataclass
 from ..errors import check_choice
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry
-from ..h3.profiles import PRESETS, DeviceProfile, ModelProfile, gib, gib_pair
+from ..h3.profiles import DeviceProfile, ModelProfile, gib, gib_pair
 from ..units import GIB, MIB
 from . import stage_formulas as F
 from . import stage_times as T
 from .around_blocks import WORKSPACE_FIXED
 from .attention_path import default_attention_path
-from .planner import plan
+from .host_ram import (
+    DEFAULT_DISK_GBPS,
+    PROCESS_HOST_BYTES,
+    HostRamPlan,
+    plan_host_ram,
+)
+from .planner import pass_host_ram, plan
 from .policy import auto_reserve
 from .types import ExecutionPlan, PlanRequest
 
@@ -37,15 +44,6 @@ TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
 DECODE_PATHS = ("longmedia", "stock")
 DECODE_NODE = "LongMedia Decode & Save"
 RAM_SLACK_FRACTION = 0.05      # RAM kept free beyond a stage's own bytes (allocator, Python, ComfyUI's caches)
-# Host RAM of a ComfyUI process on CUDA besides the models and latents it holds: Python, torch, the CUDA runtime and
-# the libraries it loads at first use (cuBLAS, cuDNN, comfy-kitchen's extension, kernels compiled in-process),
-# ComfyUI and its nodes. Measured on an H100 with Dynamic VRAM and flash-attn-4 (bench.long_job, 60 s job,
-# 2026-12-06; docs/lab/2026-12-05-long-job-gpu-plan.md): 0.92 GiB before the model loads, and 2.6 to 2.9 GiB in all
-# beside the weights and latents at the DiT stages' peaks (Sampler 2.43, Hi-Res 2.57, Refiner 2.72).
-PROCESS_HOST_BYTES = 3 * GIB
-JOB_LATENT_COPIES = 3          # a stage holds the whole job's latent as its input, its output and the denoised output
-
-
 @dataclass(frozen=True)
 class StagePlan:
     """One stage of the job: what it needs, what the machine has, the verdict and what to change."""
@@ -58,6 +56,7 @@ class StagePlan:
     seconds: float                # rough estimate
     detail: str
     remedy: str | None = None
+    host_ram: HostRamPlan | None = None   # the text encoder and DiT stages' (`host_ram.plan_host_ram`)
 
     @property
     def fits_vram(self) -> bool:
@@ -72,7 +71,8 @@ class StagePlan:
         return self.fits_vram and self.fits_ram
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"fits_vram": self.fits_vram, "fits_ram": self.fits_ram, "fits": self.fits}
+        return asdict(self) | {"fits_vram": self.fits_vram, "fits_ram": self.fits_ram, "fits": self.fits,
+                               "host_ram": self.host_ram.to_dict() if self.host_ram is not None else None}
 
 
 @dataclass(frozen=True)
@@ -145,59 +145,56 @@ def _ram(device: DeviceProfile) -> int:
 
 
 def text_encoder_stage(g: Geometry, device: DeviceProfile, usable: int, variant: str, on_cpu: bool,
-                       card: T.CardClass) -> StagePlan:
+                       card: T.CardClass, pinned_memory: bool = True,
+                       disk_gbps: float = DEFAULT_DISK_GBPS) -> StagePlan:
+    """The encode. Under dynamic VRAM (on the card) the encoder's weights are mmapped and streamed layer by layer:
+    not a RAM need (`host_ram.plan_host_ram`); its activations and the process are. On the CPU, or without dynamic
+    VRAM, the weights are held in RAM."""
     check_choice("text_encoder", variant, TEXT_ENCODERS, "Name the Qwen3-VL-32B checkpoint's precision.")
     weights = F.text_encoder_weight_bytes(variant)
     tokens = g.text_rows
     act = F.text_encoder_activation_bytes(tokens)
-    ram_avail = _ram(device)
+    layer = F.text_encoder_layer_bytes(variant)
     if on_cpu:
         cpu_act = F.text_encoder_activation_bytes(tokens, dtype_bytes=4, materialised_scores=True)
-        vram, ram = 0, weights + cpu_act + PROCESS_HOST_BYTES
-        detail = f"Qwen3-VL-32B {variant} ({size(weights)}) on the CPU over {tokens} tokens"
+        hr = plan_host_ram(device, weights, layer, 0, own_alloc_bytes=cpu_act, pinned_memory=pinned_memory,
+                           disk_gbps=disk_gbps, dynamic_vram=False)
+        vram = 0
+        detail = f"Qwen3-VL-32B {variant} ({size(weights)}) on the CPU over {tokens} tokens; host RAM {hr.verdict}"
     else:
-        layer = F.text_encoder_layer_bytes(variant)
-        vram, ram = act + layer + WORKSPACE_FIXED, weights + PROCESS_HOST_BYTES
-        resident = "streams layer by layer (dynamic VRAM)" if device.dynamic_vram else \
-            "loaded by ComfyUI's estimate-based loader (dynamic VRAM off)"
-        if weights + act + WORKSPACE_FIXED <= usable:
-            resident = "fits whole in VRAM"
-        detail = (f"Qwen3-VL-32B {variant}, {size(weights)} of weights, {resident}; {tokens} tokens need "
-                  f"{size(act)} of activations; offloaded after the encode")
+        resident = weights + act + WORKSPACE_FIXED <= usable
+        hr = plan_host_ram(device, 0 if resident else weights, layer, 0, own_alloc_bytes=act,
+                           pinned_memory=pinned_memory, disk_gbps=disk_gbps)
+        vram = act + layer + WORKSPACE_FIXED
+        how = "fits whole in VRAM" if resident else "streams layer by layer (dynamic VRAM)" if device.dynamic_vram \
+            else "loaded by ComfyUI's estimate-based loader (dynamic VRAM off)"
+        detail = (f"Qwen3-VL-32B {variant}, {size(weights)} of weights, {how}; {tokens} tokens need "
+                  f"{size(act)} of activations; offloaded after the encode; host RAM {hr.verdict}")
     remedy = None
-    if ram > ram_avail:
-        smaller = [v for v in TEXT_ENCODERS if F.text_encoder_weight_bytes(v) < weights
-                   and F.text_encoder_weight_bytes(v) + (ram - weights) <= ram_avail]
-        remedy = (f"load the {smaller[0]} text encoder ({size(F.text_encoder_weight_bytes(smaller[0]))}; "
-                  f"{F.TEXT_ENCODER_FILES[smaller[0]]})" if smaller else
-                  f"more RAM: even the nvfp4 encoder needs {size(F.text_encoder_weight_bytes('nvfp4'))}, else its "
-                  "weights page from disk during the encode (slow)")
+    if not hr.fits:
+        remedy = _text_encoder_ram_remedy(hr, weights, variant)
     elif vram > usable:
         remedy = "encode on the CPU: set Load CLIP's device to cpu (slow, and needs the weights in RAM)"
     seconds = T.text_encoder_seconds(tokens, weights, None if on_cpu else card)
-    return StagePlan("text encoding", vram, usable, ram, ram_avail, seconds, detail, remedy)
+    if not on_cpu:
+        seconds = max(seconds, hr.disk_seconds_per_call)
+    return StagePlan("text encoding", vram, usable, hr.need_bytes, hr.ram_available_bytes, seconds, detail, remedy,
+                     hr)
 
 
-def host_weight_bytes(p: ExecutionPlan) -> int:
-    """Weights a DiT pass holds in host RAM. Under dynamic VRAM ComfyUI keeps the whole state dict in RAM (as
-    anonymous memory) and comfy-aimdo pages weights from it: a 50-block INT8 pass on the H100 under a 16 GiB limit
-    held 45.56 GiB anonymous with a 43.78 GiB checkpoint, 0.67 GiB file-backed, no weight VBAR-resident
-    (docs/lab/2026-12-05-long-job-gpu-plan.md). Without it the weights moved to the device leave RAM, and only
-    the streamed ones stay."""
-    return p.model.weight_bytes if p.device.dynamic_vram else p.memory.streamed_weight_bytes
-
-
-def _smaller_models(p: ExecutionPlan, ram_avail: int, beyond_weights: int, resolver) -> list[tuple[str, int]]:
-    """Preset checkpoints smaller than the plan's whose own plan holds few enough weights in RAM for this RAM."""
-    out = []
-    for name in PRESETS:
-        other = ModelProfile.preset(name, p.model.dims)
-        if other.weight_bytes >= p.model.weight_bytes:
-            continue
-        q = plan(other, p.device, p.geometry, attention_resolver=resolver)
-        if q.fits and host_weight_bytes(q) + beyond_weights <= ram_avail:
-            out.append((name, other.weight_bytes))
-    return sorted(out, key=lambda x: -x[1])
+def _text_encoder_ram_remedy(hr: HostRamPlan, weights: int, variant: str) -> str:
+    if hr.dynamic_vram:
+        return (f"free RAM: the encode needs {size(hr.need_bytes)} beside its weights (which stream from the file), "
+                f"{size(hr.ram_available_bytes)} available: close other programs")
+    beyond = hr.need_bytes - weights
+    smaller = [v for v in TEXT_ENCODERS if F.text_encoder_weight_bytes(v) < weights
+               and F.text_encoder_weight_bytes(v) + beyond <= hr.ram_available_bytes]
+    if smaller:
+        return (f"load the {smaller[0]} text encoder ({size(F.text_encoder_weight_bytes(smaller[0]))}; "
+                f"{F.TEXT_ENCODER_FILES[smaller[0]]})")
+    return (f"more RAM, or encode on the card under dynamic VRAM (its weights then stream from the file): the "
+            f"{variant} encoder's {size(weights)} stay in RAM here, and even the nvfp4 encoder needs "
+            f"{size(F.text_encoder_weight_bytes('nvfp4'))}")
 
 
 def _pass_remedies(p: ExecutionPlan, resolver) -> list[str]:
@@ -213,14 +210,6 @@ def _pass_remedies(p: ExecutionPlan, resolver) -> list[str]:
     return out or ["a lower resolution or fewer references (even the shortest segment does not fit)"]
 
 
-def job_latent_bytes(g: Geometry) -> int:
-    """The whole job's video and audio latent in float32 (every segment's frames: `total_frames`)."""
-    frames = g.total_frames or g.frames
-    video = 24 * L.latent_frames(frames) * g.latent_height * g.latent_width
-    audio = 32 * L.AUDIO_ROWS_PER_FRAME * L.audio_latent_frames(L.seconds_for_frames(frames))
-    return F.FP32 * (video + audio)
-
-
 def vae_host_bytes(v: F.VideoVAEDims = F.H3_VIDEO_VAE) -> int:
     """Host RAM of the two VAEs while either decodes: ComfyUI's loaders hold each VAE whole (encoder and decoder),
     the video VAE in 16 bits and the audio VAE in float32, for as long as the graph keeps them."""
@@ -229,29 +218,42 @@ def vae_host_bytes(v: F.VideoVAEDims = F.H3_VIDEO_VAE) -> int:
 
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
               resolver=default_attention_path) -> StagePlan:
-    g, mem, d = p.geometry, p.memory, p.device
-    ram_avail = _ram(d)
-    pass_latents = F.FP32 * 6 * (g.video_rows * 96 + g.audio_rows * 32)
-    beyond_weights = pass_latents + JOB_LATENT_COPIES * job_latent_bytes(g) + PROCESS_HOST_BYTES
-    ram = host_weight_bytes(p) + beyond_weights
-    step = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
-                              p.pinning.pinned_bytes, p.prefetch)
+    g, mem = p.geometry, p.memory
+    hr = p.host_ram if p.host_ram is not None else pass_host_ram(p.model, p.device, g, mem.streamed_weight_bytes,
+                                                                 PlanRequest())
+    compute = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
+                                 p.pinning.pinned_bytes, p.prefetch)
+    step = max(compute, hr.disk_seconds_per_call)    # reads from the file overlap the call's compute
+    disk = (f"; {size(hr.disk_bytes_per_call)} of them from disk per model call (about {hr.disk_seconds_per_call:.1f} s "
+            f"at {hr.disk_gbps:g} GB/s" + (", longer than the call's compute: the step waits on the disk)"
+                                           if hr.disk_seconds_per_call > compute else ", within the call's compute)")
+            if hr.streams_from_disk else "")
     detail = (f"{p.memory_mode}, {g.width}x{g.height}, {g.frames} frames per pass, {g.seq_len} rows, "
               f"{steps} steps x {passes} pass{'es' if passes > 1 else ''}; weights resident "
               f"{size(mem.resident_weight_bytes)}, streamed {size(mem.streamed_weight_bytes)} per model call "
-              f"from RAM (pinned {size(p.pinning.pinned_bytes)}); about {step:.1f} s per step")
+              f"(pinned {size(hr.pinned_bytes)}, page cache {size(hr.page_cache_bytes)}){disk}; host RAM "
+              f"{hr.verdict}; about {step:.1f} s per step")
     remedy = None
     if not p.fits:
         remedy = "; or ".join(_pass_remedies(p, resolver))
-    elif ram > ram_avail:
-        smaller = _smaller_models(p, ram_avail, beyond_weights, resolver)
-        remedy = (f"load a smaller checkpoint: {smaller[0][0]} ({size(smaller[0][1])} of weights)" if smaller else
-                  f"more RAM: the {size(host_weight_bytes(p))} of weights ComfyUI holds in RAM "
-                  f"({'all of them under dynamic VRAM' if d.dynamic_vram else 'those that stream every model call'}"
-                  f") must stay there (else they page from disk each call); no preset checkpoint fits "
-                  f"{size(ram_avail)}")
-    return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, ram, ram_avail, step * steps * passes,
-                     detail, remedy)
+    elif not hr.fits:
+        remedy = _dit_ram_remedy(p, hr)
+    return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, hr.need_bytes, hr.ram_available_bytes,
+                     step * steps * passes, detail, remedy, hr)
+
+
+def _dit_ram_remedy(p: ExecutionPlan, hr: HostRamPlan) -> str:
+    """What brings a DiT stage's true need within RAM. No smaller DiT checkpoint is published (Comfy-Org/MiniMax-H3
+    ships the INT8 files the README lists), so none is suggested."""
+    if not hr.dynamic_vram:
+        return (f"re-enable dynamic VRAM (drop --disable-dynamic-vram): its {size(hr.weights_host_bytes)} of streamed "
+                "weights then stream from the checkpoint file instead of staying in RAM; or more RAM")
+    s = p.segment_suggestion
+    shorter = f"a shorter pass (segment_seconds {s.seconds:g})" if s is not None and s.frames else \
+        "shorter passes (segment_seconds)"
+    return (f"free RAM (close other programs): the stage needs {size(hr.need_bytes)} beside the weights, which "
+            f"stream from the checkpoint file; its latents take {size(hr.latent_bytes)}: {shorter}, a shorter job or "
+            "a lower resolution lowers them")
 
 
 def decode_stages(g: Geometry, device: DeviceProfile, usable: int, card: T.CardClass,
@@ -334,6 +336,27 @@ def decode_note(g: Geometry, device: DeviceProfile) -> str:
     return head + tail + "; the whole job with its checkpoints: python -m longmedia plan"
 
 
+SETUP_MODEL = "h3-int8"   # the shipped workflows' DiT checkpoints (README's INT8 files): Setup does not see the model
+
+
+def setup_host_ram(g: Geometry, device: DeviceProfile, pinned_memory: bool = True,
+                   disk_gbps: float = DEFAULT_DISK_GBPS) -> HostRamPlan:
+    """The main pass's host RAM as Setup can know it: the job's geometry, this machine, the INT8 checkpoint the
+    workflows load (`SETUP_MODEL`), planned by `planner.plan` as the CLI and the Sampler plan it."""
+    request = PlanRequest(pinned_memory=pinned_memory, disk_gbps=disk_gbps)
+    return plan(ModelProfile.preset(SETUP_MODEL), device, g, request, attention_resolver=default_attention_path).host_ram
+
+
+def host_ram_note(g: Geometry, device: DeviceProfile, pinned_memory: bool = True,
+                  disk_gbps: float = DEFAULT_DISK_GBPS) -> str:
+    """Setup's line: the main pass's host-RAM verdict on this machine (`setup_host_ram`), a warning when it does not
+    fit."""
+    hr = setup_host_ram(g, device, pinned_memory, disk_gbps)
+    head = "" if hr.fits else "WARNING: "
+    return (f"{head}host RAM on this machine (main pass, {SETUP_MODEL} checkpoint): {hr.verdict}; the same verdict as "
+            "python -m longmedia plan and the Sampler's plan")
+
+
 def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,
              hires_geometry: Geometry | None = None, hires_plan: ExecutionPlan | None = None,
              hires_steps: int = 10, refiner_steps: int = 0,
@@ -350,7 +373,9 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     model, device, g = main.model, main.device, main.geometry
     card = T.card_class(device.vram_total_bytes)
     usable = main.usable_bytes
-    stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card),
+    settings = main.host_ram if main.host_ram is not None else request
+    stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card,
+                                 settings.pinned_memory, settings.disk_gbps),
               dit_stage("DiT main pass", main, steps, card, g.segment_count, attention_resolver)]
     final = main
     if hires_geometry is not None and hires_plan is None:
@@ -368,6 +393,10 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
              (f"DiT: one block takes {a:.3g}*S + {b:.3g}*S^2 s on an H200 (fitted to {T.DIT_BASIS[0][3]} and "
               f"{T.DIT_BASIS[1][3]}, docs/lab/2026-12-02-executor-kernels-planner.md); streamed weights cross at an assumed "
               f"{T.ASSUMED_HOST_GBPS * 1e9 / GIB:.1f} GiB/s pinned, half that pageable"),
+             ("weights that stream from disk (neither pinned nor in the page cache: host RAM) are read at the disk's "
+              f"{settings.disk_gbps:g} GB/s (--disk-gbps); a model call is assumed to take the longer of its compute "
+              "and its disk reads (they overlap), an assumption: a 16 GiB card with 16-32 GiB available lost 6.5-12.8 "
+              "s per step to disk against all RAM (34.62 s/step; 1.8 GB/s disk, 43.8 GiB INT8 checkpoint)"),
              (f"text encoder: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); video "
               f"decode: FLOPs at {T.VAE_DECODE_UTILISATION:.1%} of peak, the rate LongMedia Decode & Save measured "
               "end to end on an H100 (audio and h264 included); loading checkpoints from disk is not counted"))

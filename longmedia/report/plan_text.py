@@ -39,7 +39,7 @@ def memory_rows(p: ExecutionPlan) -> list[tuple[str, str]]:
                         "count"),
         ("weights", f"{gib(mem.resident_weight_bytes)} resident of {gib(mem.model_weight_bytes)} ("
                     f"{gib(mem.min_weight_bytes)} in use + {gib(extra)} elastic, kept because they fit)"
-                    + (f"; {gib(streamed)} stream from RAM every model call" if streamed else "; nothing streams")),
+                    + (f"; {gib(streamed)} travel from host every model call (pinned RAM, page cache or disk: host RAM)" if streamed else "; nothing streams")),
         ("headroom", (f"{size(headroom)} between the activation peak and usable VRAM"
                       + (f" (lent to the {size(extra)} of elastic weights)" if extra else "")
                       if headroom >= 0 else f"short by {size(-headroom)}: the activation peak is over usable VRAM")),
@@ -84,6 +84,7 @@ def render_plan(p: ExecutionPlan, notes: Sequence[str] = (), warnings: Sequence[
                    f"{gd.step_boundary_cleanup_mb} MiB"),
         ("prefetch", "on" if p.prefetch else "off"),
         ("pinning", f"{p.pinning.mode} ({gib(p.pinning.pinned_bytes)} of RAM)"),
+        *([("host RAM", p.host_ram.verdict)] if p.host_ram is not None else []),
         *memory_rows(p),
         ("segments", segments_row(p)),
     ]

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from longmedia.execution.chunks import ChunkSizes
-from longmedia.h3.profiles import DeviceProfile
-from longmedia.planning.policy import advisory_pinning, pin_floor
+from longmedia.h3.profiles import DeviceProfile, ModelProfile
+from longmedia.planning.host_ram import plan_host_ram
+from longmedia.planning.policy import pinning
 from longmedia.report.memory import MemorySnapshot
 from longmedia.report.oom import PHASES, PREFETCH_OFF_FLAG, OOMContext, pressure_point
 from longmedia.units import GIB
@@ -86,8 +87,16 @@ def test_the_guard_release_advice_says_what_it_costs():
     assert "faulted back" not in text
 
 
-def test_the_pinning_advice_names_a_launch_flag_and_the_ram_to_keep_free():
+def test_the_pinning_decision_names_a_launch_flag_and_the_pin_budget():
+    """Under dynamic VRAM the decision is the host-RAM plan's pin budget; with pinned memory off it names ComfyUI's
+    own flag."""
     device = DeviceProfile.card(16, 32)
-    text = advisory_pinning(device, pin_floor(device))
-    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", text))
-    assert flags and flags <= LAUNCH_FLAGS and "keep 12.00 GiB of RAM free" in text
+    model = ModelProfile.preset("h3-int8")
+    streamed = 28 * GIB
+    on = pinning(model, device, streamed, plan_host_ram(device, streamed, model.block_weight_bytes, 0,
+                                                         own_alloc_bytes=0))
+    assert on.mode == "partial" and f"pin budget of {on.pinned_bytes / GIB:.2f} GiB" in on.reason
+    off = pinning(model, device, streamed, plan_host_ram(device, streamed, model.block_weight_bytes, 0,
+                                                          own_alloc_bytes=0, pinned_memory=False))
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", off.reason))
+    assert off.mode == "none" and off.pinned_bytes == 0 and flags and flags <= LAUNCH_FLAGS
