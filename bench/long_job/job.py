@@ -83,7 +83,8 @@ def job_plan(job: LongJob, card_gib: float, ram_gib: float, blocks: int, checkpo
     for stage in STAGES:
         s = by_name[PLAN_STAGE[stage]]
         row = {"plan_stage": s.name, "ram_need_bytes": s.ram_need_bytes, "vram_need_bytes": s.vram_need_bytes,
-               "vram_usable_bytes": s.vram_usable_bytes, "estimated_s": s.seconds, "fits": s.fits, "model": model_row}
+               "vram_usable_bytes": s.vram_usable_bytes, "estimated_s": s.seconds, "fits": s.fits, "model": model_row,
+               "host_ram": s.host_ram.to_dict() if s.host_ram is not None else None}
         p = {"sampler": main, "hires": hires, "refiner": hires}.get(stage)
         if p is not None:
             g = p.geometry

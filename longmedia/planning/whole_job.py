@@ -395,7 +395,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
               f"{T.ASSUMED_HOST_GBPS * 1e9 / GIB:.1f} GiB/s pinned, half that pageable"),
              ("weights that stream from disk (neither pinned nor in the page cache: host RAM) are read at the disk's "
               f"{settings.disk_gbps:g} GB/s (--disk-gbps); a model call is assumed to take the longer of its compute "
-              "and its disk reads (they overlap), an assumption: a 16 GiB card with 16-32 GiB available lost 6.5-12.8 "
+              "and its disk reads (they overlap), an assumption: a 16 GiB card with 16 to 32 GiB available lost 6.5 to 12.8 "
               "s per step to disk against all RAM (34.62 s/step; 1.8 GB/s disk, 43.8 GiB INT8 checkpoint)"),
              (f"text encoder: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); video "
               f"decode: FLOPs at {T.VAE_DECODE_UTILISATION:.1%} of peak, the rate LongMedia Decode & Save measured "

@@ -86,7 +86,7 @@ def test_host_split_reads_this_process_s_anonymous_and_file_pages():
 
 def test_the_plan_counts_the_checkpoint_that_runs_not_the_preset(monkeypatch):
     """The GPU run's checkpoint keeps its adaLN projections bf16 (about 13 GiB over the INT8 preset at 50 blocks): a
-    plan of the preset undercounts the RAM its streamed weights take."""
+    plan of the preset undercounts the weights that travel from host every model call (pinned, cached or read)."""
     from longmedia.h3.profiles import ModelProfile
 
     bigger = ModelProfile.preset("h3-bf16")
@@ -94,7 +94,7 @@ def test_the_plan_counts_the_checkpoint_that_runs_not_the_preset(monkeypatch):
     monkeypatch.setattr(ModelProfile, "from_safetensors", classmethod(lambda cls, path: seen.append(path) or bigger))
     preset, own = job_plan(FULL, 16, 128, 50), job_plan(FULL, 16, 128, 50, "/models/h3.safetensors")
     assert seen == ["/models/h3.safetensors"] and own["sampler"]["model"]["weight_bytes"] == bigger.weight_bytes
-    assert own["sampler"]["ram_need_bytes"] - preset["sampler"]["ram_need_bytes"] > 20 << 30
+    assert own["sampler"]["host_ram"]["weights_host_bytes"] - preset["sampler"]["host_ram"]["weights_host_bytes"] > 20 << 30
 
 
 def test_the_table_of_kept_rows_reads_the_plan_kept_beside_them(capsys):

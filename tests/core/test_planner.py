@@ -145,14 +145,21 @@ def test_prefetch_is_only_turned_off_where_weights_stream_or_dynamic_vram_is_off
     assert not prefetch_decision(int8, static, all_resident=True)[0]
 
 
+def _classic(vram, quant, ram):
+    """A plan with dynamic VRAM off: LongMedia's own pinning rule (policy._pinning) applies."""
+    g = build_geometry(1344, 768, seconds=10.0)
+    return plan(MODELS[quant], DeviceProfile.card(vram, ram, dynamic_vram=False), g,
+                attention_resolver=default_attention_path)
+
+
 def test_pinning_rejected_when_it_would_eat_the_ram_headroom():
-    p = _plan(16, "bf16", ram=64)
+    p = _classic(16, "bf16", ram=64)
     assert p.pinning.mode == "partial"
     assert "more than the" in p.pinning.reason and "12.80 GiB" in p.pinning.reason
     assert "would leave -" not in p.pinning.reason           # never a negative amount of RAM
-    q = _plan(16, "int8", ram=16)      # 14.5 GiB available - 12 GiB floor: 2.5 GiB, four whole blocks
+    q = _classic(16, "int8", ram=16)      # 14.5 GiB available - 12 GiB floor: 2.5 GiB, four whole blocks
     assert q.pinning.mode == "partial" and q.pinning.pinned_bytes <= 2.5 * GIB
-    r = _plan(16, "int8", ram=12)      # 10.5 GiB available is already under the floor
+    r = _classic(16, "int8", ram=12)      # 10.5 GiB available is already under the floor
     assert r.pinning.mode == "none" and r.pinning.pinned_bytes == 0
 
 
@@ -358,21 +365,21 @@ def test_block_guard_controls_that_cannot_act_are_named_not_dropped():
     assert not any("block guards off" in r for r in low.reasons)
 
 
-def test_pinning_that_cannot_be_applied_under_dynamic_vram_says_so():
-    """Under dynamic VRAM ComfyUI pins at ops time within its own budget, with no per-model limit: a partial or
-    rejected pinning was only a reason string; it now says plainly that it is advisory there, with the RAM to keep
-    free and the ComfyUI flag that turns pinning off."""
+def test_under_dynamic_vram_the_pinning_is_the_host_ram_pin_budget():
+    """Under dynamic VRAM LongMedia holds ComfyUI's pin cache to the host-RAM plan's pin budget: the decision is that
+    budget, stated, never the old "advisory (not enforced)" text; without dynamic VRAM the old rule stays."""
     dynamic = _plan(16, "int8", ram=12)                       # DeviceProfile.card: dynamic VRAM on
-    assert dynamic.pinning.mode == "none" and "advisory under dynamic VRAM" in dynamic.pinning.reason
-    assert "keep 12.00 GiB of RAM free" in dynamic.pinning.reason and "--disable-pinned-memory" in dynamic.pinning.reason
-    assert "would leave -" not in dynamic.pinning.reason and "more than the" in dynamic.pinning.reason
-    assert any("advisory" in r for r in dynamic.reasons)
-    g = build_geometry(1344, 768, seconds=10.0)
-    classic = plan(MODELS["int8"], DeviceProfile.card(16, 12, dynamic_vram=False), g,
-                   attention_resolver=default_attention_path)
-    assert classic.pinning.mode == "none" and "advisory" not in classic.pinning.reason
+    hr = dynamic.host_ram
+    assert hr is not None and hr.dynamic_vram and hr.fits
+    assert dynamic.pinning.pinned_bytes == hr.pin_budget_bytes > 0 and dynamic.pinning.mode == "partial"
+    assert "pin budget of" in dynamic.pinning.reason and "advisory" not in dynamic.pinning.reason
+    assert not any("advisory" in r for r in dynamic.reasons)
+    assert hr.pin_budget_bytes == hr.ram_available_bytes - hr.process_bytes - hr.latent_bytes - hr.headroom_bytes
+    classic = _classic(16, "int8", ram=12)
+    assert classic.host_ram is not None and not classic.host_ram.dynamic_vram
+    assert classic.pinning.mode == "none" and "pin budget" not in classic.pinning.reason
     full = _plan(24, "int8", ram=128)
-    assert "advisory" not in full.pinning.reason
+    assert full.pinning.mode == "full" and full.host_ram.verdict == "fits in RAM: every weight pinned"
 
 
 def test_outside_torch_bytes_follow_the_measured_overheads():
