@@ -121,7 +121,7 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-dynamic-vram", action="store_true", help="plan as if ComfyUI's dynamic VRAM were off")
     g.add_argument("--disk-gbps", type=float, default=DEFAULT_DISK_GBPS,
                    help=f"the disk's sustained read in GB/s, for weights that stream from the checkpoint file (default "
-                        f"{DEFAULT_DISK_GBPS:g}: {DISK_GBPS_BASIS})")
+                        f"{DEFAULT_DISK_GBPS:.1f} GB/s, {DISK_GBPS_BASIS})")
     g.add_argument("--no-pinned-memory", action="store_true",
                    help="plan as if ComfyUI ran with --disable-pinned-memory (no pin cache: weights come from the page "
                         "cache or the disk)")

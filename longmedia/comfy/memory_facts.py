@@ -30,6 +30,13 @@ def dynamic_vram_active() -> bool:
     return bool(control is not None and getattr(control, "lib", None) is not None and getattr(control, "devctxs", None))
 
 
+def pinned_memory_enabled() -> bool:
+    """False when ComfyUI runs with --disable-pinned-memory (no pin cache); True otherwise, and outside ComfyUI."""
+    cli_args = sys.modules.get("comfy.cli_args")
+    args = getattr(cli_args, "args", None)
+    return not bool(getattr(args, "disable_pinned_memory", False))
+
+
 def aimdo_vram_usage() -> int | None:
     """comfy-aimdo's VRAM usage in bytes; None without comfy-aimdo."""
     control = sys.modules.get("comfy_aimdo.control")

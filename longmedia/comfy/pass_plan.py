@@ -23,7 +23,7 @@ from ..report.memory import MemorySnapshot
 from . import inputs
 from .attention_speeds import attention_speeds
 from .host_attention import host_attention
-from .memory_facts import dynamic_vram_active, vbar_reclaimable_bytes
+from .memory_facts import dynamic_vram_active, pinned_memory_enabled, vbar_reclaimable_bytes
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
 
@@ -96,6 +96,8 @@ def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | 
         request = dataclasses.replace(request, attention_speeds=attention_speeds(
             guider.model_patcher.load_device, attention_mode=request.attention_mode, head_dim=profile.dims.head_dim,
             seq_len=geometry.seq_len))
+    if request.pinned_memory and not pinned_memory_enabled():   # ComfyUI's --disable-pinned-memory: no pin cache
+        request = dataclasses.replace(request, pinned_memory=False)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
     return CheckedPass(profile, geometry, tuple(row_spans), request, evidence)
 

@@ -298,12 +298,15 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     job = plan.job()
     if plan.prompts is not None:
         job = dataclasses.replace(job, prompts=_segment_prompts(plan.prompts, cond, clip.encode))
-    return SetupResult(cond, negative, latent, job, plan, (_decode_note(plan),))
+    return SetupResult(cond, negative, latent, job, plan, _machine_notes(plan))
 
 
-def _decode_note(plan: SetupPlan) -> str:
+def _machine_notes(plan: SetupPlan) -> tuple[str, ...]:
+    """The job on this machine: the main pass's host RAM (the CLI's and the Sampler's verdict: one function,
+    `host_ram.plan_host_ram`; a warning, not a refusal, as the decode note) and the decode stages."""
     from ..h3.profiles import DeviceProfile
-    from ..planning.whole_job import decode_note
-    from .memory_facts import dynamic_vram_active
+    from ..planning.whole_job import decode_note, host_ram_note
+    from .memory_facts import dynamic_vram_active, pinned_memory_enabled
 
-    return decode_note(plan.geometry, DeviceProfile.detect(dynamic_vram=dynamic_vram_active()))
+    device = DeviceProfile.detect(dynamic_vram=dynamic_vram_active())
+    return (host_ram_note(plan.geometry, device, pinned_memory_enabled()), decode_note(plan.geometry, device))

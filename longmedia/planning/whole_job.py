@@ -351,6 +351,8 @@ def host_ram_note(g: Geometry, device: DeviceProfile, pinned_memory: bool = True
                   disk_gbps: float = DEFAULT_DISK_GBPS) -> str:
     """Setup's line: the main pass's host-RAM verdict on this machine (`setup_host_ram`), a warning when it does not
     fit."""
+    if device.usable_vram_bytes <= 0:
+        return "host RAM not planned: no GPU (a CPU run holds the weights in RAM)"
     hr = setup_host_ram(g, device, pinned_memory, disk_gbps)
     head = "" if hr.fits else "WARNING: "
     return (f"{head}host RAM on this machine (main pass, {SETUP_MODEL} checkpoint): {hr.verdict}; the same verdict as "
