@@ -31,3 +31,15 @@ def test_no_offload_streams_means_no_prefetch_queue(comfy_inprocess):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mm, "NUM_STREAMS", 0)
         assert mp.make_prefetch_queue([object()], "cuda:0", {"prefetch_dynamic_vbars": True}) is None
+
+
+def test_the_plan_reads_disable_pinned_memory_from_comfyui_s_args(comfy_inprocess, monkeypatch):
+    """The Sampler's and Setup's host-RAM plan read --disable-pinned-memory where ComfyUI keeps it (`args`)."""
+    from comfy.cli_args import args
+
+    from longmedia.comfy.memory_facts import pinned_memory_enabled
+
+    monkeypatch.setattr(args, "disable_pinned_memory", True)
+    assert not pinned_memory_enabled()
+    monkeypatch.setattr(args, "disable_pinned_memory", False)
+    assert pinned_memory_enabled()

@@ -136,6 +136,8 @@ def test_t2va_latent_and_layout_are_stock(env):
     assert layout(env, result) == planned(result)
     assert "0.9 s -> 22 frames" in result.summary and result.job.family == "t2va"
     assert "decode on this machine fits" in result.summary.splitlines()[-1]
+    assert result.summary.splitlines()[-2].startswith(("host RAM on this machine (main pass, h3-int8 checkpoint): ",
+                                                        "host RAM not planned: no GPU", "WARNING: host RAM"))
     json.dumps(result.job.to_dict())
 
 
