@@ -202,3 +202,27 @@ def test_cli_setup_and_sampler_give_the_same_host_ram_verdict(ram, capsys, monke
                          "longmedia plan and the Sampler's plan")
     assert note.startswith("host RAM on this machine") == sampler.fits      # else a WARNING
     assert sampler.fits and (sampler.streams_from_disk == (ram < 64))
+
+
+def test_the_readme_machine_table_is_what_the_cli_prints(capsys):
+    """README's "What your machine needs": every cell's figures are on the host RAM line of
+    `python -m longmedia plan --vram-gb CARD --ram-gb RAM --seconds 10`."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## What your machine needs"):text.index("## Your first video")]
+    rams = [int(r) for r in re.findall(r"\| (\d+) GB RAM \(`--ram-gb \d+`\)", section)]
+    rows = re.findall(r"^\| (\d+) GB \(`--vram-gb \d+`\) \|(.*)\|$", section, re.M)
+    assert rams == [16, 32, 64] and [int(r[0]) for r in rows] == [8, 12, 16, 24]
+    for card, cells in rows:
+        for ram, cell in zip(rams, cells.split("|")):
+            rc, out = _cli(capsys, "--vram-gb", card, "--ram-gb", str(ram), "--seconds", "10", "--json")
+            verdict = json.loads(out)["host_ram"]["verdict"]
+            assert rc == 0 and verdict.startswith("fits in RAM"), (card, ram, verdict)
+            figures = re.findall(r"\d+\.\d+ GiB|about \d+\.\d s", cell)
+            assert all(f in verdict for f in figures), (card, ram, cell, verdict)
+            for words in ("every weight pinned", "nothing from disk", "from the page cache"):
+                if words in cell:
+                    assert words in verdict, (card, ram, cell, verdict)
+            assert ("from disk per model call" in verdict) == ("GiB from disk" in cell), (card, ram, cell, verdict)
