@@ -327,7 +327,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                       "measured" if request.sp_link_measured else "declared", pin.pinned_bytes)
         reasons.append(describe_sp(sp, model.dims.num_blocks))
     if mem.streamed_weight_bytes:
-        reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from host on every model call: {host_ram.verdict}")
+        reasons.append(f"{gib(mem.streamed_weight_bytes)} of weights travel from host on every model call (pinned "
+                       "RAM, page cache or disk: the host RAM line)")
     reasons.extend(f"attention: {r}" for r in attention.reasons)
     guards = auto_guards(request, model, device, mem, geometry)
     warnings = manual_warnings(request, cand, p.usable, guards, auto_guards(PlanRequest(), model, device, mem, geometry),

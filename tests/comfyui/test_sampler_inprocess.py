@@ -64,9 +64,11 @@ def test_streamed_modes_match_stock(sampler_env, variant, mode, chunks):
 
 def _plan_json(plan) -> dict:
     """The plan as JSON, less this machine's available RAM (a live reading other processes move, not the fake
-    device's) and the pinning headroom and reason that quote it; everything device memory drives stays in."""
+    device's), the pinning headroom and reason that quote it and the host-RAM plan it drives; everything device
+    memory drives stays in."""
     out = json.loads(json.dumps(plan.to_dict(), sort_keys=True, default=str))
     del out["device"]["ram_available_bytes"], out["pinning"]["ram_headroom_bytes"], out["pinning"]["reason"]
+    del out["host_ram"]     # the host-RAM plan: the pins and the disk follow the live available RAM
     return out
 
 
