@@ -73,7 +73,8 @@ class HostRamPlan:
     prefetch_blocks: int           # blocks read ahead from the file (STREAM_PREFETCH_BLOCKS when weights stream)
     prefetch_window_bytes: int
     weights_host_bytes: int        # weights that travel from host every model call
-    pin_budget_bytes: int          # what the pin cache may hold (0 with pinned memory off)
+    pin_budget_bytes: int          # what the pin cache may hold (0 with pinned memory off, and without dynamic VRAM,
+                                   # where the planner's PinningDecision pins the weights held in RAM)
     page_cache_bytes: int          # weights read from the page cache each call
     disk_gbps: float
     dynamic_vram: bool
@@ -116,7 +117,7 @@ class HostRamPlan:
     @property
     def rss_bytes(self) -> int:
         """The process's predicted RSS peak: process, latents, pins (page cache mapped in is not counted)."""
-        held = self.pinned_bytes if self.dynamic_vram else self.weights_host_bytes
+        held = self.pinned_bytes if self.dynamic_vram else self.weights_host_bytes   # off: the weights held in RAM
         return self.process_bytes + self.latent_bytes + held
 
     @property
@@ -173,11 +174,8 @@ def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_b
     base = dict(ram_available_bytes=avail, process_bytes=process_bytes, latent_bytes=latent_bytes,
                 own_alloc_bytes=own_alloc_bytes, floor_bytes=PIN_BUDGET_FLOOR_BYTES, weights_host_bytes=weights_host_bytes,
                 disk_gbps=disk_gbps, dynamic_vram=dynamic, pinned_memory=pinned_memory)
-    if not dynamic:
-        plan = HostRamPlan(prefetch_blocks=0, prefetch_window_bytes=0, pin_budget_bytes=0, page_cache_bytes=0, **base)
-        pins = min(weights_host_bytes, device.pinned_budget_bytes) if pinned_memory and plan.fits else 0
-        return HostRamPlan(prefetch_blocks=0, prefetch_window_bytes=0, pin_budget_bytes=pins, page_cache_bytes=0,
-                           **base)
+    if not dynamic:   # the streamed weights stay in RAM (a need); what is pinned is the planner's PinningDecision
+        return HostRamPlan(prefetch_blocks=0, prefetch_window_bytes=0, pin_budget_bytes=0, page_cache_bytes=0, **base)
     plan = _dynamic(base, device, 0, block_weight_bytes)
     if plan.streams_from_disk:   # reads ahead from the file only lower the pins, so it still streams
         plan = _dynamic(base, device, STREAM_PREFETCH_BLOCKS, block_weight_bytes)
