@@ -82,9 +82,10 @@ class HostRamPlan:
 
     @property
     def headroom_bytes(self) -> int:
-        """RAM LongMedia keeps available during the stage: ComfyUI's floor, its own largest allocation, the reads
-        ahead."""
-        return self.floor_bytes + self.own_alloc_bytes + self.prefetch_window_bytes
+        """RAM kept available during the stage: ComfyUI's floor (which the reads ahead live in: the page cache counts
+        as available, and ComfyUI pins only down to its floor, so the window is within it unless it is larger) and
+        LongMedia's own largest allocation (room made for it, `comfy/host_ram.py`, when it is allocated)."""
+        return max(self.floor_bytes, self.prefetch_window_bytes) + self.own_alloc_bytes
 
     @property
     def need_bytes(self) -> int:
@@ -186,7 +187,7 @@ def _dynamic(base: dict, device: DeviceProfile, blocks: int, block_weight_bytes:
     window = blocks * block_weight_bytes
     weights = base["weights_host_bytes"]
     free = base["ram_available_bytes"] - base["process_bytes"] - base["latent_bytes"] - \
-        (base["floor_bytes"] + base["own_alloc_bytes"] + window)
+        (max(base["floor_bytes"], window) + base["own_alloc_bytes"])
     pins = max(0, min(free, weights, device.pinned_budget_bytes)) if base["pinned_memory"] else 0
     rest = weights - pins
     # The page cache keeps the rest only when all of it fits beside the pins and the headroom: a model call reads

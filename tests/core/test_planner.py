@@ -374,7 +374,9 @@ def test_under_dynamic_vram_the_pinning_is_the_host_ram_pin_budget():
     assert dynamic.pinning.pinned_bytes == hr.pin_budget_bytes > 0 and dynamic.pinning.mode == "partial"
     assert "pin budget of" in dynamic.pinning.reason and "advisory" not in dynamic.pinning.reason
     assert not any("advisory" in r for r in dynamic.reasons)
-    assert hr.pin_budget_bytes == hr.ram_available_bytes - hr.process_bytes - hr.latent_bytes - hr.headroom_bytes
+    # what is left beside the need, within ComfyUI's own cap (MAX_PINNED_MEMORY: 40 % of a 12 GB machine's RAM)
+    left = hr.ram_available_bytes - hr.process_bytes - hr.latent_bytes - hr.headroom_bytes
+    assert hr.pin_budget_bytes == min(left, dynamic.device.pinned_budget_bytes) > 0
     classic = _classic(16, "int8", ram=12)
     assert classic.host_ram is not None and not classic.host_ram.dynamic_vram
     assert classic.pinning.mode == "none" and "pin budget" not in classic.pinning.reason
