@@ -198,6 +198,24 @@ def streamed_replacement(block, index: int, chunks: ChunkSizes, attention_factor
     return replace
 
 
+def read_ahead_replacement(index: int, on_block: Callable[[int], None], *,
+                           previous: Callable[[dict, dict], dict] | None = None):
+    """A `patches_replace["dit"][("double_block", index)]` function for a stock block whose weights stream from
+    disk: it tells `on_block(index)` that the block starts (the next blocks' file ranges are read ahead,
+    `execution/disk_prefetch.py`), then runs the block as ComfyUI would: `previous` (another node's replacement)
+    when there is one, else ComfyUI's own `original_block` with the same arguments. No value is changed."""
+
+    def replace(args: dict, extra: dict) -> dict:
+        on_block(index)
+        if previous is not None:
+            return previous(args, extra)
+        return extra["original_block"](args)
+
+    setattr(replace, STREAMED_MARK, index)
+    replace.previous = previous
+    return replace
+
+
 def outside_malloc_graph(forward: Callable) -> Callable:
     """`forward` run with ComfyUI's malloc graph recording paused (see `malloc_graph_paused`), same signature."""
     import functools

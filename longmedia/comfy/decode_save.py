@@ -36,6 +36,7 @@ import torch
 
 from ..errors import LongMediaInputError, check_float
 from .encode_ahead import EncodeAhead
+from .host_ram import HostRamGuard, RamFacts, comfy_ram_facts
 from .inputs import av_latents
 
 CHUNKED = "chunked"                 # the H3 VAE's temporal chunks stream into the writer
@@ -148,10 +149,11 @@ class ChunkSink:
 
     def __init__(self, shape, dtype: torch.dtype, consume: Callable[[torch.Tensor], None],
                  on_chunk: Callable[[ChunkWritten], None], check_cancel: Callable[[], None],
-                 ready: Callable[[], None] = lambda: None):
+                 ready: Callable[[], None] = lambda: None, room: Callable[[int], object] = lambda n: None):
         self.shape = torch.Size(shape)
         self.dtype = dtype
         self._consume, self._on_chunk, self._check_cancel, self._ready = consume, on_chunk, check_cancel, ready
+        self._room = room  # called with a chunk's host bytes before it is copied there (host_ram: pins freed)
         self.written = 0
         self.chunks = 0
         self.largest_frames = 0
@@ -177,6 +179,7 @@ class ChunkSink:
             raise RuntimeError(f"the VAE wrote a {tuple(src.shape)} chunk into a {tuple(self.shape)} video")
         self._check_cancel()
         self._ready()                  # the chunk before is written: one chunk of frames in RAM, never two
+        self._room(src.numel() * torch.tensor([], dtype=self.dtype).element_size())
         host = src.to(device="cpu", dtype=self.dtype)
         n = host.shape[2]
         self.chunks += 1
@@ -208,9 +211,11 @@ def _check_cancel() -> None:
 
 def decode_video_chunks(vae, video_latent: torch.Tensor, consume: Callable[[torch.Tensor], None],
                         on_chunk: Callable[[ChunkWritten], None] = lambda c: None,
-                        ready: Callable[[], None] = lambda: None) -> tuple[str, ChunkSink | None]:
+                        ready: Callable[[], None] = lambda: None,
+                        room: Callable[[int], object] = lambda n: None) -> tuple[str, ChunkSink | None]:
     """Decode `video_latent` with `vae` as VAE.decode does, streaming frames [n, H, W, 3] into `consume`; `ready()`
-    is called before each chunk leaves the device (for a consumer that writes in the background to finish the last).
+    is called before each chunk leaves the device (for a consumer that writes in the background to finish the last),
+    `room(bytes)` before its frames take host RAM (`host_ram.HostRamGuard.make_room`: ComfyUI's pins freed).
 
     Returns (decode path, the sink: None on the stock fallback). Cancel is checked before and at every chunk.
     """
@@ -234,7 +239,7 @@ def decode_video_chunks(vae, video_latent: torch.Tensor, consume: Callable[[torc
         memory_used = vae.memory_used_decode(video_latent.shape, vae.vae_dtype)
         mm.load_models_gpu([vae.patcher], memory_required=memory_used, force_full_load=vae.disable_offload)
         sink = ChunkSink(model.decode_output_shape(video_latent.shape), vae.vae_output_dtype(), consume, on_chunk,
-                         _check_cancel, ready)
+                         _check_cancel, ready, room)
         samples = video_latent.to(device=vae.device, dtype=vae.vae_dtype)
         model.decode(samples, output_buffer=sink)
         del samples
@@ -357,18 +362,21 @@ def decode_audio(audio_vae, latent) -> dict:
 def decode_and_save(latent, video_vae, audio_vae=None, *, fps: float = 24.0, filename_prefix: str = "video/LongMedia",
                     bit_depth: int = 8, crf: float = CRF_AUTO, prompt=None, extra_pnginfo=None,
                     on_chunk: Callable[[ChunkWritten], None] | None = None,
-                    output_dir: str | None = None, encode_ahead: bool | None = None) -> DecodeSaveResult:
-    """Decode the Sampler's AV latent chunk by chunk and save it as SaveVideo would; see the module docstring."""
+                    output_dir: str | None = None, encode_ahead: bool | None = None,
+                    ram_facts: RamFacts | None = None) -> DecodeSaveResult:
+    """Decode the Sampler's AV latent chunk by chunk and save it as SaveVideo would; see the module docstring.
+    `ram_facts`: how host RAM is read and ComfyUI's pins freed before each chunk (None: ComfyUI's own)."""
     video, _ = check_decode_inputs(latent, video_vae, audio_vae, fps, bit_depth, crf, filename_prefix)
     audio = decode_audio(audio_vae, latent) if audio_vae is not None else None
     return save_streamed(video, video_vae, audio, fps=fps, filename_prefix=filename_prefix, bit_depth=bit_depth,
                          crf=crf, metadata=_metadata(prompt, extra_pnginfo), on_chunk=on_chunk,
-                         output_dir=output_dir, encode_ahead=encode_ahead)
+                         output_dir=output_dir, encode_ahead=encode_ahead, ram_facts=ram_facts)
 
 
 def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_prefix: str, bit_depth: int,
                   crf: float, metadata: dict | None, on_chunk: Callable[[ChunkWritten], None] | None = None,
-                  output_dir: str | None = None, encode_ahead: bool | None = None) -> DecodeSaveResult:
+                  output_dir: str | None = None, encode_ahead: bool | None = None,
+                  ram_facts: RamFacts | None = None) -> DecodeSaveResult:
     """The video latent (checked by `check_decode_inputs`) decoded into one mp4 with `audio` (AUDIO or None).
     `encode_ahead`: encode on a thread of its own while the device decodes (None: when the VAE is not on the CPU)."""
     import comfy.model_management as mm
@@ -395,8 +403,11 @@ def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_
     # on a GPU the device decodes chunk k+1 while chunk k is encoded; on the CPU the writer runs inline
     ahead = EncodeAhead(writer.write_frames, threaded=encode_ahead if encode_ahead is not None else
                         torch.device(getattr(video_vae, "device", "cpu")).type != "cpu")
+    # a chunk's frames and the writer's copy of the one before it: room for both before each chunk lands in RAM
+    host = HostRamGuard(ram_facts if ram_facts is not None else comfy_ram_facts(), pin_budget=None)
     try:
-        path, sink = decode_video_chunks(video_vae, video, ahead, chunk_done, ready=ahead.wait)
+        path, sink = decode_video_chunks(video_vae, video, ahead, chunk_done, ready=ahead.wait,
+                                         room=lambda n: host.make_room(2 * n, "a decoded chunk moves to host RAM"))
         ahead.finish()
         _check_cancel()
         writer.finish()
@@ -416,6 +427,10 @@ def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_
         "whole video in RAM; the file was still written as it would be",)
     if audio is None:
         notes += ("no audio_vae connected: the file has no audio track",)
+    freed = [e for e in host.events if e.freed_pin_bytes]
+    if freed:
+        notes += (f"host RAM: {len(freed)} chunk(s) found RAM short; {sum(e.freed_pin_bytes for e in freed) / 2**30:.2f}"
+                  f" GiB of ComfyUI's pins freed before them (the first: {freed[0].line()})",)
     report = DecodeSaveReport(
         filename=file, subfolder=subfolder, frames=writer.frames_written, width=width, height=height, fps=fps,
         bit_depth=bit_depth, crf=crf, decode_path=path, chunks=sink.chunks if sink else math.ceil(frames / 17),

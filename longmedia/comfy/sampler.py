@@ -30,6 +30,7 @@ from ..report.segmented import SegmentedReport
 from . import inputs
 from .clone_install import RunState, install_on_clone
 from .host_features import host_features
+from .host_ram import RamFacts, host_ram_guard
 from .memory_facts import comfy_reading
 from .oom_phase import traced_phase
 from .pass_plan import check_pass, load_device_profile, plan_pass
@@ -68,7 +69,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, *,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
                 weights: WeightAccess | None = None, stage: StagePass | None = None,
-                devices: str | None = None) -> SamplingResult:
+                devices: str | None = None, ram_facts: RamFacts | None = None,
+                disk_prefetch: bool | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -81,7 +83,10 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     stage: a Hi-Res or Refiner pass (`job.preflight.StagePass`): its refusals name that node's inputs.
     devices: the Sampler's device list for sequence parallelism ("gpu:0,gpu:1"; `sp_devices`); None or empty: one
     device. The workers live for this run (`sp_workers`): started after the residency boundary, ended before it
-    returns or raises; the plan is made again once they have measured their link (the cost model reads it)."""
+    returns or raises; the plan is made again once they have measured their link (the cost model reads it).
+    ram_facts: how host RAM is read and ComfyUI's pins freed (`host_ram.RamFacts`; None: ComfyUI's own); tests stand in
+    a small machine here. disk_prefetch: None reads the next blocks' weights ahead where the plan says they stream
+    from disk; False never (a control that leaves the reads to ComfyUI's cast alone); True always (a control)."""
     from .sp_run import sp_request, start_ranks
 
     check_runs = stage.check_runs if stage is not None else check_plan_runs
@@ -113,7 +118,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
             plan = plan_pass(checked, plan.device)
         speeds = checked.request.attention_speeds  # probe_s: 0 when the disk cache served the timings
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
-                         ranks, probe_s=speeds.probe_s if speeds is not None else 0.0)
+                         ranks, probe_s=speeds.probe_s if speeds is not None else 0.0, ram_facts=ram_facts,
+                         disk_prefetch=disk_prefetch)
         clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):
@@ -126,7 +132,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
 
 def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks, *,
-            probe_s: float = 0.0):
+            probe_s: float = 0.0, ram_facts: RamFacts | None = None, disk_prefetch: bool | None = None):
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -142,8 +148,11 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
     run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
+    host = host_ram_guard(plan, g.model_patcher.model.diffusion_model.blocks, ram_facts, prefetch=disk_prefetch)
     streamed = install_on_clone(g, plan, run, row_spans, observer or NO_OBSERVER, weights,
-                        prompt_seq_lens(guider, latent, plan) if run.cuda else (), ranks)
+                                prompt_seq_lens(guider, latent, plan) if run.cuda else (), ranks,
+                                read_ahead=host.on_block if host.prefetch is not None else None)
+    host.start()  # ComfyUI's pins within the plan's budget before the pass
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],
                                                      latent.get("downscale_ratio_spacial", None),
@@ -168,11 +177,16 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
         where, block = (traced.phase, traced.block_index) if traced else (_oom_phase(run.phase), None)
         raise LongMediaOOM(report_for(where, error, context=run.oom_context(), reader=comfy_reading(),
                                       block_index=block)) from error
+    finally:  # the read-ahead thread ends with the pass, whatever ended it (Cancel, an error)
+        host_report = host.finish(len(run.steps))
     if ranks is not None:
         line = ranks.link_line(plan.model.dims.num_blocks, len(run.steps))
         if line:
             run.notes.append(line)
+    # the latent leaves the device into host RAM that ComfyUI's pins may hold: room first
+    host.make_room(latent_bytes(out_samples), "the sampled latent moves to host RAM")
     out_samples = out_samples.to(comfy.model_management.intermediate_device())
+    host_report = dataclasses.replace(host_report, events=tuple(host.events), notes=tuple(host.notes))
     finite = all_finite(out_samples)
     output, denoised = _outputs(g, latent, out_samples, x0_output)
     report = RunReport(plan=plan, attention_backend=plan.attention.backend, streamed_blocks=streamed,
@@ -183,10 +197,16 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                        predicted=PredictedPeaks.of_plan(plan), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
                        host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1),
-                       probe_s=probe_s)
+                       probe_s=probe_s, host_ram=host_report)
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)
+
+
+def latent_bytes(samples: torch.Tensor) -> int:
+    """Bytes of a latent (H3's video+audio NestedTensor, or a plain tensor)."""
+    parts = samples.unbind() if getattr(samples, "is_nested", False) else (samples,)
+    return sum(p.numel() * p.element_size() for p in parts)
 
 
 def all_finite(samples: torch.Tensor) -> bool:

@@ -10,6 +10,7 @@ from ..execution.probes import ProbeReport
 from ..planning.types import ExecutionPlan, MemoryBreakdown
 from ..units import GIB
 from .host_features import HostFeatures
+from .host_ram import HostRamReport
 
 NON_FINITE = "WARNING: the sampled latent holds NaN or inf; it will decode to a broken video"
 STREAMED_NAN_ADVICE = ("; the blocks streamed: rerun with memory_mode normal, or shorter segments that fit it, "
@@ -84,6 +85,7 @@ class RunReport:
     probe_s: float = 0.0  # the attention speed probe, when this pass ran it before its first step (0: read from
     # the disk cache, or run earlier in the prompt, as a segmented job's forecast of its passes does)
     sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
+    host_ram: HostRamReport | None = None  # pins, room made, disk reads and read-ahead (report/host_ram.py)
 
     def step_seconds(self) -> tuple[tuple[int, float], ...]:
         """(sampler step, seconds of its model calls), for the steps with at least one model call, in order."""
@@ -128,6 +130,7 @@ class RunReport:
                                  if name != "plan"}
         out["plan"] = self.plan.to_dict()
         out["host"] = None if self.host is None else self.host.to_dict()
+        out["host_ram"] = None if self.host_ram is None else self.host_ram.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
         out["measured_device_bytes"] = self.measured_device_bytes
         out["output_warning"] = self.output_warning
@@ -160,6 +163,7 @@ class RunReport:
             lines.append("manual values (they win over auto): " + ", ".join(self.manual_fields))
         lines.extend(self.guard_events)
         lines.extend(self.notes)
+        lines.extend(self.host_ram.lines() if self.host_ram is not None else ())
         lines.extend(self.probes.lines if self.probes is not None else ())
         return tuple(lines)
 

@@ -279,3 +279,41 @@ def test_the_vaes_get_every_weight_when_dynamic_vram_builds_them_weightless(comf
     latent = av_latent(seed=11, t=5, h=2, w=3, audio_t=20)
     with torch.inference_mode():
         assert torch.equal(stock_images(built[0], latent), stock_images(reference[0], latent))
+
+
+def test_each_chunk_frees_pins_first_when_ram_is_short_and_the_file_is_unchanged(vaes, tmp_path):
+    """A machine whose pins left 1 GiB free: before each decoded chunk takes host RAM, ComfyUI's pins are freed (its
+    pin API, stood in here) until two chunks and ComfyUI's 2 GiB floor fit; the file equals the plain run's."""
+    from longmedia.comfy.decode_save import decode_and_save
+    from longmedia.comfy.host_ram import RamFacts
+    from longmedia.planning.host_ram import PIN_BUDGET_FLOOR_BYTES
+
+    gib = 2 ** 30
+    state = {"available": gib, "pinned": 20 * gib}
+    asked: list[int] = []
+
+    def free_pins(wanted: int) -> int:
+        asked.append(wanted)
+        state["pinned"] -= wanted
+        state["available"] += wanted
+        return wanted
+
+    def consume() -> int:  # every chunk's frames are used once written: RAM is short again at the next
+        state["available"] = gib
+        return gib
+
+    facts = RamFacts(available=lambda: state["available"], pinned=lambda: state["pinned"],
+                     free_pins=free_pins, read_bytes=lambda: None)
+    video_vae, audio_vae = vaes
+    latent = av_latent(seed=21)
+    plain = decode_and_save(latent, video_vae, audio_vae, filename_prefix="video/plain", output_dir=str(tmp_path),
+                            encode_ahead=False)
+    short = decode_and_save(latent, video_vae, audio_vae, filename_prefix="video/short", output_dir=str(tmp_path),
+                            encode_ahead=False, ram_facts=facts, on_chunk=lambda c: consume())
+    chunks = short.report.chunks
+    assert chunks >= 3 and len(asked) == chunks, asked
+    largest = short.report.largest_chunk_bytes
+    assert max(asked) == 2 * largest + PIN_BUDGET_FLOOR_BYTES - gib
+    assert any("ComfyUI's pins freed before them" in n for n in short.report.notes)
+    assert not any("pins freed" in n for n in plain.report.notes)
+    assert _read(Path(short.path))["video"] == _read(Path(plain.path))["video"]

@@ -1,0 +1,236 @@
+"""The host-RAM guard of a run (longmedia/comfy/host_ram.py) and the disk read-ahead (execution/disk_prefetch.py),
+on stand-ins: a small machine whose pins ComfyUI frees on request, and a recorder of posix_fadvise calls."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+from longmedia.comfy.host_ram import (
+    HostRamGuard,
+    RamFacts,
+    block_file_slices,
+    host_ram_guard,
+    process_read_bytes,
+)
+from longmedia.execution.disk_prefetch import WILLNEED, DiskPrefetch, FileSlice
+from longmedia.report.host_ram import HostRamReport
+from longmedia.units import GIB
+
+RNG = random.Random(45)
+
+
+@dataclass
+class Machine:
+    """RAM available and ComfyUI's pins, which `free_pins` turns back into available RAM."""
+
+    available: int
+    pinned: int
+    read: int = 0
+    asked: list[int] = field(default_factory=list)
+
+    def free_pins(self, wanted: int) -> int:
+        self.asked.append(wanted)
+        freed = min(wanted, self.pinned)
+        self.pinned -= freed
+        self.available += freed
+        return freed
+
+    def facts(self) -> RamFacts:
+        return RamFacts(available=lambda: self.available, pinned=lambda: self.pinned, free_pins=self.free_pins,
+                        read_bytes=lambda: self.read)
+
+
+def test_make_room_frees_pins_until_the_allocation_and_comfyuis_floor_are_available():
+    m = Machine(available=int(1.5 * GIB), pinned=20 * GIB)
+    guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
+    wanted = RNG.randrange(GIB, 3 * GIB)
+    event = guard.make_room(wanted, "a decode chunk")
+    assert m.asked == [wanted + 2 * GIB - int(1.5 * GIB)]
+    assert m.available >= wanted + 2 * GIB
+    assert event is not None and event.freed_pin_bytes == m.asked[0] and event.wanted_bytes == wanted
+    assert "decode chunk" in event.line()
+
+
+def test_make_room_frees_nothing_when_ram_is_available():
+    m = Machine(available=40 * GIB, pinned=20 * GIB)
+    guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
+    assert guard.make_room(3 * GIB, "the latent") is None
+    assert m.asked == [] and m.pinned == 20 * GIB
+
+
+def test_start_brings_pins_within_the_plans_budget_and_the_report_says_so():
+    m = Machine(available=3 * GIB, pinned=27 * GIB, read=100)
+    guard = HostRamGuard(m.facts(), pin_budget=24 * GIB)
+    guard.start()
+    assert m.pinned == 24 * GIB and m.asked == [3 * GIB]
+    m.read += 5 * GIB
+    report = guard.finish(model_calls=4)
+    assert isinstance(report, HostRamReport)
+    assert report.pins_at_start_bytes == 27 * GIB and report.pins_at_end_bytes == 24 * GIB
+    assert report.freed_pin_bytes == 3 * GIB
+    assert report.disk_read_bytes == 5 * GIB and report.disk_read_per_call_bytes == 5 * GIB // 4
+    text = "\n".join(report.lines())
+    assert "plan's budget 24.00 GiB" in text and "1.25 GiB per model call" in text
+    assert report.to_dict()["freed_pin_bytes"] == 3 * GIB
+
+
+def test_start_leaves_pins_below_the_budget_alone():
+    m = Machine(available=3 * GIB, pinned=10 * GIB)
+    HostRamGuard(m.facts(), pin_budget=24 * GIB).start()
+    assert m.asked == []
+
+
+def test_a_short_free_is_noted():
+    m = Machine(available=GIB // 2, pinned=GIB)
+    guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
+    guard.make_room(2 * GIB, "the latent")
+    assert any("freed 1.00 of the" in n for n in guard.notes)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int, int]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, fd: int, offset: int, size: int, advice: int) -> None:
+        with self.lock:
+            self.calls.append((fd, offset, size, advice))
+
+
+def _slices(blocks: int) -> dict[int, tuple[FileSlice, ...]]:
+    return {b: tuple(FileSlice(7, b * 1000 + k * 100, RNG.randrange(1, 99)) for k in range(3)) for b in range(blocks)}
+
+
+def test_read_ahead_advises_the_next_blocks_once_per_model_call_and_nothing_past_the_last():
+    table, advise = _slices(6), Recorder()
+    prefetch = DiskPrefetch(lambda b: table[b], blocks=6, ahead=2, advise=advise)
+    for _call in range(2):
+        for i in range(6):
+            prefetch.on_block(i)
+    prefetch.close()
+    blocks = [off // 1000 for _, off, _, _ in advise.calls]
+    assert sorted(blocks) == sorted(b for b in range(6) for _ in range(2 * 3))  # each block once a call, 3 weights
+    assert all(a == WILLNEED for *_, a in advise.calls)
+    assert prefetch.advised_bytes == 2 * sum(s.size for b in table for s in table[b])
+    assert prefetch.advised_blocks == 12
+
+
+def test_read_ahead_stays_ahead_of_the_running_block():
+    table, advise = _slices(8), Recorder()
+    prefetch = DiskPrefetch(lambda b: table[b], blocks=8, ahead=2, advise=advise)
+    prefetch.on_block(0)
+    prefetch.close()
+    assert {off // 1000 for _, off, _, _ in advise.calls} == {0, 1, 2}
+    prefetch.on_block(3)  # block 3 runs now: 4 and 5 are read ahead
+    prefetch.close()
+    assert {off // 1000 for _, off, _, _ in advise.calls} == {0, 1, 2, 4, 5}
+
+
+def test_read_ahead_is_off_without_fadvise_or_window():
+    assert not DiskPrefetch(lambda b: (), blocks=4, ahead=0, advise=Recorder()).active
+    off = DiskPrefetch(lambda b: (), blocks=4, ahead=2, advise=None)
+    if not hasattr(os, "posix_fadvise"):
+        assert not off.active
+
+
+def test_a_failed_advice_is_recorded_not_raised():
+    def broken(fd, offset, size, advice):
+        raise OSError(9, "Bad file descriptor")
+
+    prefetch = DiskPrefetch(lambda b: (FileSlice(99, 0, 10),), blocks=3, ahead=1, advise=broken)
+    prefetch.on_block(0)
+    prefetch.close()
+    assert prefetch.failures and "Bad file descriptor" in prefetch.failures[0]
+    assert prefetch.advised_bytes == 0
+
+
+def test_the_real_fadvise_accepts_a_checkpoint_range(tmp_path):
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("posix_fadvise: Linux only")
+    path = tmp_path / "w.bin"
+    path.write_bytes(os.urandom(1 << 16))
+    with open(path, "rb") as f:
+        prefetch = DiskPrefetch(lambda b: (FileSlice(f.fileno(), 4096 * b, 4096),), blocks=3, ahead=2)
+        prefetch.on_block(0)
+        prefetch.close()
+    assert prefetch.failures == [] and prefetch.advised_bytes == 3 * 4096
+
+
+# ------------------------------------------------------------------ which ranges a block reads from the file
+
+class _Slice:
+    def __init__(self, ref, offset, size):
+        self.file_ref, self.offset, self.size = ref, offset, size
+
+
+class _Storage:
+    def __init__(self, info):
+        self._comfy_tensor_file_slice = info
+
+
+class _Tensor:
+    def __init__(self, info):
+        self._storage = _Storage(info)
+
+    def untyped_storage(self):
+        return self._storage
+
+
+class _Module:
+    def __init__(self, weight=None, bias=None, pinned=False, resident=False):
+        self._parameters = {"weight": weight, "bias": bias}
+        if pinned:
+            self._pins = {"weights": {"pin": object(), "registered": True}}
+        if resident:
+            self._prefetch = {"resident": True}
+
+    def modules(self):
+        return [self]
+
+
+class _Block:
+    def __init__(self, modules):
+        self._modules = modules
+
+    def modules(self):
+        return list(self._modules)
+
+
+def test_block_file_slices_skip_pinned_and_resident_weights():
+    mk = lambda off: _Tensor(_Slice(5, off, 64))  # noqa: E731
+    block = _Block([_Module(mk(0), mk(64)), _Module(mk(128), pinned=True), _Module(mk(192), resident=True),
+                    _Module(_Tensor(None))])
+    assert block_file_slices(block) == (FileSlice(5, 0, 64), FileSlice(5, 64, 64))
+
+
+def test_host_ram_guard_reads_ahead_only_where_the_plan_streams_from_disk():
+    @dataclass(frozen=True)
+    class Host:
+        pin_budget_bytes: int
+        streams_from_disk: bool
+        prefetch_blocks: int
+
+    @dataclass(frozen=True)
+    class Plan:
+        host_ram: Host
+
+    facts = Machine(available=GIB, pinned=0).facts()
+    blocks = [_Block([]) for _ in range(4)]
+    assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts).prefetch is not None
+    assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts).prefetch is None
+    assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts, prefetch=False).prefetch is None
+    assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts, prefetch=True).prefetch is not None
+    assert host_ram_guard(object(), blocks, facts).pin_budget is None
+
+
+def test_process_read_bytes_parses_proc_io(tmp_path):
+    path = tmp_path / "io"
+    n = RNG.randrange(10**9)
+    path.write_text(f"rchar: 5\nwchar: 6\nsyscr: 1\nsyscw: 2\nread_bytes: {n}\nwrite_bytes: 0\n")
+    assert process_read_bytes(path) == n
+    assert process_read_bytes(tmp_path / "absent") is None
