@@ -107,8 +107,9 @@ def card_probe(card_gib: float, simulate: str, load_device):
     give back counted free, as the Sampler's own `pass_plan.load_device_profile` does."""
     def probe():
         from longmedia.comfy.memory_facts import vbar_reclaimable_bytes
+        from longmedia.comfy.pass_plan import with_pins_available
 
-        card = card_profile(card_gib, simulate)
+        card = with_pins_available(card_profile(card_gib, simulate))
         reclaimable = vbar_reclaimable_bytes(load_device) or 0
         return dataclasses.replace(card, vram_free_bytes=min(card.vram_total_bytes, card.vram_free_bytes + reclaimable))
     return probe

@@ -23,7 +23,7 @@ from ..report.memory import MemorySnapshot
 from . import inputs
 from .attention_speeds import attention_speeds
 from .host_attention import host_attention
-from .memory_facts import dynamic_vram_active, pinned_memory_enabled, vbar_reclaimable_bytes
+from .memory_facts import dynamic_vram_active, pinned_memory_enabled, pinned_ram_bytes, vbar_reclaimable_bytes
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
 
@@ -121,6 +121,16 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
     return plan_pass(checked, device), list(checked.row_spans)
 
 
+def with_pins_available(device: DeviceProfile) -> DeviceProfile:
+    """`device` with ComfyUI's pinned weight copies counted as available host RAM: they are the weights' own cache,
+    which the host-RAM plan's pin budget re-divides (as comfy-aimdo's reclaimable weight pages count as free VRAM),
+    so that a second run in the same session plans as the first did instead of shrinking to what the first pinned."""
+    available = device.ram_available_bytes + (pinned_ram_bytes() or 0)
+    if device.ram_total_bytes:
+        available = min(available, device.ram_total_bytes)
+    return dataclasses.replace(device, ram_available_bytes=available)
+
+
 def load_device_profile(load_device, measured: MemorySnapshot | None = None) -> DeviceProfile:
     """The load device's profile; on a CPU run (`--cpu`) the budget is the available RAM.
 
@@ -137,8 +147,8 @@ def load_device_profile(load_device, measured: MemorySnapshot | None = None) -> 
                                      allocator_reserved_bytes=max(0, int(measured.cached_bytes)))
     if torch.device(load_device).type == "cuda":
         reclaimable = vbar_reclaimable_bytes(load_device) or 0
-        return dataclasses.replace(device, vram_free_bytes=min(device.vram_total_bytes,
-                                                               device.vram_free_bytes + reclaimable))
+        return dataclasses.replace(with_pins_available(device), vram_free_bytes=min(
+            device.vram_total_bytes, device.vram_free_bytes + reclaimable))
     if device.usable_vram_bytes > 0:
         return device
     ram = device.ram_available_bytes

@@ -234,3 +234,23 @@ def test_process_read_bytes_parses_proc_io(tmp_path):
     path.write_text(f"rchar: 5\nwchar: 6\nsyscr: 1\nsyscw: 2\nread_bytes: {n}\nwrite_bytes: 0\n")
     assert process_read_bytes(path) == n
     assert process_read_bytes(tmp_path / "absent") is None
+
+
+def test_comfyuis_pins_count_as_available_ram_to_the_plan(monkeypatch):
+    """A second run in one ComfyUI session finds its weights pinned from the first: those pins are the weights' own
+    cache, which the plan's pin budget re-divides, so they count as available (capped at the machine's RAM)."""
+    import types
+
+    from longmedia.comfy.pass_plan import with_pins_available
+    from longmedia.h3.profiles import DeviceProfile
+
+    import dataclasses
+
+    d = dataclasses.replace(DeviceProfile.card(16, 32), ram_available_bytes=3 * GIB)  # the first run's pins hold it
+    pinned = RNG.randrange(GIB, 20 * GIB)
+    monkeypatch.setitem(__import__("sys").modules, "comfy.model_management",
+                        types.SimpleNamespace(TOTAL_PINNED_MEMORY=pinned))
+    assert with_pins_available(d).ram_available_bytes == d.ram_available_bytes + pinned
+    monkeypatch.setitem(__import__("sys").modules, "comfy.model_management",
+                        types.SimpleNamespace(TOTAL_PINNED_MEMORY=64 * GIB))
+    assert with_pins_available(d).ram_available_bytes == d.ram_total_bytes
