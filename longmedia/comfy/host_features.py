@@ -16,6 +16,9 @@ H3_MODULE = "comfy.ldm.minimax.model"
 BSA_MODULE = "comfy_extras.nodes_sparse_attention"
 ADVANCED_MODULE = "comfy_extras.nodes_model_advanced"
 PREFETCH_MODULE = "comfy.model_prefetch"
+SYSTEM_MEMORY_MODULE = "comfy.system_memory"
+MODEL_MANAGEMENT_MODULE = "comfy.model_management"
+CLI_ARGS_MODULE = "comfy.cli_args"
 
 
 def _module(name: str, notes: list[str]) -> Any:
@@ -65,6 +68,9 @@ def host_features(root: str | Path | None = None) -> HostFeatures:
     prefetch = _module(PREFETCH_MODULE, notes)
     bsa = _module(BSA_MODULE, notes)
     advanced = _module(ADVANCED_MODULE, notes)
+    system_memory = _module(SYSTEM_MEMORY_MODULE, notes)
+    mm = _module(MODEL_MANAGEMENT_MODULE, notes)
+    flags = _flags(_module(CLI_ARGS_MODULE, notes))
     block = getattr(h3, "DiTBlock", None)
     final = getattr(h3, "FinalLayer", None)
     if h3 is None:
@@ -82,4 +88,14 @@ def host_features(root: str | Path | None = None) -> HostFeatures:
         kitchen_version=_version("comfy-kitchen"),
         aimdo_version=_version("comfy-aimdo"),
         notes=tuple(notes),
+        cgroup_aware_ram=callable(getattr(system_memory, "virtual_memory_available", None)),
+        pin_eviction=callable(getattr(mm, "free_pins", None)),
+        fast_disk_flag="--fast-disk" in flags,
+        disable_fast_disk_flag="--disable-fast-disk" in flags,
     )
+
+
+def _flags(cli_args: Any) -> frozenset[str]:
+    """The option strings of ComfyUI's command line (`comfy.cli_args.parser`); empty where it cannot be read."""
+    actions = getattr(getattr(cli_args, "parser", None), "_option_string_actions", None)
+    return frozenset(actions) if isinstance(actions, dict) else frozenset()

@@ -44,6 +44,11 @@ class HostFeatures:
     kitchen_version: str | None
     aimdo_version: str | None
     notes: tuple[str, ...] = ()
+    # host RAM (read where they exist, none needed: comfy/host_ram.py falls back on each)
+    cgroup_aware_ram: bool = False    # comfy.system_memory.virtual_memory_available (a container's limit, v0.35+)
+    pin_eviction: bool = False        # comfy.model_management.free_pins (what LongMedia frees pins with)
+    fast_disk_flag: bool = False      # --fast-disk (disk-backed dynamic loading instead of unpinned RAM)
+    disable_fast_disk_flag: bool = False  # --disable-fast-disk (fast disk automatic on NVMe, v0.37+)
 
     @property
     def aimdo_raising(self) -> bool | None:
@@ -70,6 +75,9 @@ class HostFeatures:
                 f"malloc graphs (pause_malloc_graph): {yes(self.malloc_graphs)}",
                 f"comfy-aimdo raising (>= 0.6.0): {yes(self.aimdo_raising)}",
                 f"ModelAttentionBackend: {yes(self.model_attention_backend)}",
+                f"host RAM read container-aware (comfy.system_memory): {yes(self.cgroup_aware_ram)}",
+                f"pin eviction API (free_pins): {yes(self.pin_eviction)}",
+                f"--fast-disk: {yes(self.fast_disk_flag)}, --disable-fast-disk: {yes(self.disable_fast_disk_flag)}",
                 f"comfy-kitchen: {self.kitchen_version or 'not installed'}",
                 f"comfy-aimdo: {self.aimdo_version or 'not installed'}"]
         return tuple(rows) + tuple(f"note: {n}" for n in self.notes)

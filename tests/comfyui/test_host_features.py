@@ -48,6 +48,13 @@ def test_each_feature_matches_this_tree(comfy_inprocess, comfyui_root):
     assert found.model_attention_backend == _has("comfy_extras.nodes_model_advanced", "ModelAttentionBackend")
     assert found.kitchen_version == metadata.version("comfy-kitchen")
     assert found.aimdo_version == metadata.version("comfy-aimdo") and found.aimdo_raising is False  # 0.4.13 / 0.5.5
+    import comfy.cli_args
+
+    flags = comfy.cli_args.parser._option_string_actions
+    assert found.fast_disk_flag == ("--fast-disk" in flags) and found.fast_disk_flag  # 0.33.0 has it
+    assert found.disable_fast_disk_flag == ("--disable-fast-disk" in flags)
+    assert found.pin_eviction == _has("comfy.model_management", "free_pins") and found.pin_eviction
+    assert found.cgroup_aware_ram == _has("comfy.system_memory", "virtual_memory_available")
     # the trees differ where they should: 0.33.0 has none of upstream's H3 features, the overlays have them all
     upstream = found.malloc_graphs
     assert (found.per_token_rows, found.pdd_heads, found.vsa_gates, found.bsa_present) == (upstream,) * 4

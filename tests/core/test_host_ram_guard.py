@@ -254,3 +254,20 @@ def test_comfyuis_pins_count_as_available_ram_to_the_plan(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "comfy.model_management",
                         types.SimpleNamespace(TOTAL_PINNED_MEMORY=64 * GIB))
     assert with_pins_available(d).ram_available_bytes == d.ram_total_bytes
+
+
+def test_available_ram_reads_comfyuis_container_aware_reader_where_it_exists(monkeypatch):
+    """Upstream ComfyUI (v0.35+) clamps available RAM to a container's limit (comfy.system_memory); 0.33 reads
+    psutil. LongMedia reads what the host reads."""
+    import sys
+    import types
+
+    from longmedia.comfy.host_ram import available_ram
+
+    limit = RNG.randrange(GIB, 8 * GIB)
+    monkeypatch.setitem(sys.modules, "comfy.system_memory",
+                        types.SimpleNamespace(virtual_memory_available=lambda: limit))
+    assert available_ram() == limit
+    monkeypatch.delitem(sys.modules, "comfy.system_memory")
+    psutil = pytest.importorskip("psutil")
+    assert abs(available_ram() - psutil.virtual_memory().available) < GIB
