@@ -240,9 +240,15 @@ def _card_under_host_limit(a, card: float, limit: float | None, cmd: list[str], 
     where = f"card {card:g}" + (f", host RAM {_ram(limit)}" if a.host_ram_gb else "")
     try:
         for _ in range(len(grid(a)) + 1):  # a child that dies mid-row is restarted past that row
-            proc = subprocess.run([*cmd, "--host-row", json.dumps(host_row)], cwd=REPO, check=False,
-                                  timeout=max(60.0, deadline - time.time() + 30), env=comfy_process.child_env(REPO),
-                                  preexec_fn=child_preexec(cgroup) if a.host_ram_gb else None)
+            try:
+                proc = subprocess.run([*cmd, "--host-row", json.dumps(host_row)], cwd=REPO, check=False,
+                                      timeout=max(60.0, deadline - time.time() + 30), env=comfy_process.child_env(REPO),
+                                      preexec_fn=child_preexec(cgroup) if a.host_ram_gb else None)
+            except subprocess.TimeoutExpired:
+                raise  # as before: the bench's budget is spent
+            except subprocess.SubprocessError as error:  # named: the move into the cgroup failed before exec
+                print(f"{where}: the card process did not start ({error}); no rows at this limit", flush=True)
+                break
             print(f"{where}: child exit {proc.returncode}", flush=True)
             missing = [c for c in grid(a) if c not in done_cells(read_rows(rows_file), card, limit, a.comfy_arg)]
             if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
