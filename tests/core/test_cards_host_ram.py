@@ -221,3 +221,29 @@ def test_a_cgroup_where_none_can_be_made_says_why(tmp_path):
     (tmp_path / "cgroup.subtree_control").write_text("memory\n")
     folder, why = host_balloon.make_cgroup(16, "x", root=tmp_path)
     assert why == "ok" and (folder / "memory.max").read_text() == str(16 * GIB)
+
+
+def test_measure_copies_the_report_s_host_section_when_there_is_one():
+    import json
+    import types
+
+    from bench.cards import measure
+
+    class Memory:
+        def peak(self):
+            return {"process_bytes": 0, "device_used_bytes": 0, "process_source": "test"}
+
+    class Torch:
+        class cuda:  # noqa: N801  (mirrors torch.cuda)
+            max_memory_allocated = staticmethod(lambda: 0)
+
+    def executor(report: dict):
+        return types.SimpleNamespace(success=True, status_messages=[], history_result={"outputs": {"sink": {
+            "stats": [{"finite": True}], "report": [json.dumps(report)]}}})
+
+    mm = types.SimpleNamespace(current_loaded_models=[])
+    server = types.SimpleNamespace(events=[])
+    host = {"mem_available_bytes": 20 * GIB, "anything": [1, 2]}
+    out = measure.measure(executor({"plan": {}, "host_ram": host}), server, [], Memory(), Torch, mm, 0.0)
+    assert out["result"] == "ok" and out["report_host_ram"] == host
+    assert "report_host_ram" not in measure.measure(executor({"plan": {}}), server, [], Memory(), Torch, mm, 0.0)
