@@ -120,7 +120,8 @@ def child(a) -> int:
     def write(row: dict) -> None:
         append_row(a.out, row)
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
-                                                   "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
+                                                   "process_peak_bytes", "torch_peak_bytes", "check", "host_ram_gib",
+                                                   "rss_peak_bytes", "disk_read_per_call_bytes")}), flush=True)
 
     if a.latents:
         a.latents.mkdir(parents=True, exist_ok=True)
