@@ -254,6 +254,8 @@ def _card_under_host_limit(a, card: float, limit: float | None, cmd: list[str], 
             if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
                 break
             append_row(a.out, _lost_row(card, a, missing[0], proc.returncode, host))
+            if len(missing) == 1 and not a.extras:  # nothing left for a new card process (a ComfyUI start saved)
+                break
             print(f"{where}: the child died during {missing[0]}; restarting it for the {len(missing) - 1} cells "
                   "left", flush=True)
     finally:

@@ -247,3 +247,32 @@ def test_measure_copies_the_report_s_host_section_when_there_is_one():
     out = measure.measure(executor({"plan": {}, "host_ram": host}), server, [], Memory(), Torch, mm, 0.0)
     assert out["result"] == "ok" and out["report_host_ram"] == host
     assert "report_host_ram" not in measure.measure(executor({"plan": {}}), server, [], Memory(), Torch, mm, 0.0)
+
+
+def test_a_row_killed_under_a_host_limit_is_recorded_and_not_started_again(monkeypatch, tmp_path):
+    (tmp_path / "comfy").mkdir()
+    (tmp_path / "comfy" / "main.py").touch()
+    monkeypatch.setenv("LONGMEDIA_COMFYUI_ROOT", str(tmp_path / "comfy"))
+    monkeypatch.setattr(cards, "_gpu_and_comfyui", lambda: True)
+
+    class Balloon:
+        returncode = None
+        poll = kill = wait = staticmethod(lambda: None)
+
+    starts = []
+
+    def fake_run(cmd, **kw):
+        if "--child" not in cmd:
+            return subprocess.CompletedProcess(cmd, 0, "ok", "")
+        starts.append(cmd)
+        return subprocess.CompletedProcess(cmd, -9)  # the kernel's OOM killer, before the row was written
+
+    monkeypatch.setattr(cards, "start_balloon",
+                        lambda limit, cwd: (Balloon(), host_balloon.HostLimit(limit, "balloon", GIB, int(limit * GIB))))
+    monkeypatch.setattr(cards.subprocess, "run", fake_run)
+    assert cards.main(["--cards", "16", "--formats", "int8", "--seconds", "14.4", "--samplers", "longmedia",
+                       "--host-ram-gb", "16", "--simulate", "reserve", "--out", str(tmp_path),
+                       "--models", str(tmp_path / "m")]) == 0
+    written = rows.read_rows(tmp_path / "cards.jsonl")
+    assert len(starts) == 1 and len(written) == 1
+    assert written[0]["host_ram_gib"] == 16.0 and written[0]["result"].startswith("host OOM")
