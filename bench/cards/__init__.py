@@ -37,5 +37,8 @@ Modules: `entry` (arguments, the parent: checkpoints, ballast, one child per car
 process: ComfyUI in main.py's order, then its rows), `comfy_process` (that start-up, the NVML sampler, and
 `child_env`: the one place a ComfyUI checkout is put on a child's import path), `prompts`, `nodes` (the bench's
 own ComfyUI nodes), `measure`, `rows` (`Cell`, `CardFields`, cards.jsonl), `extras` + `checks` + `faults`
-(issue 14's extras), `probes` (the controls: the product's observers and weight accesses, composed), `tables`.
+(issue 14's extras), `probes` (the controls: the product's observers and weight accesses, composed), `tables`;
+issue 45's host RAM: `host_balloon` (`--host-ram-gb 48 32 ...`: the RAM balloon or a cgroup per limit),
+`host_memory` (each row's RSS split, pinned and MemAvailable extremes, disk reads per model call) and `host_table`
+(`--host-table OUT/cards.jsonl`).
 """

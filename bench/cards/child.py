@@ -14,6 +14,7 @@ from longmedia.units import GIB, MIB
 
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
 from .entry import advised_segment_seconds, grid
+from .host_memory import HostMemory, calls_per_step
 from .measure import executor_class, measure
 from .prompts import CONTROLS, JOB, Server, base_sampler, execute, prompt
 from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
@@ -48,13 +49,14 @@ def child(a) -> int:
     server = Server(on_sample_start=clock.start)
     steps_at: list[float] = []
 
-    from longmedia.comfy.memory_facts import aimdo_vram_usage, vbar_resident_bytes
+    from longmedia.comfy.memory_facts import aimdo_vram_usage, pinned_ram_bytes, vbar_resident_bytes
 
     step_memory: list[dict] = []
 
     def hook(value, total_steps, preview, prompt_id=None, node_id=None):
         steps_at.append(time.perf_counter())
         clock.step()
+        host.step()  # read_bytes at each step's end
         # where the process's device memory sits at each step's end: torch's allocated and reserved bytes,
         # comfy-aimdo's own VRAM (VBAR pages + cast buffers) and the weights resident through its VBARs
         step_memory.append({"torch_allocated": int(torch.cuda.memory_allocated()),
@@ -67,11 +69,14 @@ def child(a) -> int:
     executor = executor_class(execution)(server, cache_type=execution.CacheType.CLASSIC,
                                          cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
     memory = comfy_process.DeviceMemory()
+    host = HostMemory(pinned=pinned_ram_bytes)  # RSS split, MemAvailable, pinned RAM and disk reads (every 0.2 s)
+    host_row = json.loads(a.host_row)  # the parent's host RAM limit and disk speed
     base = CardFields(card_gib=card, blocks=a.blocks, steps=a.steps, width=JOB[0], height=JOB[1],
                       device=start.device_name, aimdo_enabled=start.aimdo_enabled, alloc_conf=start.alloc_conf,
                       simulate=a.simulate, reserve_vram_gib=reserve_gib, cap_enforced=cap,
                       free_at_start_bytes=int(torch.cuda.mem_get_info()[0]),
-                      comfy_total_mib=round(mm.get_total_memory(mm.get_torch_device()) / MIB)).as_row()
+                      comfy_total_mib=round(mm.get_total_memory(mm.get_torch_device()) / MIB),
+                      comfy_args=tuple(a.comfy_arg), **host_row).as_row()
     prompts_run = itertools.count(1)  # a row's position among the prompts of its card process (stock's first differs)
 
     def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True, kernels: bool = False) -> dict:
@@ -87,6 +92,7 @@ def child(a) -> int:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         memory.reset()
+        host.reset()
         steps_at.clear()
         clock.reset()
         step_memory.clear()
@@ -97,6 +103,7 @@ def child(a) -> int:
             execute(executor, p, prompt_id, row.get("sampler", ""))  # a repeat frees the node cache first
             torch.cuda.synchronize()
         row.update(measure(executor, server, steps_at, memory, torch, mm, t0, clock))
+        row.update(host.fields(calls_per_step(p)))
         row["process_position"] = next(prompts_run)
         row["step_memory"] = list(step_memory)
         row["torch_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
@@ -113,11 +120,13 @@ def child(a) -> int:
     def write(row: dict) -> None:
         append_row(a.out, row)
         print(json.dumps({k: row.get(k) for k in ("card_gib", "format", "seconds", "label", "result", "s_per_step",
-                                                   "process_peak_bytes", "torch_peak_bytes", "check")}), flush=True)
+                                                   "process_peak_bytes", "torch_peak_bytes", "check", "host_ram_gib",
+                                                   "rss_peak_bytes", "disk_read_per_call_bytes")}), flush=True)
 
     if a.latents:
         a.latents.mkdir(parents=True, exist_ok=True)
-    done = done_cells(read_rows(a.out / ROWS_FILE), card)  # a restarted child skips the cells it has rows for
+    # a restarted child skips the cells it has rows for (at this host RAM limit and these ComfyUI arguments)
+    done = done_cells(read_rows(a.out / ROWS_FILE), card, host_row.get("host_ram_gib"), a.comfy_arg)
     cells = [] if a.extras_only else [c for c in grid(a) if c not in done]
     for cell in cells:
         fmt, seconds, sampler = cell.format, cell.seconds, cell.sampler
@@ -145,6 +154,7 @@ def child(a) -> int:
         extras.run_extras(extras.Bench(a=a, card=card, base=base, run=run, reading=reading, write=write,
                                        steps_at=steps_at, prompt=prompt))
     memory.close()
+    host.close()
     return 0
 
 

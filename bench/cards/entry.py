@@ -4,6 +4,7 @@ per card, restarted past a row it died in), and the advised rerun a refusal asks
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,16 @@ from longmedia.units import GIB
 
 from . import comfy_process
 from .checks import EXTRAS
+from .host_balloon import (
+    BalloonError,
+    HostLimit,
+    child_preexec,
+    host_ram_value,
+    make_cgroup,
+    remove_cgroup,
+    start_balloon,
+)
+from .host_table import host_table
 from .prompts import CONTROLS_HELP, JOB, sampler_name
 from .rows import ROWS_FILE, CardFields, Cell, append_row, done_cells, read_rows
 from .tables import compare, tables
@@ -67,6 +78,19 @@ def parse(argv=None):
     p.add_argument("--kernels", action="store_true", help="record each main row's CUDA kernels (torch.profiler: "
                    "the 25 with the most device time, with calls and ms) into its row, to name the attention and "
                    "matmul kernels that ran")
+    p.add_argument("--host-ram-gb", type=host_ram_value, nargs="*", default=[], metavar="GIB|all",
+                   help="host RAM limits to run every card's rows under, e.g. `all 48 32 24 16` (all: the whole "
+                        "machine; default: the whole machine only). Each limit gets its own card process, started "
+                        "with the checkpoints' page cache dropped (bench/cards/host_balloon.py)")
+    p.add_argument("--host-ram-limit", choices=["balloon", "cgroup"], default="balloon",
+                   help="balloon (default): a process holds RAM until MemAvailable is the limit (what ComfyUI "
+                        "reads); cgroup: a cgroup v2 child with memory.max (ComfyUI still sees the whole machine's "
+                        "MemAvailable), falling back to the balloon where /sys/fs/cgroup is not writable")
+    p.add_argument("--disk-read-gib", type=float, default=8.0, help="with --host-ram-gb: GiB of the checkpoint read "
+                   "cold before the rows (bench/disk_read.py), recorded as each row's disk_read_gbps (0: skip)")
+    p.add_argument("--host-table", type=Path, nargs="+", help="only print the host-RAM table of these cards.jsonl "
+                   "files (bench/cards/host_table.py)")
+    p.add_argument("--host-row", default="{}", help=argparse.SUPPRESS)  # the parent's host fields, JSON
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -93,6 +117,9 @@ def main(argv=None) -> int:
     if a.compare:
         print(compare([r for path in a.compare for r in read_rows(path)]))
         return 0
+    if a.host_table:
+        print(host_table([r for path in a.host_table for r in read_rows(path)]))
+        return 0
     if a.child is not None:
         from .child import child
 
@@ -117,6 +144,7 @@ def main(argv=None) -> int:
                              check=False)
         print(f"OOM rows' checkpoint: {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}", flush=True)
     rows_file = a.out / ROWS_FILE
+    disk_gbps = _disk_read(a) if a.host_ram_gb else None
     for card in a.cards:
         if time.time() > deadline - 30:
             print(f"card {card:g}: skipped, bench budget spent", flush=True)
@@ -142,22 +170,103 @@ def main(argv=None) -> int:
             print(f"card {card:g}: {error}", flush=True)
             continue
         try:
-            for _ in range(len(grid(a)) + 1):  # a child that dies mid-row is restarted past that row
-                proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=max(60.0, deadline - time.time() + 30),
-                                      env=comfy_process.child_env(REPO))
-                print(f"card {card:g}: child exit {proc.returncode}", flush=True)
-                missing = [c for c in grid(a) if c not in done_cells(read_rows(rows_file), card)]
-                if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
-                    break
-                append_row(a.out, _lost_row(card, a, missing[0], proc.returncode))
-                print(f"card {card:g}: the child died during {missing[0]}; restarting it for the "
-                      f"{len(missing) - 1} cells left", flush=True)
+            for limit in a.host_ram_gb or [None]:
+                if time.time() > deadline - 30:
+                    print(f"card {card:g}, host RAM {_ram(limit)}: skipped, bench budget spent", flush=True)
+                    continue
+                _card_under_host_limit(a, card, limit, cmd, disk_gbps, deadline)
         finally:
             if ballast is not None:
                 ballast.kill()
                 ballast.wait()
     print(tables(read_rows(rows_file)))
     return 0
+
+
+def _ram(limit: float | None) -> str:
+    return "all" if limit is None else f"{limit:g} GiB"
+
+
+def _checkpoints(a) -> list[Path]:
+    return [a.models / f"full_h3_{fmt}_{a.blocks}blocks.safetensors" for fmt in a.formats]
+
+
+def _disk_read(a) -> float | None:
+    """The first checkpoint's cold sequential read speed (GB/s), once before the host-RAM rows."""
+    from bench.disk_read import read_speed
+
+    path = next((p for p in _checkpoints(a) if p.is_file()), None)
+    if path is None or a.disk_read_gib <= 0:
+        return None
+    result = read_speed(path, int(a.disk_read_gib * GIB))
+    print(f"disk read: {result.gbps:.2f} GB/s ({result.bytes_read / GIB:.2f} GiB of {path.name} in "
+          f"{result.seconds:.1f} s, page cache dropped: {result.dropped_cache})", flush=True)
+    return round(result.gbps, 3)
+
+
+def _host_limit(a, card: float, limit: float | None):
+    """The host limit of one card process: (balloon process or None, cgroup folder or None, HostLimit). The
+    checkpoints' page cache is dropped first, so every limit's rows start cold."""
+    from bench.disk_read import drop_page_cache
+
+    if a.host_ram_gb:
+        for path in _checkpoints(a):
+            if path.is_file():
+                drop_page_cache(path)
+    from .host_balloon import read_mem_available
+
+    if limit is None:
+        return None, None, HostLimit(mem_available_start_bytes=read_mem_available())
+    if a.host_ram_limit == "cgroup":
+        folder, why = make_cgroup(limit, f"longmedia_bench_{os.getpid()}")
+        if folder is not None:
+            return None, folder, HostLimit(host_ram_gib=limit, host_ram_limit="cgroup",
+                                           mem_available_start_bytes=read_mem_available())
+        print(f"card {card:g}, host RAM {_ram(limit)}: no cgroup ({why}); the RAM balloon instead", flush=True)
+    balloon, host = start_balloon(limit, REPO)
+    return balloon, None, host
+
+
+def _card_under_host_limit(a, card: float, limit: float | None, cmd: list[str], disk_gbps: float | None,
+                           deadline: float) -> None:
+    """One card process (restarted past a row it died in) under one host RAM limit; the limit ends with it."""
+    rows_file = a.out / ROWS_FILE
+    try:
+        balloon, cgroup, host = _host_limit(a, card, limit)
+    except BalloonError as error:  # named: no balloon, no limit; the next limit may still run
+        print(f"card {card:g}: {error}", flush=True)
+        return
+    host_row = {**host.as_row(), "disk_read_gbps": disk_gbps}
+    where = f"card {card:g}" + (f", host RAM {_ram(limit)}" if a.host_ram_gb else "")
+    try:
+        for _ in range(len(grid(a)) + 1):  # a child that dies mid-row is restarted past that row
+            try:
+                proc = subprocess.run([*cmd, "--host-row", json.dumps(host_row)], cwd=REPO, check=False,
+                                      timeout=max(60.0, deadline - time.time() + 30), env=comfy_process.child_env(REPO),
+                                      preexec_fn=child_preexec(cgroup) if a.host_ram_gb else None)
+            except subprocess.TimeoutExpired:
+                raise  # as before: the bench's budget is spent
+            except subprocess.SubprocessError as error:  # named: the move into the cgroup failed before exec
+                print(f"{where}: the card process did not start ({error}); no rows at this limit", flush=True)
+                break
+            print(f"{where}: child exit {proc.returncode}", flush=True)
+            missing = [c for c in grid(a) if c not in done_cells(read_rows(rows_file), card, limit, a.comfy_arg)]
+            if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
+                break
+            append_row(a.out, _lost_row(card, a, missing[0], proc.returncode, host))
+            if len(missing) == 1 and not a.extras:  # nothing left for a new card process (a ComfyUI start saved)
+                break
+            print(f"{where}: the child died during {missing[0]}; restarting it for the {len(missing) - 1} cells "
+                  "left", flush=True)
+    finally:
+        if balloon is not None:
+            if balloon.poll() is not None:
+                print(f"{where}: the RAM balloon had ended (exit {balloon.returncode}): the limit did not hold "
+                      "to the end", flush=True)
+            balloon.kill()
+            balloon.wait()
+        if cgroup is not None:
+            remove_cgroup(cgroup)
 
 
 BALLAST = """
@@ -199,7 +308,14 @@ def grid(a) -> list[Cell]:
     return [Cell(f, s, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
 
 
-def _lost_row(card: float, a, cell: Cell, exit_code: int) -> dict:
-    """The row of a cell whose child process died before writing it (the cell is not run again)."""
-    fields = CardFields(card_gib=card, blocks=a.blocks, steps=a.steps, width=JOB[0], height=JOB[1])
-    return cell.row(fields.parent_row(), result=f"error: the card's child process died (exit {exit_code})")
+def _lost_row(card: float, a, cell: Cell, exit_code: int, host: HostLimit | None = None) -> dict:
+    """The row of a cell whose child process died before writing it (the cell is not run again); under a host RAM
+    limit a SIGKILL is named as the kernel's OOM killer's likely work."""
+    host = host or HostLimit()
+    fields = CardFields(card_gib=card, blocks=a.blocks, steps=a.steps, width=JOB[0], height=JOB[1],
+                        comfy_args=tuple(a.comfy_arg), host_ram_gib=host.host_ram_gib,
+                        host_ram_limit=host.host_ram_limit)
+    result = f"error: the card's child process died (exit {exit_code})"
+    if exit_code == -9 and host.host_ram_gib is not None:
+        result = f"host OOM: the card's child process was killed (exit -9) under {host.host_ram_gib:g} GiB host RAM"
+    return cell.row(fields.parent_row(), result=result)

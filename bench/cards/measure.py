@@ -74,6 +74,8 @@ def measure(executor, server, steps_at, memory, torch, mm, t0, clock=None) -> di
                    # LongMedia's own split (model-call time; kernel compilation before step 1 apart)
                    report_first_step_s=rep.get("first_step_s"), report_steady_step_s=rep.get("steady_step_s"),
                    warmup_s=rep.get("warmup_s"), probe_s=rep.get("probe_s"), skipped_steps=rep.get("skipped_steps"))
+        if rep.get("host_ram") is not None:  # the report's host section, as LongMedia wrote it
+            out["report_host_ram"] = rep["host_ram"]
         if rep.get("segments"):  # a segmented job: one summary per pass
             out.update(segments=segment_summary(rep), step_time_ratio=rep.get("step_time_ratio"))
     return out

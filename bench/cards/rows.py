@@ -51,6 +51,12 @@ class CardFields:
     cap_enforced: bool | None = None
     free_at_start_bytes: int | None = None
     comfy_total_mib: int | None = None
+    comfy_args: tuple[str, ...] = ()
+    host_ram_gib: float | None = None
+    host_ram_limit: str | None = None
+    balloon_bytes: int = 0
+    mem_available_start_bytes: int | None = None
+    disk_read_gbps: float | None = None
 
     def as_row(self) -> dict:
         """Every field as a row's keys (the child's rows)."""
@@ -59,7 +65,8 @@ class CardFields:
     def parent_row(self) -> dict:
         """The fields the parent knows without the card's process (a row it writes for a child that died)."""
         return {"card_gib": self.card_gib, "blocks": self.blocks, "steps": self.steps, "width": self.width,
-                "height": self.height}
+                "height": self.height, "comfy_args": list(self.comfy_args), "host_ram_gib": self.host_ram_gib,
+                "host_ram_limit": self.host_ram_limit}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -73,6 +80,10 @@ def append_row(out_dir: Path, row: dict) -> None:
         f.write(json.dumps(row, default=str) + "\n")
 
 
-def done_cells(rows: list[dict], card: float) -> set[Cell]:
-    """The main-table cells of `card` that have a row (a restarted child skips them)."""
-    return {Cell.of(r) for r in rows if r.get("card_gib") == card and not r.get("extra") and "sampler" in r}
+def done_cells(rows: list[dict], card: float, host_ram_gib: float | None = None,
+               comfy_args: tuple[str, ...] | list[str] = ()) -> set[Cell]:
+    """The main-table cells of `card` at this host RAM limit (None: the whole machine) and these ComfyUI
+    arguments that have a row (a restarted child skips them); a row from before these fields counts as unlimited
+    and flag-free."""
+    return {Cell.of(r) for r in rows if r.get("card_gib") == card and not r.get("extra") and "sampler" in r
+            and r.get("host_ram_gib") == host_ram_gib and tuple(r.get("comfy_args") or ()) == tuple(comfy_args)}
