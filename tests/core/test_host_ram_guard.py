@@ -239,12 +239,11 @@ def test_process_read_bytes_parses_proc_io(tmp_path):
 def test_comfyuis_pins_count_as_available_ram_to_the_plan(monkeypatch):
     """A second run in one ComfyUI session finds its weights pinned from the first: those pins are the weights' own
     cache, which the plan's pin budget re-divides, so they count as available (capped at the machine's RAM)."""
+    import dataclasses
     import types
 
     from longmedia.comfy.pass_plan import with_pins_available
     from longmedia.h3.profiles import DeviceProfile
-
-    import dataclasses
 
     d = dataclasses.replace(DeviceProfile.card(16, 32), ram_available_bytes=3 * GIB)  # the first run's pins hold it
     pinned = RNG.randrange(GIB, 20 * GIB)
