@@ -82,14 +82,14 @@ class LongMediaBenchSampler:
                              "inject_oom": ("STRING", {"default": ""}),
                              "interrupt_after_calls": ("INT", {"default": 0}),
                              "prefetch_off": ("BOOLEAN", {"default": False}),
-                             "read_ahead_off": ("BOOLEAN", {"default": False}),
+                             "read_ahead": ("BOOLEAN", {"default": False}),
                              "request_json": ("STRING", {"default": ""}),
                              "nan_probe": ("BOOLEAN", {"default": False}),
                              "weights": ("STRING", {"default": ""})}}
 
     def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
                simulate="ballast", plan_after_boundary=False, job_seconds=0.0, segment_seconds=0.0, context_frames=5,
-               inject_oom="", interrupt_after_calls=0, prefetch_off=False, read_ahead_off=False, request_json="",
+               inject_oom="", interrupt_after_calls=0, prefetch_off=False, read_ahead=False, request_json="",
                nan_probe=False,
                weights=""):
         if plan_after_boundary:
@@ -99,7 +99,7 @@ class LongMediaBenchSampler:
         result = sample(noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, profile,
                         job_seconds=job_seconds, segment_seconds=segment_seconds, context_frames=context_frames,
                         inject_oom=inject_oom, interrupt_after_calls=interrupt_after_calls,
-                        prefetch_off=prefetch_off, read_ahead_off=read_ahead_off,
+                        prefetch_off=prefetch_off, read_ahead=read_ahead,
                         controls=json.loads(request_json) if request_json else None,
                         nan_probe=nan_probe, weights=weights)
         return (result.output, result.report.to_json())
@@ -127,12 +127,13 @@ def _text_rows(guider) -> int:
 
 def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
            segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0, prefetch_off=False,
-           read_ahead_off=False,
+           read_ahead=False,
            controls: dict | None = None, nan_probe=False, weights=""):
     """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it;
     `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
-    the setting to ComfyUI when no weight streams (the control of that change); `read_ahead_off`: the Sampler's disk
-    read-ahead off (`run_sampler(disk_prefetch=False)`: its control); `controls`: manual controls of the
+    the setting to ComfyUI when no weight streams (the control of that change); `read_ahead`: the Sampler reads the
+    next blocks' weights ahead from disk (`run_sampler(disk_prefetch=True)`; off by default); `controls`: manual
+    controls of the
     PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
     sequence first stops being finite and where each held weight came from (`probes.diagnostics`);
     `weights`: "unordered" hands held weights back without ordering their offload stream (before the fix),
@@ -166,7 +167,7 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
             return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile,
                                  observer=observer, weights=access)
         return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile,
-                           observer=observer, weights=access, disk_prefetch=False if read_ahead_off else None)
+                           observer=observer, weights=access, disk_prefetch=True if read_ahead else None)
 
 
 def _prefetch_forced_off(guider):

@@ -25,7 +25,7 @@ from ..report.host_ram import HostRamReport, RoomEvent
 
 PIN_SUBSETS = ("weights", "weights-loaded")  # ComfyUI's per-module pin slots for weights (comfy/pinned_memory.py)
 PROC_IO = Path("/proc/self/io")
-READ_AHEAD_BLOCKS = 2  # where a caller asks for read-ahead the plan did not (a control run)
+READ_AHEAD_BLOCKS = 2  # where a caller asks for read-ahead the plan did not (the bench's longmedia_read_ahead row)
 
 
 @dataclass(frozen=True)
@@ -189,8 +189,10 @@ class HostRamGuard:
 def host_ram_guard(plan: Any, blocks: Sequence[Any], facts: RamFacts | None = None, *,
                    prefetch: bool | None = None) -> HostRamGuard:
     """The pass's guard from its plan (`plan.host_ram`: the pin budget, whether weights stream from disk and how many
-    blocks to read ahead). prefetch None: read ahead where the plan says weights stream from disk; True: always
-    (`READ_AHEAD_BLOCKS` blocks where the plan names none); False: never."""
+    blocks to read ahead). prefetch None: read ahead where the plan asks for it (`plan.host_ram.prefetch_blocks`,
+    0 by default: on an H100 with 32 GiB of host RAM it made the step 4 % slower and read 1.6 GiB more per model
+    call, docs/lab/2026-12-07-host-ram.md); True: always (`READ_AHEAD_BLOCKS` blocks where the plan names none);
+    False: never."""
     facts = facts if facts is not None else comfy_ram_facts()
     host = getattr(plan, "host_ram", None)
     budget = getattr(host, "pin_budget_bytes", None)

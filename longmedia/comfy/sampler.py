@@ -85,8 +85,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     device. The workers live for this run (`sp_workers`): started after the residency boundary, ended before it
     returns or raises; the plan is made again once they have measured their link (the cost model reads it).
     ram_facts: how host RAM is read and ComfyUI's pins freed (`host_ram.RamFacts`; None: ComfyUI's own); tests stand in
-    a small machine here. disk_prefetch: None reads the next blocks' weights ahead where the plan says they stream
-    from disk; False never (a control that leaves the reads to ComfyUI's cast alone); True always (a control)."""
+    a small machine here. disk_prefetch: None reads the next blocks' weights ahead from disk where the plan asks for
+    it (not by default: measured slower); True always (the bench's control); False never."""
     from .sp_run import sp_request, start_ranks
 
     check_runs = stage.check_runs if stage is not None else check_plan_runs

@@ -38,7 +38,8 @@ PIN_BUDGET_FLOOR_BYTES = 2 * GIB
 # beside the weights and latents at the DiT stages' peaks (Sampler 2.43, Hi-Res 2.57, Refiner 2.72).
 PROCESS_HOST_BYTES = 3 * GIB
 JOB_LATENT_COPIES = 3          # a stage holds the whole job's latent as its input, its output and the denoised output
-STREAM_PREFETCH_BLOCKS = 2     # blocks read ahead from the file while one runs, when weights stream from disk
+STREAM_PREFETCH_BLOCKS = 2     # blocks read ahead from the file while one runs, when asked (read_ahead) and weights
+                               # stream from disk
 DEFAULT_DISK_GBPS = 2.0
 DISK_GBPS_BASIS = "a mid-range NVMe SSD's sustained read; SATA SSDs read about 0.5"
 
@@ -70,7 +71,8 @@ class HostRamPlan:
     latent_bytes: int
     own_alloc_bytes: int           # the stage's largest host allocation of LongMedia's own
     floor_bytes: int               # ComfyUI's own pin floor (PIN_BUDGET_FLOOR_BYTES)
-    prefetch_blocks: int           # blocks read ahead from the file (STREAM_PREFETCH_BLOCKS when weights stream)
+    prefetch_blocks: int           # blocks read ahead from the file (STREAM_PREFETCH_BLOCKS when asked and weights
+                                   # stream; 0 by default)
     prefetch_window_bytes: int
     weights_host_bytes: int        # weights that travel from host every model call
     pin_budget_bytes: int          # what the pin cache may hold (0 with pinned memory off, and without dynamic VRAM,
@@ -163,12 +165,15 @@ class HostRamPlan:
 
 def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_bytes: int, latent_bytes: int, *,
                   own_alloc_bytes: int, pinned_memory: bool = True, disk_gbps: float = DEFAULT_DISK_GBPS,
-                  dynamic_vram: bool | None = None, process_bytes: int = PROCESS_HOST_BYTES) -> HostRamPlan:
+                  dynamic_vram: bool | None = None, process_bytes: int = PROCESS_HOST_BYTES,
+                  read_ahead: bool = False) -> HostRamPlan:
     """The host-RAM plan of one stage on `device` (its available RAM and pinned budget): every surface calls this.
 
     weights_host_bytes: the weights that travel from host every model call (VRAM-resident ones are read once);
     block_weight_bytes: one block's (or layer's) weights, the unit read ahead; own_alloc_bytes: the stage's largest
-    host allocation of LongMedia's own; dynamic_vram: None = the device's.
+    host allocation of LongMedia's own; dynamic_vram: None = the device's; read_ahead: the run reads the next blocks
+    ahead from the file (`execution/disk_prefetch.py`; off by default: measured slower, docs/lab/2026-12-07-host-ram.md),
+    which keeps a window of `STREAM_PREFETCH_BLOCKS` blocks free.
     """
     dynamic = device.dynamic_vram if dynamic_vram is None else dynamic_vram
     avail = device.ram_available_bytes
@@ -178,7 +183,7 @@ def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_b
     if not dynamic:   # the streamed weights stay in RAM (a need); what is pinned is the planner's PinningDecision
         return HostRamPlan(prefetch_blocks=0, prefetch_window_bytes=0, pin_budget_bytes=0, page_cache_bytes=0, **base)
     plan = _dynamic(base, device, 0, block_weight_bytes)
-    if plan.streams_from_disk:   # reads ahead from the file only lower the pins, so it still streams
+    if read_ahead and plan.streams_from_disk:   # reads ahead from the file only lower the pins, so it still streams
         plan = _dynamic(base, device, STREAM_PREFETCH_BLOCKS, block_weight_bytes)
     return plan
 

@@ -44,8 +44,8 @@ def _measured_plan(available_gib: float | None):
 @pytest.mark.parametrize("available", [None, 32, 24, 16])
 def test_the_pin_arithmetic_reproduces_the_measured_rows(available):
     """The pin cache filled all but ~2.3 GiB of what was available: the predicted RSS (process + latents + pins)
-    is within 10 % of the measured one in every row (the plan's headroom: ComfyUI's 2 GiB floor, which the two
-    blocks read ahead live in, and LongMedia's own allocation)."""
+    is within 10 % of the measured one in every row (the plan's headroom: ComfyUI's 2 GiB floor and LongMedia's own
+    allocation; no read-ahead window by default)."""
     hr = _measured_plan(available)
     rss = MEASURED[available][1] * GIB
     assert hr.fits and abs(hr.rss_bytes - rss) <= 0.10 * rss, (hr.rss_bytes / GIB, rss / GIB)
@@ -55,8 +55,8 @@ def test_the_pin_arithmetic_reproduces_the_measured_rows(available):
     else:
         assert hr.streams_from_disk and hr.page_cache_bytes == 0
         assert hr.rss_bytes == hr.ram_available_bytes - hr.headroom_bytes      # the pins fill what is left
-        assert hr.prefetch_blocks == STREAM_PREFETCH_BLOCKS
-        assert hr.headroom_bytes == max(PIN_BUDGET_FLOOR_BYTES, 2 * (CHECKPOINT // 50)) + hr.own_alloc_bytes
+        assert hr.prefetch_blocks == 0 and hr.prefetch_window_bytes == 0   # read-ahead is off by default
+        assert hr.headroom_bytes == PIN_BUDGET_FLOOR_BYTES + hr.own_alloc_bytes
         assert hr.disk_bytes_per_call == CHECKPOINT - hr.pinned_bytes
         assert hr.verdict.startswith(f"fits in RAM: {hr.pinned_bytes / GIB:.2f} GiB pinned, 0.00 GiB from the page "
                                      "cache, streams ")
@@ -71,9 +71,18 @@ def test_less_ram_pins_less_and_streams_more():
     assert plans[1].disk_bytes_per_call - plans[0].disk_bytes_per_call == 8 * GIB
 
 
+def test_asked_for_read_ahead_keeps_its_window_inside_comfyuis_floor_or_beyond_it_when_larger():
+    g = build_geometry(1344, 768, seconds=14.4)
+    for block in (CHECKPOINT // 50, 3 * GIB // 2):
+        hr = plan_host_ram(_machine(32), CHECKPOINT, block, stage_latent_bytes(g),
+                           own_alloc_bytes=pass_latent_bytes(g), read_ahead=True)
+        assert hr.prefetch_blocks == STREAM_PREFETCH_BLOCKS and hr.prefetch_window_bytes == 2 * block
+        assert hr.headroom_bytes == max(PIN_BUDGET_FLOOR_BYTES, 2 * block) + hr.own_alloc_bytes
+
+
 def test_fits_edge_is_the_need_beside_the_weights():
     probe = plan_host_ram(_machine(64), CHECKPOINT, GIB, 2 * GIB, own_alloc_bytes=GIB)
-    need = probe.process_bytes + probe.latent_bytes + max(PIN_BUDGET_FLOOR_BYTES, STREAM_PREFETCH_BLOCKS * GIB) + GIB
+    need = probe.process_bytes + probe.latent_bytes + PIN_BUDGET_FLOOR_BYTES + GIB
     exact = plan_host_ram(_machine(need / GIB), CHECKPOINT, GIB, 2 * GIB, own_alloc_bytes=GIB)
     assert exact.need_bytes == need and exact.fits and exact.pinned_bytes == 0
     assert exact.disk_bytes_per_call == CHECKPOINT

@@ -38,7 +38,7 @@ python3 -m bench.cards --cards 16 --samplers longmedia --host-ram-gb all 32 16 -
 echo "host RAM rows: stock reference $(date +%T)"
 python3 -m bench.cards --cards $big --samplers stock --host-ram-gb all --out $W/stock $A --budget-s 400
 echo "host RAM rows: read-ahead control, 24 and 48 GiB $(date +%T)"
-python3 -m bench.cards --cards 16 --samplers longmedia_read_ahead_off --host-ram-gb 32 --out $W/lm $A --budget-s 400
+python3 -m bench.cards --cards 16 --samplers longmedia_read_ahead --host-ram-gb 32 --out $W/lm $A --budget-s 400
 python3 -m bench.cards --cards 16 --samplers longmedia --host-ram-gb 24 48 --out $W/lm $A --budget-s 600
 host_table() {
     python3 -m bench.cards --host-table $W/lm/cards.jsonl $W/stock/cards.jsonl $W/pinned_off/cards.jsonl \
