@@ -235,3 +235,19 @@ def test_the_readme_machine_table_is_what_the_cli_prints(capsys):
                 if words in cell:
                     assert words in verdict, (card, ram, cell, verdict)
             assert ("from disk per model call" in verdict) == ("GiB from disk" in cell), (card, ram, cell, verdict)
+
+
+def test_under_dynamic_vram_every_weight_travels_through_the_pin_cache():
+    """ComfyUI pins every weight it casts, resident or not (43.75 of 43.78 GiB pinned with RAM to spare, H100,
+    docs/lab/2026-12-07-host-ram.md): the pass's host-RAM plan counts the whole model, not only the weights the VRAM
+    plan streams; without dynamic VRAM only the streamed ones stay in RAM."""
+    from longmedia.h3.profiles import ModelProfile
+    from longmedia.planning.planner import pass_host_ram
+    from longmedia.planning.types import PlanRequest
+
+    m = ModelProfile.preset("h3-int8")
+    g = build_geometry(1344, 768, seconds=14.4)
+    streamed = m.weight_bytes // 3
+    dyn = pass_host_ram(m, DeviceProfile.card(16, 32), g, streamed, PlanRequest())
+    classic = pass_host_ram(m, DeviceProfile.card(16, 32, dynamic_vram=False), g, streamed, PlanRequest())
+    assert dyn.weights_host_bytes == m.weight_bytes and classic.weights_host_bytes == streamed
