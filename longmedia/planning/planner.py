@@ -366,8 +366,8 @@ def pass_host_ram(model: ModelProfile, device: DeviceProfile, g: Geometry, strea
     pass latents), the weights that travel every model call. Under dynamic VRAM that is every weight: ComfyUI pins
     each weight it casts, resident or not, and on a 16 GiB card few stay resident (H100, 50 blocks INT8, 43.78 GiB
     checkpoint: 43.75 GiB pinned with RAM to spare, 40.1 GiB moved per step where the plan kept 7.1 GiB resident;
-    docs/lab/2026-12-07-host-ram.md). Counting every weight put the predicted RSS within 2.5-6 % of the measured one
-    and the disk reads within 3 % (32 GiB) and 13 % over (16 GiB); counting only the streamed ones, 13 % under."""
+    docs/lab/2026-12-07-host-ram.md). Counting every weight put the predicted RSS within 2.4 % of the measured one at
+    all, 32 and 16 GiB of RAM, and the disk reads within 8 % at 32 GiB and 11 % over at 16 GiB."""
     weights = model.weight_bytes if device.dynamic_vram else streamed_weight_bytes
     return plan_host_ram(device, weights, model.block_weight_bytes, stage_latent_bytes(g),
                          own_alloc_bytes=pass_latent_bytes(g), pinned_memory=request.pinned_memory,
