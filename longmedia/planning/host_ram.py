@@ -41,6 +41,10 @@ JOB_LATENT_COPIES = 3          # a stage holds the whole job's latent as its inp
 STREAM_PREFETCH_BLOCKS = 2     # blocks read ahead from the file while one runs, when asked (read_ahead) and weights
                                # stream from disk
 DEFAULT_DISK_GBPS = 2.0
+# The share of a model call's disk reads that adds to its time: reads are not yet overlapped with compute. Measured on
+# an H100 at full depth, 16 GiB card, INT8: 6.78 s of a call's 9.5 s of reads at 32 GiB of RAM, 14.55 of 18 s at 16 GiB
+# (docs/lab/2026-12-07-host-ram.md).
+DISK_READ_ON_STEP_SHARE = 0.8
 DISK_GBPS_BASIS = "a mid-range NVMe SSD's sustained read; SATA SSDs read about 0.5"
 
 
@@ -114,6 +118,11 @@ class HostRamPlan:
         return self.disk_bytes_per_call / (self.disk_gbps * 1e9)
 
     @property
+    def disk_step_seconds(self) -> float:
+        """What the disk reads add to a model call's time (`DISK_READ_ON_STEP_SHARE` of them, as measured)."""
+        return DISK_READ_ON_STEP_SHARE * self.disk_seconds_per_call
+
+    @property
     def streams_from_disk(self) -> bool:
         return self.disk_bytes_per_call > 0
 
@@ -160,6 +169,7 @@ class HostRamPlan:
     def to_dict(self) -> dict:
         return asdict(self) | {name: getattr(self, name) for name in (
             "headroom_bytes", "need_bytes", "fits", "pinned_bytes", "disk_bytes_per_call", "disk_seconds_per_call",
+            "disk_step_seconds",
             "streams_from_disk", "rss_bytes", "verdict")}
 
 

@@ -346,3 +346,16 @@ def test_the_whole_60_s_chain_ran_within_its_plan_in_one_run():
             hr = ours[name]["host_ram"]
             today = run_plan[name]["model"]["weight_bytes"] + hr["process_bytes"] + hr["latent_bytes"]
         assert peak <= today, (name, peak / GIB, today / GIB)
+
+
+def test_disk_reads_add_to_the_dit_stage_time_as_measured_not_hidden_behind_compute():
+    """The H100 rows (docs/lab/2026-12-07-host-ram.md) lost 70-80 % of a call's read time to the step: the estimate
+    adds 80 % of it to every step, also where the compute is longer than the reads."""
+    from longmedia.planning.host_ram import DISK_READ_ON_STEP_SHARE
+
+    small, large = stage(job(ram=16), "DiT main pass"), stage(job(ram=64), "DiT main pass")
+    hr = small.host_ram
+    assert hr.streams_from_disk and not large.host_ram.streams_from_disk
+    assert hr.disk_step_seconds == DISK_READ_ON_STEP_SHARE * hr.disk_seconds_per_call > 5
+    assert small.seconds - large.seconds >= 20 * hr.disk_step_seconds   # 20 steps; unpinned copies cost more too
+    assert "adds to the step" in small.detail
