@@ -65,7 +65,8 @@ class HostRamReport:
         if self.disk_read_bytes is not None:
             per = self.disk_read_per_call_bytes
             out.append(f"read from disk during the pass: {self.disk_read_bytes / GIB:.2f} GiB"
-                       + (f" ({per / GIB:.2f} GiB per model call)" if per is not None else ""))
+                       + (f" over {self.model_calls} model calls ({per / GIB:.2f} GiB a call on average; the first "
+                          "also reads every weight ComfyUI loads)" if per is not None else ""))
         if self.prefetch_blocks:
             out.append(f"read ahead into the page cache while blocks ran: {self.prefetch_advised_bytes / GIB:.2f} GiB "
                        f"over {self.prefetch_blocks} block reads")

@@ -75,7 +75,7 @@ def test_start_brings_pins_within_the_plans_budget_and_the_report_says_so():
     assert report.freed_pin_bytes == 3 * GIB
     assert report.disk_read_bytes == 5 * GIB and report.disk_read_per_call_bytes == 5 * GIB // 4
     text = "\n".join(report.lines())
-    assert "plan's budget 24.00 GiB" in text and "1.25 GiB per model call" in text
+    assert "plan's budget 24.00 GiB" in text and "over 4 model calls (1.25 GiB a call on average" in text
     assert report.to_dict()["freed_pin_bytes"] == 3 * GIB
 
 
