@@ -35,8 +35,9 @@ from typing import Callable
 import torch
 
 from ..errors import LongMediaInputError, check_float
+from ..report.memory import RamFacts
 from .encode_ahead import EncodeAhead
-from .host_ram import HostRamGuard, RamFacts, comfy_ram_facts
+from .host_ram import HostRamGuard, comfy_ram_facts
 from .inputs import av_latents
 
 CHUNKED = "chunked"                 # the H3 VAE's temporal chunks stream into the writer

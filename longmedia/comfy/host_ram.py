@@ -14,30 +14,18 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..execution.disk_prefetch import DiskPrefetch, FileSlice
 from ..planning.host_ram import PIN_BUDGET_FLOOR_BYTES
 from ..report.host_ram import HostRamReport, RoomEvent
+from ..report.memory import RamFacts
 
 PIN_SUBSETS = ("weights", "weights-loaded")  # ComfyUI's per-module pin slots for weights (comfy/pinned_memory.py)
 PROC_IO = Path("/proc/self/io")
 READ_AHEAD_BLOCKS = 2  # where a caller asks for read-ahead the plan did not (the bench's longmedia_read_ahead row)
-
-
-@dataclass(frozen=True)
-class RamFacts:
-    """How a run reads and frees host RAM: `available()` (bytes; None: unknown), `pinned()` (ComfyUI's pinned
-    bytes; None outside ComfyUI), `free_pins(bytes) -> freed` and `read_bytes()` (this process's bytes read from
-    disk so far; None where the OS does not say)."""
-
-    available: Callable[[], int | None]
-    pinned: Callable[[], int | None]
-    free_pins: Callable[[int], int]
-    read_bytes: Callable[[], int | None]
 
 
 def available_ram() -> int | None:
@@ -204,5 +192,5 @@ def host_ram_guard(plan: Any, blocks: Sequence[Any], facts: RamFacts | None = No
     return HostRamGuard(facts, budget, prefetch=reader)
 
 
-__all__ = ["HostRamGuard", "RamFacts", "available_ram", "block_file_slices", "comfy_ram_facts", "host_ram_guard",
+__all__ = ["HostRamGuard", "available_ram", "block_file_slices", "comfy_ram_facts", "host_ram_guard",
            "process_read_bytes"]

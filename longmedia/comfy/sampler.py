@@ -23,14 +23,14 @@ from ..h3.profiles import DeviceProfile
 from ..job.preflight import StagePass, check_plan_runs
 from ..planning.around_blocks import stock_pass_bytes
 from ..planning.types import ExecutionPlan, PlanRequest
-from ..report.memory import Reader
+from ..report.memory import RamFacts, Reader
 from ..report.oom import PHASES, LongMediaOOM, is_oom, report_for
 from ..report.run_report import PredictedPeaks, RunReport
 from ..report.segmented import SegmentedReport
 from . import inputs
 from .clone_install import RunState, install_on_clone
 from .host_features import host_features
-from .host_ram import RamFacts, host_ram_guard
+from .host_ram import host_ram_guard
 from .memory_facts import comfy_reading
 from .oom_phase import traced_phase
 from .pass_plan import check_pass, load_device_profile, plan_pass

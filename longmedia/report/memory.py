@@ -53,6 +53,18 @@ class HostMemory:
     pinned_ram: Callable[[], int | None] | None = None
 
 
+@dataclass(frozen=True)
+class RamFacts:
+    """How a run reads and frees host RAM: `available()` (bytes; None: unknown), `pinned()` (ComfyUI's pinned
+    bytes; None outside ComfyUI), `free_pins(bytes) -> freed` and `read_bytes()` (this process's bytes read from
+    disk so far; None where the OS does not say)."""
+
+    available: Callable[[], int | None]
+    pinned: Callable[[], int | None]
+    free_pins: Callable[[int], int]
+    read_bytes: Callable[[], int | None]
+
+
 Reader = Callable[[object], MemorySnapshot]
 """device -> its snapshot: what the residency boundary and a segment's baseline read with (tests hand in theirs)."""
 

@@ -285,8 +285,8 @@ def test_each_chunk_frees_pins_first_when_ram_is_short_and_the_file_is_unchanged
     """A machine whose pins left 1 GiB free: before each decoded chunk takes host RAM, ComfyUI's pins are freed (its
     pin API, stood in here) until two chunks and ComfyUI's 2 GiB floor fit; the file equals the plain run's."""
     from longmedia.comfy.decode_save import decode_and_save
-    from longmedia.comfy.host_ram import RamFacts
     from longmedia.planning.host_ram import PIN_BUDGET_FLOOR_BYTES
+    from longmedia.report.memory import RamFacts
 
     gib = 2 ** 30
     state = {"available": gib, "pinned": 20 * gib}

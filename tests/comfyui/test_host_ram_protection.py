@@ -5,33 +5,13 @@ ComfyUI's pin API until the latent and ComfyUI's own 2 GiB floor fit; the output
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from harness import run_longmedia, sampler_job
 
-from longmedia.comfy.host_ram import RamFacts
 from longmedia.planning.host_ram import PIN_BUDGET_FLOOR_BYTES
 from longmedia.planning.types import PlanRequest
+from longmedia.testing.small_machine import SmallMachine
 from longmedia.units import GIB
-
-
-@dataclass
-class FullMachine:
-    available: int = GIB
-    pinned: int = 27 * GIB
-    asked: list[int] = field(default_factory=list)
-
-    def free_pins(self, wanted: int) -> int:
-        self.asked.append(wanted)
-        freed = min(wanted, self.pinned)
-        self.pinned -= freed
-        self.available += freed
-        return freed
-
-    def facts(self) -> RamFacts:
-        return RamFacts(available=lambda: self.available, pinned=lambda: self.pinned, free_pins=self.free_pins,
-                        read_bytes=lambda: None)
 
 
 def _latent_bytes(parts) -> int:
@@ -41,7 +21,7 @@ def _latent_bytes(parts) -> int:
 def test_the_sampler_frees_pins_before_the_latent_moves_into_host_ram(sampler_env):
     request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64)
     (rv, ra), _, plain = run_longmedia(sampler_env, request, *sampler_job(sampler_env, "fp32"))
-    machine = FullMachine()
+    machine = SmallMachine(available=GIB, pinned=27 * GIB)  # a 32 GB machine whose pins left 1 GiB
     result = sampler_env["core"].run_sampler(*sampler_job(sampler_env, "fp32"), request, ram_facts=machine.facts())
     ov, oa = result.output["samples"].unbind()
     assert torch.equal(ov, rv) and torch.equal(oa, ra)  # protection changes no value

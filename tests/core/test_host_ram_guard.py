@@ -6,47 +6,26 @@ from __future__ import annotations
 import os
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
 from longmedia.comfy.host_ram import (
     HostRamGuard,
-    RamFacts,
     block_file_slices,
     host_ram_guard,
     process_read_bytes,
 )
 from longmedia.execution.disk_prefetch import WILLNEED, DiskPrefetch, FileSlice
 from longmedia.report.host_ram import HostRamReport
+from longmedia.testing.small_machine import SmallMachine
 from longmedia.units import GIB
 
 RNG = random.Random(45)
 
 
-@dataclass
-class Machine:
-    """RAM available and ComfyUI's pins, which `free_pins` turns back into available RAM."""
-
-    available: int
-    pinned: int
-    read: int = 0
-    asked: list[int] = field(default_factory=list)
-
-    def free_pins(self, wanted: int) -> int:
-        self.asked.append(wanted)
-        freed = min(wanted, self.pinned)
-        self.pinned -= freed
-        self.available += freed
-        return freed
-
-    def facts(self) -> RamFacts:
-        return RamFacts(available=lambda: self.available, pinned=lambda: self.pinned, free_pins=self.free_pins,
-                        read_bytes=lambda: self.read)
-
-
 def test_make_room_frees_pins_until_the_allocation_and_comfyuis_floor_are_available():
-    m = Machine(available=int(1.5 * GIB), pinned=20 * GIB)
+    m = SmallMachine(available=int(1.5 * GIB), pinned=20 * GIB)
     guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
     wanted = RNG.randrange(GIB, 3 * GIB)
     event = guard.make_room(wanted, "a decode chunk")
@@ -57,14 +36,14 @@ def test_make_room_frees_pins_until_the_allocation_and_comfyuis_floor_are_availa
 
 
 def test_make_room_frees_nothing_when_ram_is_available():
-    m = Machine(available=40 * GIB, pinned=20 * GIB)
+    m = SmallMachine(available=40 * GIB, pinned=20 * GIB)
     guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
     assert guard.make_room(3 * GIB, "the latent") is None
     assert m.asked == [] and m.pinned == 20 * GIB
 
 
 def test_start_brings_pins_within_the_plans_budget_and_the_report_says_so():
-    m = Machine(available=3 * GIB, pinned=27 * GIB, read=100)
+    m = SmallMachine(available=3 * GIB, pinned=27 * GIB, read=100)
     guard = HostRamGuard(m.facts(), pin_budget=24 * GIB)
     guard.start()
     assert m.pinned == 24 * GIB and m.asked == [3 * GIB]
@@ -80,13 +59,13 @@ def test_start_brings_pins_within_the_plans_budget_and_the_report_says_so():
 
 
 def test_start_leaves_pins_below_the_budget_alone():
-    m = Machine(available=3 * GIB, pinned=10 * GIB)
+    m = SmallMachine(available=3 * GIB, pinned=10 * GIB)
     HostRamGuard(m.facts(), pin_budget=24 * GIB).start()
     assert m.asked == []
 
 
 def test_a_short_free_is_noted():
-    m = Machine(available=GIB // 2, pinned=GIB)
+    m = SmallMachine(available=GIB // 2, pinned=GIB)
     guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
     guard.make_room(2 * GIB, "the latent")
     assert any("freed 1.00 of the" in n for n in guard.notes)
@@ -219,7 +198,7 @@ def test_host_ram_guard_reads_ahead_only_where_the_plan_streams_from_disk():
     class Plan:
         host_ram: Host
 
-    facts = Machine(available=GIB, pinned=0).facts()
+    facts = SmallMachine(available=GIB, pinned=0).facts()
     blocks = [_Block([]) for _ in range(4)]
     assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts).prefetch is not None
     assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts).prefetch is None
