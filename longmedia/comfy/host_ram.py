@@ -183,7 +183,9 @@ def host_ram_guard(plan: Any, blocks: Sequence[Any], facts: RamFacts | None = No
     False: never."""
     facts = facts if facts is not None else comfy_ram_facts()
     host = getattr(plan, "host_ram", None)
-    budget = getattr(host, "pin_budget_bytes", None)
+    # the pin budget is ComfyUI's dynamic-VRAM pin cache (free_pins reaches only dynamic models); without dynamic
+    # VRAM the planner's PinningDecision applies, on the clone (clone_install)
+    budget = host.pin_budget_bytes if host is not None and host.dynamic_vram else None
     planned = host is not None and host.streams_from_disk and host.prefetch_blocks > 0
     reader = None
     if blocks and (prefetch is True or (prefetch is None and planned)):

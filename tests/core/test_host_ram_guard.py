@@ -187,12 +187,13 @@ def test_block_file_slices_skip_pinned_and_resident_weights():
     assert block_file_slices(block) == (FileSlice(5, 0, 64), FileSlice(5, 64, 64))
 
 
-def test_host_ram_guard_reads_ahead_only_where_the_plan_streams_from_disk():
+def test_host_ram_guard_reads_ahead_where_asked_and_holds_pins_only_under_dynamic_vram():
     @dataclass(frozen=True)
     class Host:
         pin_budget_bytes: int
         streams_from_disk: bool
         prefetch_blocks: int
+        dynamic_vram: bool = True
 
     @dataclass(frozen=True)
     class Plan:
@@ -201,10 +202,14 @@ def test_host_ram_guard_reads_ahead_only_where_the_plan_streams_from_disk():
     facts = SmallMachine(available=GIB, pinned=0).facts()
     blocks = [_Block([]) for _ in range(4)]
     assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts).prefetch is not None
+    assert host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts).prefetch is None   # the plan's default: off
     assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts).prefetch is None
     assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts, prefetch=False).prefetch is None
     assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts, prefetch=True).prefetch is not None
     assert host_ram_guard(object(), blocks, facts).pin_budget is None
+    assert host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts).pin_budget == GIB
+    # without dynamic VRAM ComfyUI's free_pins reaches no model: no budget to hold (the planner's pinning applies)
+    assert host_ram_guard(Plan(Host(0, False, 0, dynamic_vram=False)), blocks, facts).pin_budget is None
 
 
 def test_process_read_bytes_parses_proc_io(tmp_path):
