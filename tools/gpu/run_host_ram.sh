@@ -18,7 +18,7 @@
 # --disable-pinned-memory, then with --fast-disk. Each row's card process starts cold (the checkpoint's page cache
 # dropped). Then `python -m bench.cards --host-table` over every row.
 #
-# Expected device time on an H100: about 1,500 s (the checkpoint's write about 60 s; nine full-depth rows about
+# Expected GPU time on an H100: about 1,500 s (the checkpoint's write about 60 s; nine full-depth rows about
 # 100-160 s each with their process's start, more for the low-RAM rows that read weights from disk every step; each
 # balloon's fill up to about 30 s). A row the kernel's OOM killer ends is recorded as "host OOM" and the job goes on.
 set -u
