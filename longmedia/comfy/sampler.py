@@ -131,6 +131,12 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     return result
 
 
+def guider_cfg(guider) -> float | None:
+    """The guider's cfg (CFGGuider.cfg): 1 runs one model call a step; None for a guider without one."""
+    cfg = getattr(guider, "cfg", None)
+    return float(cfg) if isinstance(cfg, (int, float)) else None
+
+
 def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks, *,
             probe_s: float = 0.0, ram_facts: RamFacts | None = None, disk_prefetch: bool | None = None):
     import comfy.model_management
@@ -197,7 +203,7 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                        predicted=PredictedPeaks.of_plan(plan), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
                        host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1),
-                       probe_s=probe_s, host_ram=host_report)
+                       probe_s=probe_s, host_ram=host_report, cfg=guider_cfg(guider))
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)
