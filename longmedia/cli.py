@@ -237,8 +237,9 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
         raise LongMediaInputError("--frames", args.frames, "either --seconds or --frames, not both", "Drop one.")
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
     model = model_from_arg(args.model)
-    device = DeviceProfile.card(args.vram_gb, args.ram_gb, os_name=args.os_name,
-                                dynamic_vram=not args.no_dynamic_vram, host_held_bytes=COMFYUI_HELD_BYTES)
+    device = patches_from_args(args).on_device(DeviceProfile.card(
+        args.vram_gb, args.ram_gb, os_name=args.os_name, dynamic_vram=not args.no_dynamic_vram,
+        host_held_bytes=COMFYUI_HELD_BYTES))
     one_pass = covers_whole_job(args, seconds)
     geometry = build_geometry(args.width, args.height, seconds=seconds, frames=args.frames, fps=args.fps,
                               text_tokens=args.text_tokens, references=tuple(args.picture + args.video + args.audio),

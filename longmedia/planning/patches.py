@@ -5,15 +5,19 @@ LoRA's tensors in RAM beside the model (a need: they are loaded, not mmapped) an
 it as it reaches the card: the block's LoRA tensors travel with the block, and the patched weight is computed in the
 compute dtype (ComfyUI's own estimate for such a patch: the weight's elements x 2 bytes x
 LOWVRAM_PATCH_ESTIMATE_MATH_FACTOR 2, comfy/model_patcher.py). The plan counts one block's LoRA tensors and the
-largest linear's patch math on the card, and every LoRA tensor in RAM. The patch math's time is not counted.
+largest linear's patch math on the card (`on_device`: the passes are planned on a card with that much less free,
+so the planner picks its mode and chunks around them), and every LoRA tensor in RAM (the whole-job plan's DiT
+stages). The patch math's time is not counted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import check_int
 from ..h3.dims import H3_FULL, H3Dims
+from ..h3.profiles import DeviceProfile
 from ..h3.safetensors_header import read_header
 
 LORA_DTYPE_BYTES = 2                 # LoRA files ship bf16/fp16 tensors
@@ -49,6 +53,10 @@ class PatchBytes:
         if not self.present:
             return 0
         return self.block_bytes + max(o * i for o, i in block_linears(d)) * PATCH_MATH_BYTES
+
+    def on_device(self, device: DeviceProfile, d: H3Dims = H3_FULL) -> DeviceProfile:
+        """`device` with the patches' VRAM (`vram_bytes`) held: what a pass is planned on."""
+        return dataclasses.replace(device, vram_free_bytes=max(0, device.vram_free_bytes - self.vram_bytes(d)))
 
     @classmethod
     def from_rank(cls, rank: int, count: int = 1, d: H3Dims = H3_FULL) -> "PatchBytes":

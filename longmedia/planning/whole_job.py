@@ -231,7 +231,8 @@ def sol_calls(p: ExecutionPlan, steps: int) -> int:
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
               resolver=default_attention_path, cfg: float = 1.0, patches: PatchBytes | None = None) -> StagePlan:
     """A DiT pass's stage: `steps` sampler steps of `T.calls_per_step(cfg)` model calls each, over `passes`
-    segments; `patches` (LoRAs) add their tensors to the host RAM need and one block's share to the VRAM need."""
+    segments; `patches` (LoRAs) add their tensors to the host RAM need (their VRAM is in the plan's device:
+    `PatchBytes.on_device`)."""
     g, mem = p.geometry, p.memory
     patches = PatchBytes() if patches is None else patches
     hr = p.host_ram if p.host_ram is not None else pass_host_ram(p.model, p.device, g, mem.streamed_weight_bytes,
@@ -252,20 +253,19 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
                 + (" (the negative prompt's too)" if calls > 1 else " (ComfyUI skips the negative prompt's call)"))
     sol_text = f"; {sol_steps} of the {steps} steps run Sol" if sol_steps else ""
     lora_text = (f"; patches ({patches.source}) hold {size(patches.host_bytes)} in RAM, "
-                 f"{size(patches.vram_bytes(p.model.dims))} on the card" if patches.present else "")
+                 f"{size(patches.vram_bytes(p.model.dims))} on the card (planned as held)" if patches.present else "")
     detail = (f"{p.memory_mode}, {g.width}x{g.height}, {g.frames} frames per pass, {g.seq_len} rows, "
               f"{steps} steps x {passes} pass{'es' if passes > 1 else ''}, {cfg_text}{sol_text}; weights resident "
               f"{size(mem.resident_weight_bytes)}, streamed {size(mem.streamed_weight_bytes)} per model call "
               f"(pinned {size(hr.pinned_bytes)}, page cache {size(hr.page_cache_bytes)}){disk}; host RAM "
               f"{hr.verdict}{lora_text}; about {step:.1f} s per step")
-    vram_need = mem.activation_need_bytes + patches.vram_bytes(p.model.dims)
     ram_need = hr.need_bytes + patches.host_bytes
     remedy = None
-    if not p.fits or vram_need > p.usable_bytes:
+    if not p.fits:
         remedy = "; or ".join(_pass_remedies(p, resolver))
     elif not hr.fits or ram_need > hr.ram_available_bytes:
         remedy = _dit_ram_remedy(p, hr)
-    return StagePlan(name, vram_need, p.usable_bytes, ram_need, hr.ram_available_bytes,
+    return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, ram_need, hr.ram_available_bytes,
                      step * steps * passes, detail, remedy, hr)
 
 
@@ -398,7 +398,8 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     and `request`; or hires_plan, that pass already planned. refiner_steps > 0 adds a Refiner pass at
     the final size. decode: "longmedia" (LongMedia Decode & Save, the shipped workflows' end) or "stock"
     (VAEDecode + VAEDecodeAudio + CreateVideo + SaveVideo). cfg: the guider's (1: one model call per step, else
-    two). patches: the model's LoRAs (`PatchBytes`), counted in every DiT stage's RAM and VRAM.
+    two). patches: the model's LoRAs (`PatchBytes`), counted in every DiT stage's RAM; plan `main` (and
+    `hires_plan`) on `patches.on_device(device)` for their VRAM.
     """
     request = PlanRequest() if request is None else request
     model, device, g = main.model, main.device, main.geometry

@@ -79,15 +79,26 @@ def test_lora_rank_counts_r_times_in_plus_out_per_linear():
     assert not PatchBytes.from_rank(0).present and PatchBytes.from_rank(0).vram_bytes() == 0
 
 
-def test_lora_adds_to_every_dit_stage_ram_and_vram():
+def test_lora_adds_to_every_dit_stage_ram():
     patches = PatchBytes.from_rank(128)
     bare, lora = _job(refiner_steps=4), _job(refiner_steps=4, patches=patches)
     for name in ("DiT main pass", "DiT Refiner pass"):
         a, b = _stage(bare, name), _stage(lora, name)
         assert b.ram_need_bytes - a.ram_need_bytes == patches.host_bytes
-        assert b.vram_need_bytes - a.vram_need_bytes == patches.vram_bytes()
         assert "patches (1 LoRA(s) of rank 128)" in b.detail
     assert _stage(lora, "text encoding") == _stage(bare, "text encoding")
+
+
+def test_lora_vram_is_held_on_the_card_the_passes_are_planned_on(capsys):
+    """The CLI plans every pass on a card with the patches' VRAM held: less usable, the planner picks around it."""
+    patches = PatchBytes.from_rank(64)
+    device = DeviceProfile.card(8, 64)
+    assert device.vram_free_bytes - patches.on_device(device).vram_free_bytes == patches.vram_bytes()
+
+    def usable(*extra):
+        assert main(["plan", "--json", "--vram-gb", "8", "--seconds", "30", "--segment-seconds", "10", *extra]) == 0
+        return _stage_json(json.loads(capsys.readouterr().out))["vram_usable_bytes"]
+    assert usable() - usable("--lora-rank", "64") == patches.vram_bytes()
 
 
 def _tiny_lora(path, rank=4):
