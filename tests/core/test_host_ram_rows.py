@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from longmedia.job.geometry import build_geometry
 from longmedia.h3.profiles import DeviceProfile, pinned_ram_budget
+from longmedia.job.geometry import build_geometry
 from longmedia.planning.host_ram import pass_latent_bytes, plan_host_ram, stage_latent_bytes
 from longmedia.units import GIB
 
