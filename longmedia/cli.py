@@ -23,6 +23,7 @@ from .job.geometry import build_geometry
 from .job.preflight import check_job_latent, check_pass_rows, check_plan_runs
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.host_ram import DEFAULT_DISK_GBPS, DISK_GBPS_BASIS
+from .planning.patches import PatchBytes
 from .planning.planner import plan
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES, ExecutionPlan, PlanRequest
 from .planning.whole_job import DECODE_PATHS, TEXT_ENCODERS, JobPlan, hires_size, plan_job
@@ -184,6 +185,16 @@ def _add_whole_job_arguments(p: argparse.ArgumentParser) -> None:
                    help="precision of the Qwen3-VL-32B checkpoint Load CLIP loads (default nvfp4, the workflows' file)")
     w.add_argument("--text-encoder-cpu", action="store_true", help="plan the encode on the CPU (Load CLIP device=cpu)")
     w.add_argument("--steps", type=int, default=20, help="sampler steps of the main pass (default 20)")
+    w.add_argument("--cfg", type=float, default=1.0,
+                   help="the guider's cfg: 1 runs one model call per step (ComfyUI skips the negative prompt's call; "
+                        "the shipped workflows and turbo LoRAs), any other value two (default 1)")
+    w.add_argument("--lora-rank", type=int, default=0,
+                   help="rank of the LoRA(s) on the model (LoraLoaderModelOnly): their tensors count in the DiT "
+                        "stages' RAM and VRAM (default 0, none)")
+    w.add_argument("--lora-count", type=int, default=1, help="how many LoRAs of --lora-rank are chained (default 1)")
+    w.add_argument("--lora", default=None, metavar="FILE",
+                   help="a LoRA .safetensors file instead of --lora-rank: its header gives the bytes (times "
+                        "--lora-count)")
     w.add_argument("--hires-scale", type=float, default=None, help="add a Hi-Res pass at this scale (1.0-2.0)")
     w.add_argument("--hires-steps", type=int, default=10, help="steps the Hi-Res pass runs (default 10)")
     w.add_argument("--refiner-steps", type=int, default=0, help="add a Refiner pass of this many steps (default 0)")
@@ -202,10 +213,22 @@ def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> J
         check_float("--hires-scale", args.hires_scale, 1.0, 2.0, "Use 1.2-1.5 on 16 GB cards.")
         w, h = hires_size(main_plan.geometry.width, main_plan.geometry.height, args.hires_scale)
         hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}), setup=False)
+    check_float("--cfg", args.cfg, 0.0, 100.0, "Give the CFGGuider's cfg (1 for turbo LoRAs).")
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
                     refiner_steps=args.refiner_steps, text_encoder=args.text_encoder, decode=args.decode,
-                    text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver)
+                    text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver, cfg=args.cfg,
+                    patches=patches_from_args(args))
+
+
+def patches_from_args(args: argparse.Namespace) -> PatchBytes:
+    """The LoRAs' bytes: a file's header (--lora), or --lora-rank x --lora-count on every block linear."""
+    if args.lora is not None:
+        if not os.path.isfile(args.lora):
+            raise LongMediaInputError("--lora", args.lora, "a LoRA .safetensors file", "No such file: check the path.")
+        check_int("--lora-count", args.lora_count, 1, 16, "Give how many such LoRAs are chained.")
+        return PatchBytes.from_file(args.lora, args.lora_count)
+    return PatchBytes.from_rank(args.lora_rank, args.lora_count)
 
 
 def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPlan:
@@ -214,8 +237,9 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
         raise LongMediaInputError("--frames", args.frames, "either --seconds or --frames, not both", "Drop one.")
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
     model = model_from_arg(args.model)
-    device = DeviceProfile.card(args.vram_gb, args.ram_gb, os_name=args.os_name,
-                                dynamic_vram=not args.no_dynamic_vram, host_held_bytes=COMFYUI_HELD_BYTES)
+    device = patches_from_args(args).on_device(DeviceProfile.card(
+        args.vram_gb, args.ram_gb, os_name=args.os_name, dynamic_vram=not args.no_dynamic_vram,
+        host_held_bytes=COMFYUI_HELD_BYTES))
     one_pass = covers_whole_job(args, seconds)
     geometry = build_geometry(args.width, args.height, seconds=seconds, frames=args.frames, fps=args.fps,
                               text_tokens=args.text_tokens, references=tuple(args.picture + args.video + args.audio),
@@ -408,11 +432,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def headline(p: ExecutionPlan, job: JobPlan) -> list[str]:
-    """The first lines: the whole job's verdict and the main pass's host RAM (what streams from disk, its cost)."""
+    """The first lines: the whole job's verdict, the main pass's host RAM (what streams from disk, its cost) and the
+    whole clip's time."""
     out = [f"LongMedia whole-job plan: {job.verdict}"]
     if p.host_ram is not None:
         out.append(f"host RAM (main pass): {p.host_ram.verdict}")
-    return out
+    return out + [clip_line(job)]
+
+
+def clip_line(job: JobPlan) -> str:
+    """The whole clip's time (every stage, the sum docs/PERFORMANCE.md's table quotes) and the DiT passes' calls."""
+    dit = [s for s in job.stages if s.name.startswith("DiT")]
+    return (f"whole clip: about {job.seconds / 60:.0f} min (estimate: {sum(s.seconds for s in dit) / 60:.0f} min of "
+            f"DiT passes, the rest text encoding and decode)")
 
 
 def _print(text: str) -> None:

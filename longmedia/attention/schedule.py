@@ -128,6 +128,16 @@ def tau_at(progress: float | None, settings: SolSettings) -> float | None:
     return settings.tau_start + (settings.tau_end - settings.tau_start) * w
 
 
+def exact_step_count(steps: int, settings: SolSettings) -> int:
+    """How many of `steps` model-call steps `scheduled_sol` runs exact: step i sits at progress i / (steps - 1)
+    (`sigma_progress` on the sampler's table), exact while below dense_percent. The exact phase scales with the
+    step count: 20 steps at 0.2 run 4 exact, 8 steps run 2, 4 steps run 1 (the first step always runs exact)."""
+    n = max(1, int(steps))
+    if n == 1:
+        return 1
+    return sum(1 for i in range(n) if tau_at(i / (n - 1), settings) is None)
+
+
 def _as_floats(sigmas: object) -> list[float]:
     if hasattr(sigmas, "detach"):  # a torch tensor: one host copy, no torch import needed here
         sigmas = sigmas.detach().flatten().cpu().tolist()

@@ -7,6 +7,7 @@ a 1-D SIGMAS tensor) so the checks run in tests without ComfyUI.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -156,3 +157,18 @@ def call_row_spans(x, context, payload) -> tuple[tuple[int, int, str], ...]:
     if layout is None or getattr(layout, "signature", None) != (text, t, h, w, audio_t):
         layout = PackedLayout(text, t, h, w, audio_t, keyframes=payload.get("keyframes"), refs=payload.get("refs"))
     return tuple((int(a), int(b), str(kind)) for a, b, kind in layout.segments)
+
+
+def guider_cfg(guider) -> float | None:
+    """The guider's cfg (CFGGuider.cfg); None for a guider without one (BasicGuider)."""
+    cfg = getattr(guider, "cfg", None)
+    return float(cfg) if isinstance(cfg, (int, float)) and not isinstance(cfg, bool) else None
+
+
+def runs_negative(guider) -> bool:
+    """Whether the guider calls the model on its negative conditioning: ComfyUI skips that call at cfg 1 (unless
+    model_options set disable_cfg1_optimization), so a cfg-1 pass plans its positive rows only."""
+    cfg = guider_cfg(guider)
+    if cfg is None or not math.isclose(cfg, 1.0):
+        return True
+    return bool((getattr(guider, "model_options", None) or {}).get("disable_cfg1_optimization", False))

@@ -29,9 +29,11 @@ from .sparse_attention_node import reconcile as reconcile_block_sparse
 
 
 def _conditionings(guider) -> list:
-    """Every entry of the guider's conditioning (positive first, then negative ...) as a one-entry CONDITIONING."""
+    """Every entry of the guider's conditioning (positive first, then negative ...) as a one-entry CONDITIONING; at
+    cfg 1 the positive only (ComfyUI skips the negative's call: `inputs.runs_negative`)."""
     conds = getattr(guider, "original_conds", {}) or {}
-    entries = [[[c.get("cross_attn"), c]] for key in ("positive", *sorted(k for k in conds if k != "positive"))
+    others = sorted(k for k in conds if k != "positive") if inputs.runs_negative(guider) else []
+    entries = [[[c.get("cross_attn"), c]] for key in ("positive", *others)
                for c in conds.get(key) or () if isinstance(c, dict) and c.get("cross_attn") is not None]
     if not entries:
         raise inputs.LongMediaInputError("guider", "no conditioning", "a guider with conditioning set",
@@ -41,7 +43,8 @@ def _conditionings(guider) -> list:
 
 def longest_row_spans(guider, video, audio, keyframes: tuple | None = None):
     """(row spans, conditioning) of the guider's longest model call: each of positive and negative runs its own
-    packed sequence (its own text length, guides and references), so the pass is planned for the longest.
+    packed sequence (its own text length, guides and references), so the pass is planned for the longest (at cfg 1
+    the negative makes no call and is not planned).
     keyframes: the guides to count instead of each conditioning's own (a segment's context guide), or None."""
     best = None
     for cond in _conditionings(guider):

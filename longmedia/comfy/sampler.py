@@ -57,7 +57,7 @@ def prompt_seq_lens(guider, latent, plan: ExecutionPlan) -> tuple[int, ...]:
     kernels Triton compiles for them); the plan's own length where a prompt's table cannot be read."""
     lengths = {plan.geometry.seq_len}
     video, audio = inputs.av_latents(latent)
-    for name in ("positive", "negative"):
+    for name in ("positive", "negative") if inputs.runs_negative(guider) else ("positive",):
         conds = (getattr(guider, "original_conds", {}) or {}).get(name)
         if conds:
             table = inputs.stock_row_spans(video, audio, [[conds[0].get("cross_attn"), conds[0]]])
@@ -197,7 +197,7 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                        predicted=PredictedPeaks.of_plan(plan), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
                        host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1),
-                       probe_s=probe_s, host_ram=host_report)
+                       probe_s=probe_s, host_ram=host_report, cfg=inputs.guider_cfg(guider))
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)

@@ -18,6 +18,7 @@ all move real times. Where each number comes from:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..h3 import lattice as L
@@ -51,6 +52,11 @@ ASSUMED_UTILISATION = 0.4       # text encoder matmuls: share of peak reached (a
 # own thread, took 167.6 s (docs/lab/data/2026-12-06-h100-decode-vaefiles.jsonl); the two changes were not
 # separated, so the rate stays at the slower run's and the estimate errs long.
 VAE_DECODE_UTILISATION = 0.143
+# scheduled_sol's Sol steps keep this share of a block's S^2 (attention) time; its linear work is unchanged. Fitted to
+# the measured 20-step schedule on an H100 with every weight resident (docs/PERFORMANCE.md, "scheduled_sol with every
+# weight resident"): S = 109318, 4 exact steps at 32.8 s and a 19.24 s average, so the 16 Sol steps average 15.85 s
+# (0.483x an exact step). (S, exact s/step, schedule's average s/step, exact steps, steps)
+SOL_BASIS = (109318, 32.8, 19.24, 4, 20)
 ASSUMED_HOST_GBPS = 24.0        # PCIe 4.0 x16, pinned host memory (assumed); pageable at half
 CPU_TFLOPS = 1.0                # a desktop CPU in fp32 matmuls (assumed), for an encode on the CPU
 
@@ -88,10 +94,26 @@ def h200_block_seconds(seq_len: int) -> float:
     return a * seq_len + b * seq_len * seq_len
 
 
+def sol_quadratic_kept() -> float:
+    """The share of the fitted S^2 term a Sol step keeps (`SOL_BASIS`)."""
+    s, exact, average, exact_steps, steps = SOL_BASIS
+    sol_ratio = (average * steps - exact * exact_steps) / (steps - exact_steps) / exact
+    a, b = block_fit()
+    return (sol_ratio * (a * s + b * s * s) - a * s) / (b * s * s)
+
+
+def calls_per_step(cfg: float) -> int:
+    """Model calls a sampler step makes: ComfyUI's CFGGuider skips the negative prompt's call at cfg 1."""
+    return 1 if math.isclose(cfg, 1.0) else 2
+
+
 def dit_step_seconds(seq_len: int, blocks: int, card: CardClass, streamed_bytes: int = 0,
-                     pinned_bytes: int = 0, prefetch: bool = False) -> float:
-    """One model call: the blocks' compute, and the streamed weights' copy (overlapped when prefetching)."""
-    compute = blocks * h200_block_seconds(seq_len) / card.speed_vs_h200
+                     pinned_bytes: int = 0, prefetch: bool = False, sol: bool = False) -> float:
+    """One model call: the blocks' compute, and the streamed weights' copy (overlapped when prefetching).
+    `sol`: a Sol call of scheduled_sol (its attention at `sol_quadratic_kept` of the exact S^2 time)."""
+    a, b = block_fit()
+    quadratic = b * seq_len * seq_len * (sol_quadratic_kept() if sol else 1.0)
+    compute = blocks * (a * seq_len + quadratic) / card.speed_vs_h200
     copy = transfer_seconds(streamed_bytes, pinned_bytes)
     return max(compute, copy) if prefetch else compute + copy
 

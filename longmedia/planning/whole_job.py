@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from ..attention.schedule import SolSettings, exact_step_count
 from ..errors import check_choice
 from ..h3 import lattice as L
 from ..h3.geometry import Geometry
@@ -34,6 +35,7 @@ from .host_ram import (
     HostRamPlan,
     plan_host_ram,
 )
+from .patches import PatchBytes
 from .planner import pass_host_ram, plan
 from .policy import auto_reserve
 from .types import ExecutionPlan, PlanRequest
@@ -216,28 +218,54 @@ def vae_host_bytes(v: F.VideoVAEDims = F.H3_VIDEO_VAE) -> int:
     return (v.encoder_params + v.decoder_params) * 2 + F.AUDIO_VAE_PARAMS * F.FP32
 
 
+def sol_calls(p: ExecutionPlan, steps: int) -> int:
+    """Of a pass's `steps`, how many run Sol: scheduled_sol's steps after its exact phase (`exact_step_count`, the
+    Sampler's default dense_percent), every step of sol; none for exact attention or a pass shorter than
+    sol_min_tokens."""
+    settings = SolSettings()
+    if p.attention.mode not in ("sol", "scheduled_sol") or p.geometry.seq_len < settings.min_tokens:
+        return 0
+    return steps if p.attention.mode == "sol" else steps - exact_step_count(steps, settings)
+
+
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
-              resolver=default_attention_path) -> StagePlan:
+              resolver=default_attention_path, cfg: float = 1.0, patches: PatchBytes | None = None) -> StagePlan:
+    """A DiT pass's stage: `steps` sampler steps of `T.calls_per_step(cfg)` model calls each, over `passes`
+    segments; `patches` (LoRAs) add their tensors to the host RAM need (their VRAM is in the plan's device:
+    `PatchBytes.on_device`)."""
     g, mem = p.geometry, p.memory
+    patches = PatchBytes() if patches is None else patches
     hr = p.host_ram if p.host_ram is not None else pass_host_ram(p.model, p.device, g, mem.streamed_weight_bytes,
                                                                  PlanRequest())
-    compute = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
-                                 p.pinning.pinned_bytes, p.prefetch)
-    step = compute + hr.disk_step_seconds    # most of the read time lands on the step (measured; not overlapped yet)
+    calls = T.calls_per_step(cfg)
+    exact = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
+                               p.pinning.pinned_bytes, p.prefetch)
+    sol_steps = sol_calls(p, steps)
+    sol = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
+                             p.pinning.pinned_bytes, p.prefetch, sol=True) if sol_steps else exact
+    # most of the read time lands on each model call (measured; not overlapped yet)
+    call = ((steps - sol_steps) * exact + sol_steps * sol) / steps + hr.disk_step_seconds
+    step = call * calls
     disk = (f"; {size(hr.disk_bytes_per_call)} of them from disk per model call (about {hr.disk_seconds_per_call:.1f} s "
-            f"at {hr.disk_gbps:g} GB/s, of which about {hr.disk_step_seconds:.1f} s adds to the step)"
+            f"at {hr.disk_gbps:g} GB/s, of which about {hr.disk_step_seconds:.1f} s adds to the step per call)"
             if hr.streams_from_disk else "")
+    cfg_text = (f"cfg {cfg:g}: {calls} model call{'s' if calls > 1 else ''} per step"
+                + (" (the negative prompt's too)" if calls > 1 else " (ComfyUI skips the negative prompt's call)"))
+    sol_text = f"; {sol_steps} of the {steps} steps run Sol" if sol_steps else ""
+    lora_text = (f"; patches ({patches.source}) hold {size(patches.host_bytes)} in RAM, "
+                 f"{size(patches.vram_bytes(p.model.dims))} on the card (planned as held)" if patches.present else "")
     detail = (f"{p.memory_mode}, {g.width}x{g.height}, {g.frames} frames per pass, {g.seq_len} rows, "
-              f"{steps} steps x {passes} pass{'es' if passes > 1 else ''}; weights resident "
+              f"{steps} steps x {passes} pass{'es' if passes > 1 else ''}, {cfg_text}{sol_text}; weights resident "
               f"{size(mem.resident_weight_bytes)}, streamed {size(mem.streamed_weight_bytes)} per model call "
               f"(pinned {size(hr.pinned_bytes)}, page cache {size(hr.page_cache_bytes)}){disk}; host RAM "
-              f"{hr.verdict}; about {step:.1f} s per step")
+              f"{hr.verdict}{lora_text}; about {step:.1f} s per step")
+    ram_need = hr.need_bytes + patches.host_bytes
     remedy = None
     if not p.fits:
         remedy = "; or ".join(_pass_remedies(p, resolver))
-    elif not hr.fits:
+    elif not hr.fits or ram_need > hr.ram_available_bytes:
         remedy = _dit_ram_remedy(p, hr)
-    return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, hr.need_bytes, hr.ram_available_bytes,
+    return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, ram_need, hr.ram_available_bytes,
                      step * steps * passes, detail, remedy, hr)
 
 
@@ -362,13 +390,16 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
              hires_geometry: Geometry | None = None, hires_plan: ExecutionPlan | None = None,
              hires_steps: int = 10, refiner_steps: int = 0,
              text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False, decode: str = "longmedia",
-             attention_resolver=default_attention_path) -> JobPlan:
+             attention_resolver=default_attention_path, cfg: float = 1.0,
+             patches: PatchBytes | None = None) -> JobPlan:
     """Plan every stage; `main` is the main pass's plan (its geometry, model and device are the job's).
 
     hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res), planned here with `planner.plan`
     and `request`; or hires_plan, that pass already planned. refiner_steps > 0 adds a Refiner pass at
     the final size. decode: "longmedia" (LongMedia Decode & Save, the shipped workflows' end) or "stock"
-    (VAEDecode + VAEDecodeAudio + CreateVideo + SaveVideo).
+    (VAEDecode + VAEDecodeAudio + CreateVideo + SaveVideo). cfg: the guider's (1: one model call per step, else
+    two). patches: the model's LoRAs (`PatchBytes`), counted in every DiT stage's RAM; plan `main` (and
+    `hires_plan`) on `patches.on_device(device)` for their VRAM.
     """
     request = PlanRequest() if request is None else request
     model, device, g = main.model, main.device, main.geometry
@@ -377,17 +408,17 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     settings = main.host_ram if main.host_ram is not None else request
     stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card,
                                  settings.pinned_memory, settings.disk_gbps),
-              dit_stage("DiT main pass", main, steps, card, g.segment_count, attention_resolver)]
+              dit_stage("DiT main pass", main, steps, card, g.segment_count, attention_resolver, cfg, patches)]
     final = main
     if hires_geometry is not None and hires_plan is None:
         hires_plan = plan(model, device, hires_geometry, request, attention_resolver=attention_resolver)
     if hires_plan is not None:
         final = hires_plan
         stages.append(dit_stage("DiT Hi-Res pass", final, hires_steps, card, final.geometry.segment_count,
-                                attention_resolver))
+                                attention_resolver, cfg, patches))
     if refiner_steps > 0:
         stages.append(dit_stage("DiT Refiner pass", final, refiner_steps, card,
-                                final.geometry.segment_count, attention_resolver))
+                                final.geometry.segment_count, attention_resolver, cfg, patches))
     stages.extend(decode_stages(final.geometry, device, usable, card, decode))
     a, b = T.block_fit()
     notes = (card.describe(),
@@ -398,6 +429,10 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
               f"{settings.disk_gbps:g} GB/s (--disk-gbps); 80 % of that read time is added to each model call, as "
               "measured on an H100 (16 GiB card, 43.8 GiB INT8 checkpoint, 1.7-2.0 GB/s disk: +6.8 s a step with 32 GiB "
               "of RAM, +14.6 s with 16 GiB, against 33.8 s with all RAM)"),
+             (f"model calls: {T.calls_per_step(cfg)} per sampler step at cfg {cfg:g} (ComfyUI skips the negative "
+              "prompt's call at cfg 1); Sol steps of scheduled_sol keep "
+              f"{T.sol_quadratic_kept():.0%} of a block's S^2 time, fitted to the 20-step schedule measured on an "
+              "H100 (docs/PERFORMANCE.md)"),
              (f"text encoder: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); video "
               f"decode: FLOPs at {T.VAE_DECODE_UTILISATION:.1%} of peak, the rate LongMedia Decode & Save measured "
               "end to end on an H100 (audio and h264 included); loading checkpoints from disk is not counted"))

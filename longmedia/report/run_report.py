@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from ..execution.probes import ProbeReport
+from ..planning.stage_times import calls_per_step
 from ..planning.types import ExecutionPlan, MemoryBreakdown
 from ..units import GIB
 from .host_features import HostFeatures
@@ -86,6 +87,7 @@ class RunReport:
     # the disk cache, or run earlier in the prompt, as a segmented job's forecast of its passes does)
     sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
     host_ram: HostRamReport | None = None  # pins, room made, disk reads and read-ahead (report/host_ram.py)
+    cfg: float | None = None  # the guider's cfg (CFGGuider.cfg); None: a guider without one (BasicGuider)
 
     def step_seconds(self) -> tuple[tuple[int, float], ...]:
         """(sampler step, seconds of its model calls), for the steps with at least one model call, in order."""
@@ -184,6 +186,10 @@ class RunReport:
         if self.sampler_steps:
             skipped = self.skipped_steps
             line = f"model calls: {len(self.steps)} over {self.sampler_steps} sampler steps"
+            if self.cfg is not None:
+                per = calls_per_step(self.cfg)
+                line += (f" (planned {per * self.sampler_steps}: cfg {self.cfg:g}, {per} call"
+                         f"{'s' if per > 1 else ''} a step)")
             if skipped:
                 line += (f"; {len(skipped)} step(s) without a model call (a step cache served them): "
                          + ", ".join(map(str, skipped)))

@@ -230,6 +230,60 @@ def test_long_examples_run_every_stage_segment_by_segment(comfy_server, example)
         assert c.streams.video[0].frames == 56 and (c.streams.video[0].width, c.streams.video[0].height) == (96, 96)
 
 
+TURBO_LORA = "minimax_h3_turbo_lora.safetensors"   # the name the turbo examples give the downloaded LoRA
+
+
+def write_tiny_lora(server, rank: int = 4, seed: int = 0) -> Path:
+    """A random rank-`rank` LoRA on every linear of the tiny H3's DiT blocks, in ComfyUI's generic key format
+    (`diffusion_model.<module>.lora_up.weight` / `.lora_down.weight`), written as the turbo examples name it."""
+    from safetensors.torch import save_file
+
+    from longmedia.testing.tiny_h3 import TINY_DIMS, tiny_h3_state_dict
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for key, w in tiny_h3_state_dict(TINY_DIMS, variant="fp32", seed=0).items():
+        if key.startswith("blocks.") and key.endswith(".weight") and w.ndim == 2:
+            stem = "diffusion_model." + key.removesuffix(".weight")
+            tensors[f"{stem}.lora_up.weight"] = torch.randn(w.shape[0], rank, generator=g) * 0.05
+            tensors[f"{stem}.lora_down.weight"] = torch.randn(rank, w.shape[1], generator=g) * 0.05
+    path = server.base / "models" / "loras" / TURBO_LORA
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path))
+    return path
+
+
+def test_t2va_60s_long_turbo_runs_8_steps_at_cfg_1_with_its_lora(comfy_server):
+    """The turbo example as saved (a LoRA on the model, 8 steps, cfg 1), segment by segment through Hi-Res and the
+    Refiner: each pass makes one model call per step (ComfyUI skips the negative's at cfg 1), the Hi-Res pass runs
+    half the 8 steps (denoise 0.5), and the LoRA changes the result (the same prompt without it differs)."""
+    write_tiny_lora(comfy_server)
+    prompt = tiny_rewrite(load_example("t2va_60s_long_turbo"), "wf_turbo.safetensors")
+    prompt[node_id(prompt, "BasicScheduler")]["inputs"]["steps"] = 8     # tiny_rewrite's 3 steps: keep the 8
+    prompt[node_id(prompt, "LongMediaHiRes")]["inputs"]["scale"] = 1.5   # 1.25 snaps back to 64 px at this size
+    entry = comfy_server.run(prompt, timeout=420)
+    out = saved(comfy_server, "wf_turbo.safetensors")
+    assert out["video"].shape == (1, 24, 17, 6, 6)
+    expected = {"LongMediaSampler": 8, "LongMediaHiRes": 4, "LongMediaRefiner": 2}
+    for stage, steps in expected.items():
+        report = entry["outputs"][node_id(prompt, stage)]["longmedia_report"][0]
+        assert len(report["segments"]) == 2
+        for seg in report["segments"]:
+            run = seg["run"]
+            assert run["cfg"] == 1.0 and run["sampler_steps"] == steps and run["model_calls"] == steps, stage
+    bare = copy.deepcopy(prompt)
+    lora = node_id(bare, "LoraLoaderModelOnly")
+    unet = bare[lora]["inputs"]["model"]
+    for node in bare.values():
+        for name, value in node["inputs"].items():
+            if value == [lora, 0]:
+                node["inputs"][name] = unet
+    del bare[lora]
+    bare["save"]["inputs"]["filename"] = "wf_turbo_bare.safetensors"
+    comfy_server.run(bare, timeout=420)
+    assert not torch.equal(saved(comfy_server, "wf_turbo_bare.safetensors")["video"], out["video"])
+
+
 def test_t2va_story_retake_reuses_the_segments_before_the_retake(comfy_server):
     """The three-prompt story: queued with every seed auto, then as saved (segment 2 retaken with seed 7): the
     Retakes node's cache (kept by ComfyUI's output cache between the queues) serves segments 0 and 1, and the

@@ -12,6 +12,7 @@ from longmedia.attention.schedule import (
     SolSettings,
     SolSettingsError,
     curve_weight,
+    exact_step_count,
     sigma_progress,
     sink_ranges_from_row_spans,
     tau_at,
@@ -214,3 +215,13 @@ def test_sinks_reject_bad_rows(row, fragment):
     with pytest.raises(SolSettingsError) as info:
         sink_ranges_from_row_spans([row])
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("steps, exact", [(1, 1), (2, 1), (4, 1), (8, 2), (20, 4), (30, 6)])
+def test_exact_phase_scales_with_few_steps(steps, exact):
+    """Turbo schedules (4 and 8 steps) keep an exact phase: the first step at least, dense_percent of the rest."""
+    s = SolSettings(dense_percent=0.2)
+    assert exact_step_count(steps, s) == exact
+    sigmas = [1.0 - i / steps for i in range(steps)] + [0.0]     # the sampler's table: a trailing 0, never a call
+    from_sigmas = [tau_at(sigma_progress(sig, sigmas), s) is None for sig in sigmas[:-1]]
+    assert from_sigmas == [True] * exact + [False] * (steps - exact)

@@ -22,8 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
 STOCK_SCHEMAS = REPO / "tests" / "data" / "stock_object_info_h3.json"
 OUR_SCHEMAS = REPO / "tests" / "data" / "longmedia_object_info.json"
-EXAMPLES = ("t2va_10s", "ref2va_hires_refiner", "t2va_30s_segmented", "t2va_60s_long", "t2va_story_retake")
-LONG_EXAMPLES = ("t2va_30s_segmented", "t2va_60s_long")
+EXAMPLES = ("t2va_10s", "ref2va_hires_refiner", "t2va_30s_segmented", "t2va_60s_long", "t2va_story_retake",
+            "t2va_10s_turbo", "t2va_60s_long_turbo")
+LONG_EXAMPLES = ("t2va_30s_segmented", "t2va_60s_long", "t2va_60s_long_turbo")
+TURBO_EXAMPLES = ("t2va_10s_turbo", "t2va_60s_long_turbo")
+TURBO_LORA = "minimax_h3_turbo_lora.safetensors"   # stands for the turbo LoRA file the user downloads (README)
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "COMFY_DYNAMICCOMBO_V3"}
 FRONTEND_ONLY = {"Note", "MarkdownNote"}    # UI-only nodes: no backend class, dropped from API prompts
 FREE_COMBOS = ("image_upload", "audio_upload", "video_upload")
@@ -321,6 +324,28 @@ def test_the_long_examples_run_every_stage_on_the_job_and_save_through_bounded_d
     assert prompt[save["latent"][0]]["class_type"] == "LongMediaRefiner" and save["fps"] == 24.0
     assert not nodes_of(prompt, "VAEDecode") and not nodes_of(prompt, "SaveVideo")
     assert example in save["filename_prefix"]
+
+
+@pytest.mark.parametrize("example", TURBO_EXAMPLES)
+def test_turbo_examples_are_their_base_with_a_lora_8_steps_and_cfg_1(example):
+    """The turbo twin of an example: stock LoraLoaderModelOnly between the model loader and everything that used it,
+    8 steps, cfg 1 (one model call a step), its LoRA named with its folder in the loader's properties; nothing else
+    changed but the output's prefix."""
+    base = example.removesuffix("_turbo")
+    prompt, before = load(f"{example}.api.json"), load(f"{base}.api.json")
+    (lora_id,) = [k for k, n in prompt.items() if n["class_type"] == "LoraLoaderModelOnly"]
+    unet_id = next(k for k, n in prompt.items() if n["class_type"] == "UNETLoader")
+    assert prompt[lora_id]["inputs"] == {"model": [unet_id, 0], "lora_name": TURBO_LORA, "strength_model": 1.0}
+    users = [n for n in prompt.values() for v in n["inputs"].values() if v == [unet_id, 0]]
+    assert users == [prompt[lora_id]]
+    (sched,), (guider,) = nodes_of(prompt, "BasicScheduler"), nodes_of(prompt, "CFGGuider")
+    assert sched["steps"] == 8 and guider["cfg"] == 1.0 and guider["model"] == [lora_id, 0]
+    assert sched["model"] == [lora_id, 0]
+    for key, node in before.items():
+        changed = {k for k, v in node["inputs"].items() if prompt[key]["inputs"][k] != v}
+        assert changed <= {"model", "steps", "cfg", "filename_prefix"}, (key, changed)
+    (ui_lora,) = [n for n in load(f"{example}.json")["nodes"] if n["type"] == "LoraLoaderModelOnly"]
+    assert ui_lora["properties"]["models"] == [{"name": TURBO_LORA, "directory": "loras"}]
 
 
 def test_example_jobs_are_valid_setups():

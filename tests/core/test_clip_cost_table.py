@@ -1,0 +1,61 @@
+"""README's and docs/PERFORMANCE.md's "What a clip costs": every cell is the `whole clip` line of the command printed
+beside the table for its path (CARD and CLIP from its row and column), and the shipped 60 s workflow's three
+figures are those of the commands under them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from longmedia.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = {"README.md": ("### What a clip costs", "## Documentation"),
+         "docs/PERFORMANCE.md": ("## What a clip costs", "## By card class")}
+
+
+def section(page: str) -> str:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    start, end = PAGES[page]
+    return text[text.index(start):text.index(end)]
+
+
+def whole_clip_minutes(capsys, command: str) -> int:
+    words = command.split()
+    assert words[:4] == ["python", "-m", "longmedia", "plan"], command
+    assert main(words[3:]) == 0, command
+    m = re.search(r"^whole clip: about (\d+) min", capsys.readouterr().out, re.M)
+    assert m, command
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_cell_is_what_its_command_prints(capsys, page):
+    text = section(page)
+    commands = dict(re.findall(r"^- (.+?): `(python -m longmedia plan [^`]+)`$", text, re.M))
+    clips = [int(c) for c in re.findall(r"^\| card \| path \| (\d+) s \| (\d+) s \| (\d+) s \|$", text, re.M)[0]]
+    rows = re.findall(r"^\| (\d+) GB \(`--vram-gb \d+`\) \| (.+?) \| (\d+) \| (\d+) \| (\d+) \|$", text, re.M)
+    assert clips == [10, 30, 60] and len(commands) == 3
+    assert sorted({int(r[0]) for r in rows}) == [8, 12, 16, 24] and len(rows) == 12
+    for card, path, *cells in rows:
+        for clip, cell in zip(clips, cells):
+            command = commands[path].replace("CARD", card).replace("CLIP", str(clip))
+            assert whole_clip_minutes(capsys, command) == int(cell), (page, card, path, clip)
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_the_shipped_60_s_workflow_figures_and_the_turbo_goal(capsys, page):
+    text = section(page)
+    para = text[text.index("The shipped 60 s workflow"):]
+    figures = [int(f) for f in re.findall(r"about (\d+) min", para)]
+    base = re.search(r"`(python -m longmedia plan --seconds 60 [^`]+)`", para).group(1)
+    turbo = re.search(r"then `(--steps 8 [^`]+)`", para).group(1)
+    sol = f"{turbo} --attention-mode scheduled_sol"
+    cut = base.split(" --steps ")[0]
+    got = [whole_clip_minutes(capsys, c) for c in (base, f"{cut} {turbo}", f"{cut} {sol}")]
+    assert figures == got
+    assert got[2] <= 0.35 * got[0]       # the turbo goal: a 60 s clip with scheduled_sol within 0.35x of 20 steps
+    ratios = [float(r) for r in re.findall(r"\((\d\.\d+)x\)", para)]
+    assert ratios == [round(got[1] / got[0], 2), round(got[2] / got[0], 2)]
