@@ -237,7 +237,8 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
         raise LongMediaInputError("--frames", args.frames, "either --seconds or --frames, not both", "Drop one.")
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
     model = model_from_arg(args.model)
-    device = patches_from_args(args).on_device(DeviceProfile.card(
+    patches = patches_from_args(args)
+    device = patches.on_device(DeviceProfile.card(
         args.vram_gb, args.ram_gb, os_name=args.os_name, dynamic_vram=not args.no_dynamic_vram,
         host_held_bytes=COMFYUI_HELD_BYTES))
     one_pass = covers_whole_job(args, seconds)
@@ -251,6 +252,7 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
         setup_checks(args, geometry, device)
     request = PlanRequest(memory_mode=args.memory_mode, attention_mode=args.attention_mode,
                           disk_gbps=args.disk_gbps, pinned_memory=not args.no_pinned_memory,
+                          patch_host_bytes=patches.host_bytes,
                           **{name: getattr(args, name) for name, *_ in MANUAL_CONTROLS})
     resolver = resolve_attention_path if args.probe_attention else default_attention_path
     return plan(model, device, geometry, request, attention_resolver=resolver)

@@ -17,6 +17,7 @@ import torch
 from ..h3.geometry import Geometry
 from ..h3.profiles import DeviceProfile, ModelProfile
 from ..job.preflight import StagePass, check_conditioning_widths, check_pass_rows
+from ..planning.patches import PatchBytes
 from ..planning.planner import plan as make_plan
 from ..planning.types import ExecutionPlan, PlanRequest
 from ..report.memory import MemorySnapshot
@@ -24,6 +25,7 @@ from . import inputs
 from .attention_speeds import attention_speeds
 from .host_attention import host_attention
 from .memory_facts import dynamic_vram_active, pinned_memory_enabled, pinned_ram_bytes, vbar_reclaimable_bytes
+from .patch_facts import model_patch_bytes
 from .sparse_attention_node import block_sparse_evidence
 from .sparse_attention_node import reconcile as reconcile_block_sparse
 
@@ -67,6 +69,7 @@ class CheckedPass:
     row_spans: tuple
     request: PlanRequest
     block_sparse: object
+    patches: PatchBytes = PatchBytes()   # the model's LoRAs (`patch_facts.model_patch_bytes`)
 
 
 def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | None = None,
@@ -102,11 +105,16 @@ def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | 
     if request.pinned_memory and not pinned_memory_enabled():   # ComfyUI's --disable-pinned-memory: no pin cache
         request = dataclasses.replace(request, pinned_memory=False)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
-    return CheckedPass(profile, geometry, tuple(row_spans), request, evidence)
+    patches = model_patch_bytes(guider.model_patcher, profile.dims)   # LoRAs: their RAM and one block's VRAM
+    if patches.present and request.patch_host_bytes == 0:
+        request = dataclasses.replace(request, patch_host_bytes=patches.host_bytes)
+    return CheckedPass(profile, geometry, tuple(row_spans), request, evidence, patches)
 
 
 def plan_pass(checked: CheckedPass, device: DeviceProfile) -> ExecutionPlan:
-    """The plan of a checked pass on `device` (the planner's one call for the pass)."""
+    """The plan of a checked pass on `device` (the planner's one call for the pass), with the VRAM the model's LoRAs
+    take while a block is cast held (`PatchBytes.on_device`, as the CLI plans it)."""
+    device = checked.patches.on_device(device, checked.profile.dims)
     return reconcile_block_sparse(make_plan(checked.profile, device, checked.geometry, checked.request),
                                   checked.block_sparse)
 

@@ -85,6 +85,7 @@ class HostRamPlan:
     disk_gbps: float
     dynamic_vram: bool
     pinned_memory: bool
+    patch_bytes: int = 0           # the model's LoRA tensors: loaded into RAM (a need), not mapped
 
     @property
     def headroom_bytes(self) -> int:
@@ -96,7 +97,7 @@ class HostRamPlan:
     @property
     def need_bytes(self) -> int:
         """The true need: process, latents, headroom; and, without dynamic VRAM, the weights that stream."""
-        need = self.process_bytes + self.latent_bytes + self.headroom_bytes
+        need = self.process_bytes + self.latent_bytes + self.patch_bytes + self.headroom_bytes
         return need if self.dynamic_vram else need + self.weights_host_bytes
 
     @property
@@ -130,7 +131,7 @@ class HostRamPlan:
     def rss_bytes(self) -> int:
         """The process's predicted RSS peak: process, latents, pins (page cache mapped in is not counted)."""
         held = self.pinned_bytes if self.dynamic_vram else self.weights_host_bytes   # off: the weights held in RAM
-        return self.process_bytes + self.latent_bytes + held
+        return self.process_bytes + self.latent_bytes + self.patch_bytes + held
 
     @property
     def verdict(self) -> str:
@@ -155,7 +156,9 @@ class HostRamPlan:
         """The verdict and its parts, for a report."""
         out = [f"host RAM: {self.verdict}",
                f"  need {gib(self.need_bytes)} of {gib(self.ram_available_bytes)} available: process "
-               f"{gib(self.process_bytes)}, latents {gib(self.latent_bytes)}, headroom {gib(self.headroom_bytes)} "
+               f"{gib(self.process_bytes)}, latents {gib(self.latent_bytes)}"
+               + (f", LoRA tensors {gib(self.patch_bytes)}" if self.patch_bytes else "")
+               + f", headroom {gib(self.headroom_bytes)} "
                f"(ComfyUI's pin floor {gib(self.floor_bytes)}, LongMedia's own {gib(self.own_alloc_bytes)}, "
                f"{self.prefetch_blocks} blocks read ahead {gib(self.prefetch_window_bytes)})"]
         if self.dynamic_vram:
@@ -176,7 +179,7 @@ class HostRamPlan:
 def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_bytes: int, latent_bytes: int, *,
                   own_alloc_bytes: int, pinned_memory: bool = True, disk_gbps: float = DEFAULT_DISK_GBPS,
                   dynamic_vram: bool | None = None, process_bytes: int = PROCESS_HOST_BYTES,
-                  read_ahead: bool = False) -> HostRamPlan:
+                  read_ahead: bool = False, patch_bytes: int = 0) -> HostRamPlan:
     """The host-RAM plan of one stage on `device` (its available RAM and pinned budget): every surface calls this.
 
     weights_host_bytes: the weights that travel from host every model call (VRAM-resident ones are read once);
@@ -189,7 +192,7 @@ def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_b
     avail = device.ram_available_bytes
     base = dict(ram_available_bytes=avail, process_bytes=process_bytes, latent_bytes=latent_bytes,
                 own_alloc_bytes=own_alloc_bytes, floor_bytes=PIN_BUDGET_FLOOR_BYTES, weights_host_bytes=weights_host_bytes,
-                disk_gbps=disk_gbps, dynamic_vram=dynamic, pinned_memory=pinned_memory)
+                disk_gbps=disk_gbps, dynamic_vram=dynamic, pinned_memory=pinned_memory, patch_bytes=patch_bytes)
     if not dynamic:   # the streamed weights stay in RAM (a need); what is pinned is the planner's PinningDecision
         return HostRamPlan(prefetch_blocks=0, prefetch_window_bytes=0, pin_budget_bytes=0, page_cache_bytes=0, **base)
     plan = _dynamic(base, device, 0, block_weight_bytes)
@@ -201,7 +204,7 @@ def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_b
 def _dynamic(base: dict, device: DeviceProfile, blocks: int, block_weight_bytes: int) -> HostRamPlan:
     window = blocks * block_weight_bytes
     weights = base["weights_host_bytes"]
-    free = base["ram_available_bytes"] - base["process_bytes"] - base["latent_bytes"] - \
+    free = base["ram_available_bytes"] - base["process_bytes"] - base["latent_bytes"] - base["patch_bytes"] - \
         (max(base["floor_bytes"], window) + base["own_alloc_bytes"])
     pins = max(0, min(free, weights, device.pinned_budget_bytes)) if base["pinned_memory"] else 0
     rest = weights - pins

@@ -371,7 +371,7 @@ def pass_host_ram(model: ModelProfile, device: DeviceProfile, g: Geometry, strea
     weights = model.weight_bytes if device.dynamic_vram else streamed_weight_bytes
     return plan_host_ram(device, weights, model.block_weight_bytes, stage_latent_bytes(g),
                          own_alloc_bytes=pass_latent_bytes(g), pinned_memory=request.pinned_memory,
-                         disk_gbps=request.disk_gbps)
+                         disk_gbps=request.disk_gbps, patch_bytes=request.patch_host_bytes)
 
 
 def peak_bound_text(mem: MemoryBreakdown, device: DeviceProfile) -> str:

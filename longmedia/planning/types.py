@@ -81,6 +81,7 @@ class PlanRequest:
     sp_link_measured: bool = False      # sp_link_gbps was measured on the ranks' own group (else declared)
     disk_gbps: float = DEFAULT_DISK_GBPS
     pinned_memory: bool = True
+    patch_host_bytes: int = 0           # the model's LoRA tensors, held in RAM beside it (`planning/patches.PatchBytes`)
 
     def __post_init__(self) -> None:
         check_choice("memory_mode", self.memory_mode, MEMORY_MODES, "Use auto unless you know the mode you need.")

@@ -231,8 +231,8 @@ def sol_calls(p: ExecutionPlan, steps: int) -> int:
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
               resolver=default_attention_path, cfg: float = 1.0, patches: PatchBytes | None = None) -> StagePlan:
     """A DiT pass's stage: `steps` sampler steps of `T.calls_per_step(cfg)` model calls each, over `passes`
-    segments; `patches` (LoRAs) add their tensors to the host RAM need (their VRAM is in the plan's device:
-    `PatchBytes.on_device`)."""
+    segments; `patches` (LoRAs) are named in the stage's detail: their RAM is in the plan's host RAM
+    (`PlanRequest.patch_host_bytes`) and their VRAM in its device (`PatchBytes.on_device`)."""
     g, mem = p.geometry, p.memory
     patches = PatchBytes() if patches is None else patches
     hr = p.host_ram if p.host_ram is not None else pass_host_ram(p.model, p.device, g, mem.streamed_weight_bytes,
@@ -259,7 +259,7 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
               f"{size(mem.resident_weight_bytes)}, streamed {size(mem.streamed_weight_bytes)} per model call "
               f"(pinned {size(hr.pinned_bytes)}, page cache {size(hr.page_cache_bytes)}){disk}; host RAM "
               f"{hr.verdict}{lora_text}; about {step:.1f} s per step")
-    ram_need = hr.need_bytes + patches.host_bytes
+    ram_need = hr.need_bytes   # the patches' RAM is in it (PlanRequest.patch_host_bytes)
     remedy = None
     if not p.fits:
         remedy = "; or ".join(_pass_remedies(p, resolver))

@@ -267,3 +267,23 @@ def test_int8_lora_through_lowvram_weight_functions(sampler_env, loras, mode):
         assert all(0 < rel(g, w) <= 1e-6 for g, w in zip(got, want)), [rel(g, w) for g, w in zip(got, want)]
     assert_lora_moved(got, sampler_env["ncs"].SamplerCustomAdvanced.execute(
         *job(sampler_env["models"]["int8"])).result[0]["samples"].unbind())
+
+
+def test_the_samplers_plan_counts_the_loras_on_the_model(sampler_env, loras, tmp_path):
+    """The Sampler's plan reads the LoRA tensors ComfyUI holds on the patcher (each once): their bytes are in the
+    pass's host-RAM need, and one block's share is held on the card it plans on; a model without LoRA plans none."""
+    import folder_paths
+
+    from longmedia.h3.safetensors_header import read_header
+
+    patcher = lora_model(sampler_env["models"]["fp32"], (loras.first, 1.0), (loras.second, 0.5))
+    files = [folder_paths.get_full_path("loras", name) for name in (loras.first, loras.second)]
+    on_disk = sum(t.nbytes for f in files for t in read_header(f).tensors)
+    result = sampler_env["core"].run_sampler(*job(patcher), NORMAL)
+    bare = sampler_env["core"].run_sampler(*job(sampler_env["models"]["fp32"]), NORMAL)
+    hr, hr_bare = result.plan.host_ram, bare.plan.host_ram
+    mapped = hr.patch_bytes
+    assert 0 < mapped <= on_disk and mapped >= 0.9 * on_disk, (mapped, on_disk)   # every mapped LoRA tensor, once
+    assert hr_bare.patch_bytes == 0
+    assert hr.need_bytes - hr_bare.need_bytes == mapped
+    assert any("LoRA tensors" in line for line in hr.lines())
