@@ -21,6 +21,7 @@ from .h3.profiles import COMFYUI_HELD_BYTES, PRESETS, DeviceProfile, ModelProfil
 from .h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
 from .job.preflight import check_job_latent, check_pass_rows, check_plan_runs
+from .limits import MAX_TEXT_TOKENS
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.host_ram import DEFAULT_DISK_GBPS, DISK_GBPS_BASIS
 from .planning.patches import PatchBytes
@@ -236,6 +237,8 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
     if args.frames is not None and args.seconds is not None:
         raise LongMediaInputError("--frames", args.frames, "either --seconds or --frames, not both", "Drop one.")
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
+    check_int("--text-tokens", args.text_tokens, 1, MAX_TEXT_TOKENS,
+              "Give the prompt's length in Qwen tokens: at least 1 (the encoder always sees the prompt's template).")
     model = model_from_arg(args.model)
     patches = patches_from_args(args)
     device = patches.on_device(DeviceProfile.card(
@@ -299,7 +302,8 @@ def setup_checks(args: argparse.Namespace, g, device: DeviceProfile) -> None:
     except LongMediaInputError as exc:  # named: Setup's input name, restated as the flag the user gave
         raise LongMediaInputError(seconds_flag[0], seconds_flag[1], exc.allowed, exc.fix) from None
     name, value = ("segment_seconds", args.segment_seconds) if g.segment_count > 1 else seconds_flag
-    check_pass_rows(g.seq_len, g.canvas_width, g.canvas_height, g.frames, name=name, value=value)
+    check_pass_rows(g.seq_len, g.canvas_width, g.canvas_height, g.frames, name=name, value=value,
+                    canvas="--width/--height")
 
 
 def sampler_checks(p: ExecutionPlan) -> tuple[str | None, tuple[str, ...]]:

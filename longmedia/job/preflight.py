@@ -23,8 +23,12 @@ from ..h3 import lattice as L
 from ..h3.profiles import gib, gib_pair
 from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
 from ..planning.types import ExecutionPlan
+from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
 from ..units import MIB
 from .job import LongMediaJob
+
+# a later segment's pass holds its context and at least one new 17-frame clip
+SHORTEST_SEGMENTED_PASS_FRAMES = DEFAULT_CONTEXT_FRAMES + L.CLIP_FRAMES
 
 LATENT_VALUE_BYTES = 4                # ComfyUI's empty latents are float32 (intermediate dtype)
 VIDEO_CHANNELS, AUDIO_CHANNELS = 24, 32
@@ -58,18 +62,33 @@ def check_job_latent(width: int, height: int, seconds: float, frames: int,
         f"Lower width/height or seconds (about {fits_seconds:.0f} s fits at {width}x{height}).")
 
 
-def check_pass_rows(rows: int, width: int, height: int, frames: int, *, name: str, value: object) -> int:
-    """`rows` packed rows of one pass within MAX_PASS_ROWS, else an error naming `name` (the input to change)."""
+def check_pass_rows(rows: int, width: int, height: int, frames: int, *, name: str, value: object,
+                    canvas: str = "width/height") -> int:
+    """`rows` packed rows of one pass within MAX_PASS_ROWS, else an error naming `name` (the input to change), or
+    `canvas` (the width and height inputs) where even the shortest segmented pass would not fit at this size."""
     if rows <= MAX_PASS_ROWS:
         return rows
     per_frame = max(1, rows // max(1, frames))
     most = L.snap_frames_down(max(L.MIN_FRAMES, MAX_PASS_ROWS // per_frame))
+    if most < SHORTEST_SEGMENTED_PASS_FRAMES:  # segments cannot help: the canvas is the input to change
+        raise LongMediaInputError(
+            canvas, f"{width}x{height}",
+            f"at most {MAX_PASS_ROWS} packed rows per pass (the hard cap); at {width}x{height} a frame packs about "
+            f"{per_frame} rows, so even the shortest segmented pass ({SHORTEST_SEGMENTED_PASS_FRAMES} frames: "
+            f"context and one 17-frame clip) has {per_frame * SHORTEST_SEGMENTED_PASS_FRAMES} rows",
+            f"Lower width and height to at most about {_largest_canvas(width, height, per_frame)} (same aspect).")
     raise LongMediaInputError(
         name, value,
         f"at most {MAX_PASS_ROWS} packed rows per pass (the hard cap); {width}x{height} with {frames} frames "
         f"in one pass is {rows} rows",
         f"Lower width/height, or set segment_seconds so that each pass (its new frames plus context_frames) "
         f"has at most {most} frames ({most / L.FPS:.1f} s) at this size.")
+
+
+def _largest_canvas(width: int, height: int, per_frame: int) -> str:
+    """The canvas of this aspect, on H3's 32-px grid, whose shortest segmented pass fits the hard cap."""
+    scale = (MAX_PASS_ROWS / (per_frame * SHORTEST_SEGMENTED_PASS_FRAMES)) ** 0.5
+    return f"{max(32, int(width * scale) // 32 * 32)}x{max(32, int(height * scale) // 32 * 32)}"
 
 
 def check_job_value(job: object) -> LongMediaJob | None:
