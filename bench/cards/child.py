@@ -13,7 +13,7 @@ import time
 from longmedia.units import GIB, MIB
 
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
-from .entry import advised_segment_seconds, grid
+from .entry import advised_segment_seconds, bench_lora_name, grid
 from .host_memory import HostMemory, calls_per_step
 from .measure import executor_class, measure
 from .prompts import CONTROLS, JOB, Server, base_sampler, execute, prompt
@@ -45,6 +45,8 @@ def child(a) -> int:
 
     nodes.register()
     folder_paths.add_model_folder_path("diffusion_models", str(a.models))
+    folder_paths.add_model_folder_path("loras", str(a.models / "loras"))
+    lora = bench_lora_name(a) if a.lora_rank else ""
     clock = StepClock()  # device-timed steps (CUDA events at the sample node's start and at each progress hook)
     server = Server(on_sample_start=clock.start)
     steps_at: list[float] = []
@@ -76,7 +78,7 @@ def child(a) -> int:
                       simulate=a.simulate, reserve_vram_gib=reserve_gib, cap_enforced=cap,
                       free_at_start_bytes=int(torch.cuda.mem_get_info()[0]),
                       comfy_total_mib=round(mm.get_total_memory(mm.get_torch_device()) / MIB),
-                      comfy_args=tuple(a.comfy_arg), **host_row).as_row()
+                      comfy_args=tuple(a.comfy_arg), lora_rank=a.lora_rank, **host_row).as_row()
     prompts_run = itertools.count(1)  # a row's position among the prompts of its card process (stock's first differs)
 
     def run(row: dict, p: dict, prompt_id: str, *, unload: bool = True, kernels: bool = False) -> dict:
@@ -126,7 +128,7 @@ def child(a) -> int:
     if a.latents:
         a.latents.mkdir(parents=True, exist_ok=True)
     # a restarted child skips the cells it has rows for (at this host RAM limit and these ComfyUI arguments)
-    done = done_cells(read_rows(a.out / ROWS_FILE), card, host_row.get("host_ram_gib"), a.comfy_arg)
+    done = done_cells(read_rows(a.out / ROWS_FILE), card, host_row.get("host_ram_gib"), a.comfy_arg, a.lora_rank)
     cells = [] if a.extras_only else [c for c in grid(a) if c not in done]
     for cell in cells:
         fmt, seconds, sampler = cell.format, cell.seconds, cell.sampler
@@ -140,13 +142,13 @@ def child(a) -> int:
         attention, extra = CONTROLS.get(kind, ("auto", {}))
         if a.latents:
             extra = {**extra, "latent_path": str(a.latents / f"{card:g}gib_{fmt}_{seconds:g}s_{sampler}.pt")}
-        write(run(row, prompt(unet, seconds, a.steps, 42, kind, card, attention, a.simulate, **extra),
+        write(run(row, prompt(unet, seconds, a.steps, 42, kind, card, attention, a.simulate, lora=lora, **extra),
                   f"{sampler}-{fmt}-{seconds}", kernels=a.kernels))
         advised = advised_segment_seconds(row)
         if advised and time.time() < a.deadline - 20:  # the refusal's own fix, as a user would apply it in Setup
             seg = Cell(fmt, seconds, "longmedia_advised").row(
                 base, f"longmedia, as advised: segment_seconds {advised:g}", segment_seconds=advised)
-            write(run(seg, prompt(unet, seconds, a.steps, 42, kind, card, "auto", a.simulate,
+            write(run(seg, prompt(unet, seconds, a.steps, 42, kind, card, "auto", a.simulate, lora=lora,
                                   job_seconds=seconds, segment_seconds=advised), f"advised-{fmt}-{seconds}"))
     if a.extras and card == 16 and "int8" in a.formats:
         from . import extras

@@ -90,6 +90,9 @@ def parse(argv=None):
                    "cold before the rows (bench/disk_read.py), recorded as each row's disk_read_gbps (0: skip)")
     p.add_argument("--host-table", type=Path, nargs="+", help="only print the host-RAM table of these cards.jsonl "
                    "files (bench/cards/host_table.py)")
+    p.add_argument("--lora-rank", type=int, default=0, metavar="R",
+                   help="a random LoRA of rank R on every block linear (longmedia.testing.tiny_lora at the bench's "
+                        "dims, bf16), loaded by stock LoraLoaderModelOnly before the sampler (0: none)")
     p.add_argument("--host-row", default="{}", help=argparse.SUPPRESS)  # the parent's host fields, JSON
     p.add_argument("--child", type=float, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -143,6 +146,8 @@ def main(argv=None) -> int:
                               str(a.oom_blocks), "--variant", "int8"], cwd=REPO, capture_output=True, text=True,
                              check=False)
         print(f"OOM rows' checkpoint: {gen.stdout.strip()} {gen.stderr[-2000:] if gen.returncode else ''}", flush=True)
+    if a.lora_rank:
+        print(f"LoRA: {_bench_lora(a)}", flush=True)
     rows_file = a.out / ROWS_FILE
     disk_gbps = _disk_read(a) if a.host_ram_gb else None
     for card in a.cards:
@@ -159,7 +164,7 @@ def main(argv=None) -> int:
                 cmd += ["--extras-which", *a.extras_which]
         if a.extras_only:
             cmd.append("--extras-only")
-        cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate]
+        cmd += [f"--comfy-arg={x}" for x in a.comfy_arg] + ["--simulate", a.simulate, "--lora-rank", str(a.lora_rank)]
         if a.latents:
             cmd += ["--latents", str(a.latents)]
         if a.kernels:
@@ -181,6 +186,26 @@ def main(argv=None) -> int:
                 ballast.wait()
     print(tables(read_rows(rows_file)))
     return 0
+
+
+def bench_lora_name(a) -> str:
+    """The file name of the bench's LoRA (in `--models`/loras): rank and block count in it."""
+    return f"bench_lora_r{a.lora_rank}_{a.blocks}blocks.safetensors"
+
+
+def _bench_lora(a) -> str:
+    """Write the bench's random LoRA once (bf16 up/down, every block linear at the bench's dims)."""
+    import torch
+
+    from longmedia.testing.full_h3 import full_dims
+    from longmedia.testing.tiny_lora import TinyLoraSpec, write_tiny_lora
+
+    path = a.models / "loras" / bench_lora_name(a)
+    if not path.is_file():
+        t0 = time.perf_counter()
+        write_tiny_lora(path, dims=full_dims(a.blocks), spec=TinyLoraSpec(rank=a.lora_rank), dtype=torch.bfloat16)
+        return f"{path} written ({path.stat().st_size / GIB:.2f} GiB, {time.perf_counter() - t0:.0f} s)"
+    return f"{path} ({path.stat().st_size / GIB:.2f} GiB, kept)"
 
 
 def _ram(limit: float | None) -> str:
@@ -250,7 +275,8 @@ def _card_under_host_limit(a, card: float, limit: float | None, cmd: list[str], 
                 print(f"{where}: the card process did not start ({error}); no rows at this limit", flush=True)
                 break
             print(f"{where}: child exit {proc.returncode}", flush=True)
-            missing = [c for c in grid(a) if c not in done_cells(read_rows(rows_file), card, limit, a.comfy_arg)]
+            missing = [c for c in grid(a) if c not in done_cells(read_rows(rows_file), card, limit, a.comfy_arg,
+                                                                   a.lora_rank)]
             if proc.returncode == 0 or not missing or a.extras_only or time.time() > deadline - 30:
                 break
             append_row(a.out, _lost_row(card, a, missing[0], proc.returncode, host))
@@ -313,7 +339,7 @@ def _lost_row(card: float, a, cell: Cell, exit_code: int, host: HostLimit | None
     limit a SIGKILL is named as the kernel's OOM killer's likely work."""
     host = host or HostLimit()
     fields = CardFields(card_gib=card, blocks=a.blocks, steps=a.steps, width=JOB[0], height=JOB[1],
-                        comfy_args=tuple(a.comfy_arg), host_ram_gib=host.host_ram_gib,
+                        comfy_args=tuple(a.comfy_arg), host_ram_gib=host.host_ram_gib, lora_rank=a.lora_rank,
                         host_ram_limit=host.host_ram_limit)
     result = f"error: the card's child process died (exit {exit_code})"
     if exit_code == -9 and host.host_ram_gib is not None:

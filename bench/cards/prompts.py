@@ -89,16 +89,18 @@ class Server:
 
 
 def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card: float, attention: str = "auto",
-           simulate: str = "ballast", memory_mode: str = "auto", latent_path: str = "", **extra_inputs):
+           simulate: str = "ballast", memory_mode: str = "auto", latent_path: str = "", lora: str = "",
+           **extra_inputs):
     """One row's prompt (`sampler`: stock, or a LongMedia sampler; a repeat's `base_sampler`); `extra_inputs` go to
     LongMediaBenchSampler's optional inputs (the extras); the sink saves the video latent to `latent_path` when one
-    is given."""
+    is given; `lora`: a LoRA file stock LoraLoaderModelOnly applies at strength 1 between the loader and the rest."""
     from longmedia.h3.lattice import frames_for_seconds
 
     w, h = JOB
     p = {
         "unet": {"class_type": "UNETLoader", "inputs": {"unet_name": unet, "weight_dtype": "default"}},
-        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["unet", 0], "shift_video": 12.0,
+        "shift": {"class_type": "MiniMaxH3SigmaShift", "inputs": {"model": ["lora" if lora else "unet", 0],
+                                                                   "shift_video": 12.0,
                                                                    "shift_audio": 3.0}},
         "pos": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 128, "seed": 1}},
         "neg": {"class_type": "LongMediaBenchConditioning", "inputs": {"tokens": 16, "seed": 2}},
@@ -111,6 +113,9 @@ def prompt(unet: str, seconds: float, steps: int, seed: int, sampler: str, card:
         "latent": {"class_type": "EmptyMiniMaxH3LatentAV",
                    "inputs": {"width": w, "height": h, "length": frames_for_seconds(seconds)}},
     }
+    if lora:
+        p["lora"] = {"class_type": "LoraLoaderModelOnly",
+                     "inputs": {"model": ["unet", 0], "lora_name": lora, "strength_model": 1.0}}
     links = {"noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
              "latent_image": ["latent", 0]}
     if sampler == "stock":

@@ -57,6 +57,7 @@ class CardFields:
     balloon_bytes: int = 0
     mem_available_start_bytes: int | None = None
     disk_read_gbps: float | None = None
+    lora_rank: int = 0
 
     def as_row(self) -> dict:
         """Every field as a row's keys (the child's rows)."""
@@ -66,7 +67,7 @@ class CardFields:
         """The fields the parent knows without the card's process (a row it writes for a child that died)."""
         return {"card_gib": self.card_gib, "blocks": self.blocks, "steps": self.steps, "width": self.width,
                 "height": self.height, "comfy_args": list(self.comfy_args), "host_ram_gib": self.host_ram_gib,
-                "host_ram_limit": self.host_ram_limit}
+                "host_ram_limit": self.host_ram_limit, "lora_rank": self.lora_rank}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -81,9 +82,10 @@ def append_row(out_dir: Path, row: dict) -> None:
 
 
 def done_cells(rows: list[dict], card: float, host_ram_gib: float | None = None,
-               comfy_args: tuple[str, ...] | list[str] = ()) -> set[Cell]:
-    """The main-table cells of `card` at this host RAM limit (None: the whole machine) and these ComfyUI
-    arguments that have a row (a restarted child skips them); a row from before these fields counts as unlimited
-    and flag-free."""
+               comfy_args: tuple[str, ...] | list[str] = (), lora_rank: int = 0) -> set[Cell]:
+    """The main-table cells of `card` at this host RAM limit (None: the whole machine), these ComfyUI arguments
+    and this LoRA rank (0: none) that have a row (a restarted child skips them); a row from before these fields
+    counts as unlimited, flag-free and without a LoRA."""
     return {Cell.of(r) for r in rows if r.get("card_gib") == card and not r.get("extra") and "sampler" in r
-            and r.get("host_ram_gib") == host_ram_gib and tuple(r.get("comfy_args") or ()) == tuple(comfy_args)}
+            and r.get("host_ram_gib") == host_ram_gib and tuple(r.get("comfy_args") or ()) == tuple(comfy_args)
+            and int(r.get("lora_rank") or 0) == lora_rank}

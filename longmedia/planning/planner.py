@@ -248,7 +248,9 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
     p = _Pass(model, device, geometry, request, reserve, False)
     cand, reasons = _choose(p, request.memory_mode)
     all_resident = cand.memory.resident_weight_bytes >= model.weight_bytes
-    pref, pref_reason = prefetch_decision(model, device, all_resident)
+    disk_reads = pass_host_ram(model, rank_device(device, request.sp_degree), geometry,
+                               cand.memory.streamed_weight_bytes, request).disk_bytes_per_call
+    pref, pref_reason = prefetch_decision(model, device, all_resident, disk_reads)
     if pref and not all_resident:
         p2 = _Pass(model, device, geometry, request, reserve, True)
         cand2 = p2.candidate(cand.mode, cand.chunks)
@@ -310,7 +312,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
         reasons.append(f"the stock final layer ({gib(mem.final_bytes)}) needs more than a block phase "
                        f"({gib(mem.blocks_phase_bytes)}): the late-block guard makes room before it")
     reasons.append(pref_reason)
-    if is_16gb_int8(model, device):
+    if is_16gb_int8(model, device) and not pref:
         reasons.append("16 GB-class card with native INT8 weights: blocks are faulted in on demand, and nothing "
                        "reserves room for the next block while the current block's activations are alive")
     if not device.dynamic_vram and model.weight_bytes > p.usable - mem.activation_need_bytes + mem.min_weight_bytes:

@@ -31,14 +31,23 @@ def is_16gb_int8(model: ModelProfile, device: DeviceProfile) -> bool:
     return model.is_int8 and device.vram_total_bytes <= INT8_16GB_CARD_MAX
 
 
-def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: bool) -> tuple[bool, str]:
+def prefetch_decision(model: ModelProfile, device: DeviceProfile, all_resident: bool,
+                      disk_bytes_per_call: int = 0) -> tuple[bool, str]:
     """Whether ComfyUI's dynamic-VRAM block prefetch runs. Off is something LongMedia does (it sets
-    `prefetch_dynamic_vbars` False inside the model call); on is ComfyUI's own setting, left as it is."""
+    `prefetch_dynamic_vbars` False inside the model call); on is ComfyUI's own setting, left as it is.
+
+    `disk_bytes_per_call`: what the pass reads from the checkpoint file every model call (host RAM cannot hold
+    those weights). ComfyUI's prefetch reads block i+1's weights while block i computes, so where weights come
+    from disk it stays on on every card (the planner still drops it where the second block does not fit)."""
     if not device.dynamic_vram:
         return False, "block prefetch off: it needs dynamic VRAM"
     if all_resident:  # nothing streams: ComfyUI's own path, as stock runs it
         return True, ("block prefetch left as ComfyUI runs it: every weight stays resident, so it fetches nothing "
                       "(turned off, torch's pool held 1.5 GiB more than stock's on the H200: docs/lab/2026-12-03-comfyui-cards.md)")
+    if disk_bytes_per_call > 0:
+        return True, (f"block prefetch on: {gib(disk_bytes_per_call)} of weights come from disk every model call "
+                      f"(host RAM cannot hold them), so the next block ({gib(model.block_weight_bytes)}) is read "
+                      "and copied while the current one runs")
     if is_16gb_int8(model, device):
         return False, (f"block prefetch off: INT8 weights on a {gib(device.vram_total_bytes)} card "
                        f"(<= {INT8_16GB_CARD_MAX / GIB:g} GiB): a speculative second block "

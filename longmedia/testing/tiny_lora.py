@@ -62,8 +62,10 @@ def lora_targets(dims: H3Dims = TINY_DIMS) -> tuple[tuple[str, tuple[int, int]],
     return tuple(out)
 
 
-def tiny_lora_state_dict(dims: H3Dims = TINY_DIMS, spec: TinyLoraSpec = TinyLoraSpec()) -> dict[str, torch.Tensor]:
-    """The LoRA's tensors (fp32), keyed `diffusion_model.<module>.lora_up.weight` / `.lora_down.weight` / `.alpha`."""
+def tiny_lora_state_dict(dims: H3Dims = TINY_DIMS, spec: TinyLoraSpec = TinyLoraSpec(),
+                         dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """The LoRA's tensors (up and down stored in `dtype`: fp32 by default, bf16 as released LoRAs ship), keyed
+    `diffusion_model.<module>.lora_up.weight` / `.lora_down.weight` / `.alpha`."""
     tensors: dict[str, torch.Tensor] = {}
     for layer, (out_f, in_f) in lora_targets(dims):
         key = f"diffusion_model.{layer}"
@@ -71,13 +73,14 @@ def tiny_lora_state_dict(dims: H3Dims = TINY_DIMS, spec: TinyLoraSpec = TinyLora
         # up @ down has entries ~ N(0, UP_GAIN^2 / in_f) once alpha / rank is applied
         up = seeded_normal(spec.seed, f"{key}.lora_up.weight", (out_f, spec.rank)) * (
             UP_GAIN / math.sqrt(spec.rank) / spec.scale)
-        tensors[f"{key}.lora_down.weight"] = down.contiguous()
-        tensors[f"{key}.lora_up.weight"] = up.contiguous()
+        tensors[f"{key}.lora_down.weight"] = down.to(dtype).contiguous()
+        tensors[f"{key}.lora_up.weight"] = up.to(dtype).contiguous()
         tensors[f"{key}.alpha"] = torch.tensor(float(spec.rank if spec.alpha is None else spec.alpha))
     return tensors
 
 
-def write_tiny_lora(path: str | Path, *, dims: H3Dims = TINY_DIMS, spec: TinyLoraSpec = TinyLoraSpec()) -> Path:
+def write_tiny_lora(path: str | Path, *, dims: H3Dims = TINY_DIMS, spec: TinyLoraSpec = TinyLoraSpec(),
+                    dtype: torch.dtype = torch.float32) -> Path:
     """Write one tiny LoRA and return its file path (`path` ending in `.safetensors` is the file, else a directory
     that receives `tiny_h3_lora_r<rank>_s<seed>.safetensors`)."""
     from safetensors.torch import save_file
@@ -86,5 +89,5 @@ def write_tiny_lora(path: str | Path, *, dims: H3Dims = TINY_DIMS, spec: TinyLor
     if path.suffix != ".safetensors":
         path = path / f"tiny_h3_lora_r{spec.rank}_s{spec.seed}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tiny_lora_state_dict(dims, spec), str(path), metadata={"generator": "longmedia.testing.tiny_lora"})
+    save_file(tiny_lora_state_dict(dims, spec, dtype), str(path), metadata={"generator": "longmedia.testing.tiny_lora"})
     return path

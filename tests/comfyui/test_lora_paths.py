@@ -287,3 +287,21 @@ def test_the_samplers_plan_counts_the_loras_on_the_model(sampler_env, loras, tmp
     assert hr_bare.patch_bytes == 0
     assert hr.need_bytes - hr_bare.need_bytes == mapped
     assert any("LoRA tensors" in line for line in hr.lines())
+
+
+def test_the_streamed_cast_asks_for_int8_weights_as_stocks_int8_layers_do(sampler_env):
+    """Under Dynamic VRAM a LoRA applied at cast time comes back dequantized unless the cast asks for requantizing
+    (`want_requant`), as ComfyUI's INT8 Linear and `linear_input_act` ask. The CPU has no comfy-aimdo VBAR, so the
+    requantized weight itself is checked on the GPU (tests/gpu/test_int8_lora_dynamic_vram.py); here: the streamed
+    cast's keywords for a real INT8 layer of this ComfyUI, and none for a plain one."""
+    import comfy.ops as ops
+
+    from longmedia.comfy.block_patch import cast_options, casts_requantize
+
+    assert casts_requantize(ops)
+    like = torch.randn(3, 8, dtype=torch.bfloat16)
+    int8 = sampler_env["models"]["int8"].model.diffusion_model.blocks[0].attn.qkv_proj
+    plain = sampler_env["models"]["fp32"].model.diffusion_model.blocks[0].attn.qkv_proj
+    assert cast_options(int8, like, True) == {"compute_dtype": torch.bfloat16, "want_requant": True}
+    assert cast_options(plain, like, True) == {}
+    assert cast_options(int8, like, False) == {}

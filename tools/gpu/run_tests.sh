@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # LongMedia: run the GPU test layer (tests/gpu) on a GPU machine without network.
 #
-#     bash tools/gpu/run_tests.sh [pytest args]
+#     bash tools/gpu/run_tests.sh [tests/gpu/FILE ...] [pytest args]   # no file: all of tests/gpu
 #
 # From the repo root, with carry [".whl", ".comfy_src"] (see tools/gpu/README.md). It sources
 # tools/gpu/bootstrap.sh when LONGMEDIA_COMFYUI_ROOT is not set yet (ComfyUI, comfy-aimdo,
@@ -26,4 +26,6 @@ fi
 unset TRITON_INTERPRET
 junit=()
 [ -n "${OUT:-}" ] && junit=(--junitxml "$OUT/gpu_tests.xml")
-PYTHONPATH="$(pwd):${PYTHONPATH:-}" exec python3 -m pytest -q -p no:cacheprovider "${junit[@]}" tests/gpu "$@"
+targets=(tests/gpu)
+case "${1:-}" in tests/gpu*) targets=() ;; esac   # given test files: only those
+PYTHONPATH="$(pwd):${PYTHONPATH:-}" exec python3 -m pytest -q -p no:cacheprovider "${junit[@]}" "${targets[@]}" "$@"
