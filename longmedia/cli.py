@@ -21,6 +21,7 @@ from .h3.profiles import COMFYUI_HELD_BYTES, PRESETS, DeviceProfile, ModelProfil
 from .h3.references import REFERENCE_BUDGETS, KeyframeSpec, ReferenceSpec
 from .job.geometry import build_geometry
 from .job.preflight import check_job_latent, check_pass_rows, check_plan_runs
+from .job.setup_plan import check_edge
 from .limits import MAX_TEXT_TOKENS
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.host_ram import DEFAULT_DISK_GBPS, DISK_GBPS_BASIS
@@ -132,9 +133,9 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
                         "h3-int8)")
     j = p.add_argument_group("job")
     j.add_argument("--width", type=int, default=1344,
-                   help="video width in pixels (default 1344); planned on H3's 32-px grid, the snap is shown")
+                   help="video width in pixels (default 1344), a multiple of 32 as in Setup")
     j.add_argument("--height", type=int, default=768,
-                   help="video height in pixels (default 768); planned on H3's 32-px grid, the snap is shown")
+                   help="video height in pixels (default 768), a multiple of 32 as in Setup")
     j.add_argument("--seconds", type=float, default=None,
                    help="video length (default 10); planned on H3's 17k+5 frame grid at 24 fps, the snap is shown")
     j.add_argument("--frames", type=int, default=None, help="video length in frames at 24 fps instead of --seconds")
@@ -239,6 +240,9 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
     seconds = 10.0 if args.seconds is None and args.frames is None else args.seconds
     check_int("--text-tokens", args.text_tokens, 1, MAX_TEXT_TOKENS,
               "Give the prompt's length in Qwen tokens: at least 1 (the encoder always sees the prompt's template).")
+    if setup:   # Setup's own check: an edge off the 32-px grid is refused with the nearest sizes, not snapped
+        check_edge("--width", args.width)
+        check_edge("--height", args.height)
     model = model_from_arg(args.model)
     patches = patches_from_args(args)
     device = patches.on_device(DeviceProfile.card(
@@ -319,10 +323,6 @@ def snap_notes(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
     """What the plan changed from the typed values, and why."""
     g = p.geometry
     out = []
-    for flag, typed, planned in (("width", args.width, g.canvas_width), ("height", args.height, g.canvas_height)):
-        if typed != planned:
-            out.append(f"{flag} {typed} -> {planned} (H3 works on a 32-px grid: {flag} // 16 latent cells, "
-                       "padded to whole 2x2 patches)")
     total = g.total_frames or g.frames
     if args.frames is not None and args.frames != total:
         out.append(f"{args.frames} frames -> {total} frames = {total / L.FPS:.3f} s (H3's 17k+5 frame grid)")

@@ -15,10 +15,41 @@ class Suggestion:
     value: object
 
 
+TITLE = "LongMedia input error"
+
+
+def _titled(cls: type) -> type:
+    """`cls` named as the title ComfyUI shows over the message (its execution.full_type_name reads `__module__` and
+    `__qualname__`, 'builtins' dropped; a pack's module is its folder's path). Its real place is kept for pickling."""
+    cls._location = (cls.__module__, cls.__qualname__)
+    cls.__module__, cls.__qualname__ = "builtins", TITLE
+    return cls
+
+
+def _rebuild(location: tuple[str, str], args: tuple, state: dict) -> Exception:
+    import importlib
+
+    cls = importlib.import_module(location[0])
+    for part in location[1].split("."):
+        cls = getattr(cls, part)
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class LongMediaInputError(ValueError):
     """A user-facing input is out of range; the message names the input, its value, the range and the fix.
 
-    `suggestion`: where the fix is one input set to one value, that input and value, typed."""
+    `suggestion`: where the fix is one input set to one value, that input and value, typed. ComfyUI titles it
+    "LongMedia input error" (subclasses too), not by the pack's file path."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        _titled(cls)
+
+    def __reduce__(self):
+        return _rebuild, (type(self)._location, self.args, dict(self.__dict__))
 
     def __init__(self, name: str, value: object, allowed: str, fix: str, *,
                  suggestion: Suggestion | None = None) -> None:
@@ -28,6 +59,9 @@ class LongMediaInputError(ValueError):
         self.fix = fix
         self.suggestion = suggestion
         super().__init__(f"{name}={value!r} is not allowed: expected {allowed}. {fix}")
+
+
+_titled(LongMediaInputError)
 
 
 def check_int(name: str, value: object, low: int, high: int, fix: str, *, zero_ok: bool = False) -> int:

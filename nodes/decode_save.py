@@ -30,11 +30,11 @@ class LongMediaDecodeSave(io.ComfyNode):
                 io.String.Input("filename_prefix", default="video/LongMedia",
                                 tooltip="File name in ComfyUI's output folder, as SaveVideo takes it (a folder "
                                         "before /, %date:yyyy-MM-dd% style fields); _00001_.mp4 is appended."),
-                io.Float.Input("fps", default=24.0, min=1.0, max=120.0, step=1.0,
+                io.Int.Input("fps", default=24, min=1, max=120,
                                tooltip="Frames per second: 24 is H3's rate (the audio is generated for it)."),
                 io.Int.Input("bit_depth", default=8, min=8, max=10, step=2, display_mode=io.NumberDisplay.number,
                              tooltip="8 plays everywhere; 10 keeps smoother gradients (as CreateVideo's bit_depth)."),
-                io.Float.Input("crf", default=CRF_AUTO, min=-1.0, max=51.0, step=1.0, advanced=True,
+                io.Int.Input("crf", default=int(CRF_AUTO), min=-1, max=51, advanced=True, optional=True,
                                tooltip="-1 = the encoder's default, as SaveVideo's auto; else h264 CRF 0-51 "
                                        "(lower is better quality and a larger file)."),
             ],

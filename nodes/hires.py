@@ -26,7 +26,10 @@ class LongMediaHiRes(io.ComfyNode):
                 io.Noise.Input("noise", tooltip="RandomNoise for the re-noising and the second pass."),
                 io.Guider.Input("guider", tooltip="The guider of the first pass (CFGGuider / BasicGuider over H3)."),
                 io.Sampler.Input("sampler", tooltip="Any ComfyUI sampler (KSamplerSelect)."),
-                io.Sigmas.Input("sigmas", tooltip="A full schedule (BasicScheduler, denoise 1.0); Hi-Res runs its tail."),
+                io.Sigmas.Input("sigmas", tooltip="The same schedule as the Sampler's (BasicScheduler, denoise "
+                                                  "1.0): Hi-Res reruns its last `denoise` share, so the second pass "
+                                                  "continues the first on one noise scale. (The Refiner, a separate "
+                                                  "polish, makes a short schedule of its own.)"),
                 io.Latent.Input("latent", tooltip="The first pass's output latent (LongMedia Sampler)."),
                 Job.Input("job", optional=True,
                           tooltip="LongMedia Setup's job. A segmented job runs Hi-Res segment by segment (each "

@@ -32,7 +32,9 @@ class LongMediaRefiner(io.ComfyNode):
                 io.Combo.Input("scheduler", options=list(comfy.samplers.SCHEDULER_NAMES), default="simple",
                                tooltip="Schedule of the refiner steps (ignored when sigmas is connected)."),
                 io.Int.Input("steps", default=4, min=1, max=1000,
-                             tooltip="Refiner steps: the last `steps` of a steps/denoise-step schedule."),
+                             tooltip="Refiner steps, on a schedule of its own: the last `steps` of a "
+                                     "steps/denoise-step schedule of `scheduler` (unlike Hi-Res, which reruns the "
+                                     "tail of the Sampler's sigmas; connect sigmas here to do the same)."),
                 io.Float.Input("denoise", default=0.25, min=0.01, max=1.0, step=0.01,
                                tooltip="How much is re-noised: 0.1-0.3 polishes detail, higher changes content."),
                 io.Sigmas.Input("sigmas", optional=True,

@@ -99,7 +99,9 @@ class LongMediaSetup(io.ComfyNode):
                 # optional only so that it follows `positive` (ComfyUI lists required inputs first); execute
                 # refuses a job without it
                 io.Conditioning.Input("negative", optional=True,
-                                      tooltip="Negative prompt (CLIPTextEncode), passed through as is. Required."),
+                                      tooltip="Negative prompt (CLIPTextEncode), passed through as is. Connect one "
+                                              "(an empty CLIPTextEncode is fine): Setup stops with a message "
+                                              "when it is missing."),
                 io.Clip.Input("clip", optional=True,
                               tooltip="H3 text encoder: Setup encodes `prompt` with the references / first-last "
                                       "frames shown to Qwen, as the stock H3 nodes do."),

@@ -43,13 +43,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+REFUSAL_NAMES = ("LongMedia input error", "LongMediaInputError")   # ComfyUI's title for it; rows before issue 47
+
+
 def _cell(r: dict | None) -> tuple[str, ...]:
     if r is None:
         return ("not run", "-", "-", "-")
     result = r.get("result", "-")
     if result.startswith("error") and "VRAM grow failed" in (r.get("error") or ""):
         result = "OOM (aimdo cast buffer)"
-    elif result.startswith("error") and "LongMediaInputError" in (r.get("error") or ""):
+    elif result.startswith("error") and any(name in (r.get("error") or "") for name in REFUSAL_NAMES):
         result = "refused before any GPU work"
     sps = "-" if r.get("s_per_step") is None else f"{r['s_per_step']:.2f}"
     return (result, sps, _g(r.get("process_peak_bytes")), _g(r.get("torch_reserved_peak_bytes")))

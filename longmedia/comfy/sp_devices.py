@@ -23,11 +23,22 @@ def _resolve(label: str) -> torch.device:
     resolve = getattr(mm, "resolve_gpu_device_option", None)
     if resolve is not None and (label in ("default", "cpu") or label.startswith("gpu:")):
         device = resolve(label)
+        if label.startswith("gpu:") and (device is None or torch.device(device).type == "cpu"):
+            # ComfyUI falls back to its default device here (the CPU on a CPU-only host): say so instead
+            raise LongMediaInputError("devices", label, f"a GPU this host has ({_host_gpus(mm)})",
+                                      f"{label} names a GPU this host does not have. {FIX}")
         return torch.device(device) if device is not None else torch.device(mm.get_torch_device())
     try:
         return torch.device(label)
     except RuntimeError as error:  # named: torch's own parse error for a device string
         raise LongMediaInputError("devices", label, "a device label such as gpu:1, cuda:1 or cpu", FIX) from error
+
+
+def _host_gpus(mm) -> str:
+    """ComfyUI's labels of this host's GPUs, or a note that it has none."""
+    listed = getattr(mm, "get_all_torch_devices", None)
+    gpus = [d for d in (listed() if listed is not None else ()) if torch.device(d).type != "cpu"]
+    return ", ".join(f"gpu:{i}" for i in range(len(gpus))) if gpus else "none: CPU only, use 'cpu,cpu' to test there"
 
 
 def parse_devices(text: str | None, load_device, remote: bool = False) -> tuple[torch.device, ...]:

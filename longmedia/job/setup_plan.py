@@ -129,7 +129,8 @@ class SetupPlan:
                             segments=self.segments if self.segmented else None, notes=self.notes)
 
 
-def _check_edge(name: str, value: object) -> int:
+def check_edge(name: str, value: object) -> int:
+    """A video edge in pixels: a multiple of 32, else refused naming the two nearest (Setup; the CLI's --width/--height)."""
     value = check_int(name, value, L.CANVAS_MULTIPLE, MAX_EDGE_PX, "Use the video size in pixels, a multiple of 32.")
     if value % L.CANVAS_MULTIPLE:
         low = value - value % L.CANVAS_MULTIPLE
@@ -260,8 +261,8 @@ def _check_segment_prompts(r: SetupRequest) -> None:
 
 def plan_setup(r: SetupRequest) -> SetupPlan:
     """Validate `r` (before any GPU work) and resolve the job: geometry, segments, reference preparation, notes."""
-    _check_edge("width", r.width)
-    _check_edge("height", r.height)
+    check_edge("width", r.width)
+    check_edge("height", r.height)
     seconds = check_float("seconds", r.seconds, MIN_SECONDS, MAX_SECONDS, "Give the video length in seconds.")
     check_choice("reference_budget", r.reference_budget, tuple(REFERENCE_BUDGETS))
     check_choice("ref_image_size", r.ref_image_size, ("match", "max"))

@@ -223,12 +223,12 @@ def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, 
     each candidate is checked at that length.
     """
     tip = suggest_segment_seconds(_card_gb(device), g.reference_budget.name)
-    too_long = g.segment_count == 1 and g.frames > L.frames_for_seconds(tip.max_seconds)
-    if cand.fits and cand.mode != "ultra_low_vram" and not too_long:
-        return None
     context = g.context_frames or DEFAULT_CONTEXT_FRAMES
     extra = (context - L.MIN_FRAMES) // L.CLIP_FRAMES * L.CLIP_FRAMES
-    first = g.frames if g.segment_count == 1 else g.frames - extra
+    first = g.frames if g.segment_count == 1 else g.frames - extra   # a segment's frames, as its first pass has them
+    too_long = first > L.frames_for_seconds(tip.max_seconds)          # one pass, or segments, past the card's range
+    if cand.fits and cand.mode != "ultra_low_vram" and not too_long:
+        return None
     cap = L.snap_frames_down(max(L.MIN_FRAMES, int(tip.max_seconds * L.FPS)))
     found, fallback = None, None
     for f in range(min(first, cap), L.MIN_FRAMES + L.CLIP_FRAMES - 1, -L.CLIP_FRAMES):
@@ -257,8 +257,9 @@ def segment_suggestion(model: ModelProfile, device: DeviceProfile, g: Geometry, 
     elif cand.mode == "ultra_low_vram":
         why += "; one pass only fits in ultra_low_vram (slow)"
     elif too_long:
-        why += (f"; a {g.seconds:.1f} s pass is longer than the field range, and attention cost grows with the "
-                "square of its length")
+        what = "pass" if g.segment_count == 1 else "segment"
+        why += (f"; a {first / L.FPS:.1f} s {what} is longer than the field range, and attention cost grows with "
+                f"the square of a pass's length")
     if sec < field[0]:
         why += f" (below the field's {field[0]:g} s: this job's geometry is heavier than usual)"
     return SegmentSuggestion(sec, f + extra, field, sec, why)

@@ -332,8 +332,9 @@ def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
 
 
 def test_every_node_has_help_the_info_tab_finds(comfy_server):
-    """The frontend's Info tab fetches /extensions/<pack>/docs/<node id>/<locale>.md, then docs/<node id>.md:
-    both are served for English (no 404 first) and for the fallback other locales take."""
+    """The frontend's Info tab fetches /extensions/<pack>/docs/<node id>/<locale>.md, then docs/<node id>.md: the
+    one page per node is the second, served for every locale (issue 47: each page was there twice)."""
+    import urllib.error
     import urllib.request
 
     ours = [k for k, v in comfy_server.object_info().items() if v.get("python_module") == PACK_MODULE]
@@ -342,11 +343,13 @@ def test_every_node_has_help_the_info_tab_finds(comfy_server):
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     for node in ours:
         title = comfy_server.object_info()[node]["display_name"]
-        for path in (f"{node}/en.md", f"{node}.md"):
-            url = f"{comfy_server.url}/extensions/{harness.PACK_LINK_NAME}/docs/{path}"
-            with opener.open(url, timeout=10) as reply:
-                text = reply.read().decode("utf-8")
-            assert reply.status == 200 and text.startswith(f"# {title}\n"), (path, text[:80])
+        base = f"{comfy_server.url}/extensions/{harness.PACK_LINK_NAME}/docs/{node}"
+        with opener.open(f"{base}.md", timeout=10) as reply:
+            text = reply.read().decode("utf-8")
+        assert reply.status == 200 and text.startswith(f"# {title}\n"), (node, text[:80])
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            opener.open(f"{base}/en.md", timeout=10)
+        assert missing.value.code == 404, node
 
 
 # --- our stage nodes through /prompt ----------------------------------------------------------------------------

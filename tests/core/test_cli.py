@@ -26,7 +26,7 @@ def test_no_arguments_plans_the_reference_job(capsys):
 
 
 def test_options_reach_the_plan(capsys):
-    args = ["plan", "--vram-gb", "8", "--ram-gb", "32", "--model", "h3-nvfp4", "--width", "1280", "--height", "720",
+    args = ["plan", "--vram-gb", "8", "--ram-gb", "32", "--model", "h3-nvfp4", "--width", "1280", "--height", "704",
             "--seconds", "30", "--picture", "1024x1024", "--video", "640x360:3:audio", "--audio", "4",
             "--reference-budget", "medium", "--memory-mode", "ultra_low_vram", "--attention-mode", "existing",
             "--mlp-chunk-tokens", "2048", "--late-block-guard-start", "40", "--no-dynamic-vram", "--json"]

@@ -194,3 +194,16 @@ def test_a_closed_pipe_ends_quietly(reader, first):
     proc = subprocess.run(f"{sys.executable} -m longmedia plan | {reader}", shell=True, capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.stdout == first and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("flag, value, nearest", [("width", 1000, "992 or 1024"), ("height", 770, "768 or 800"),
+                                                  ("width", 100, "96 or 128")])
+def test_an_edge_off_the_32_px_grid_is_refused_by_both_with_the_nearest_values(capsys, flag, value, nearest):
+    """Issue 47: the CLI planned --width 1000 as 992 while Setup refuses 1000; both now refuse, naming the two
+    nearest sizes, and the CLI names its own flag."""
+    size = {"width": 1344, "height": 768, flag: value}
+    with pytest.raises(LongMediaInputError, match=f"Use {nearest}") as info:
+        plan_setup(SetupRequest(width=size["width"], height=size["height"], seconds=10.0))
+    assert info.value.input_name == flag
+    rc, out, err = _run(capsys, f"--{flag}", str(value))
+    assert rc == 2 and not out and f"error: --{flag}={value} is not allowed" in err and f"Use {nearest}." in err, err

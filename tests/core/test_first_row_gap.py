@@ -32,7 +32,7 @@ def test_the_gap_is_the_bench_first_step_less_the_report_and_the_warm_up():
 
 
 def test_only_the_first_longmedia_row_of_each_h100_run_waited_before_its_first_model_call():
-    """The evidence in docs/PERFORMANCE.md ("Where the first row's extra seconds go"): in each run with fresh probe
+    """The evidence in docs/lab/2026-12-07-performance-record.md ("Where the first row's extra seconds go"): in each run with fresh probe
     timings its first row waited over 10 s; every row whose timings repeat an earlier row's waited under 2 s."""
     data = REPO / "docs/lab/data"
     for name in ("2026-12-05-h100-sol-16.jsonl", "2026-12-05-h100-flash4-cards.jsonl",

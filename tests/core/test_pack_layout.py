@@ -32,15 +32,13 @@ def test_pyproject_installs_every_longmedia_package():
     assert "package-dir" not in text  # the kernels live inside the package: no mapping, no import hook
 
 
-def test_node_help_copies_match_their_en_md():
-    """web/docs/<NodeId>.md (the Info tab's fallback for other locales) is tools/gen_node_docs.py's copy of en.md."""
-    spec = importlib.util.spec_from_file_location("gen_node_docs", ROOT / "tools" / "gen_node_docs.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    copies = tool.copies()
-    assert sorted(p.stem for p in copies) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner", "LongMediaRetakes",
-                                              "LongMediaSampler",
-                                              "LongMediaSetup"]
-    for path, text in copies.items():
-        assert path.read_text(encoding="utf-8") == text, f"{path.name} drifted: run python tools/gen_node_docs.py"
-    assert sorted(p.name for p in (ROOT / "web" / "docs").glob("*.md")) == sorted(p.name for p in copies)
+def test_each_node_has_one_help_page():
+    """web/docs/<NodeId>.md, one file per node (issue 47: each page was there twice, <NodeId>.md and <NodeId>/en.md).
+    The frontend's Info tab asks for docs/<NodeId>/<locale>.md first and falls back to docs/<NodeId>.md, so the one
+    page serves every locale; each starts with its node's title."""
+    docs = ROOT / "web" / "docs"
+    assert [p.name for p in docs.iterdir() if not p.is_file()] == []
+    assert sorted(p.stem for p in docs.glob("*.md")) == ["LongMediaDecodeSave", "LongMediaHiRes", "LongMediaRefiner",
+                                                        "LongMediaRetakes", "LongMediaSampler", "LongMediaSetup"]
+    for page in docs.glob("*.md"):
+        assert page.read_text(encoding="utf-8").startswith("# LongMedia "), page.name

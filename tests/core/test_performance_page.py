@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
 
@@ -34,3 +36,79 @@ def test_every_figure_section_names_its_command():
 def test_the_lab_records_it_points_to_exist():
     for link in re.findall(r"\]\((lab/[^)]+)\)", PAGE):
         assert (ROOT / "docs" / link).is_file(), link
+
+
+# --- issue 47: a page for users, whose numbers agree with the other user pages ------------------------------------
+
+USER_PAGES = ("README.md", "docs/USER_GUIDE.md", *sorted(f"web/docs/{p.name}" for p in (ROOT / "web/docs").glob("*.md")))
+
+
+def test_the_page_is_short_and_answers_card_ram_and_clip_first():
+    assert len(PAGE.splitlines()) <= 155
+    order = [PAGE.index(h) for h in ("## Your card, your RAM, your clip", "## Faster, approximate",
+                                     "## Long jobs and Decode & Save", "## How we measure")]
+    assert order == sorted(order) and PAGE.index("## Your card, your RAM, your clip") == PAGE.index("\n## ") + 1
+
+
+def test_no_date_machine_ordinal_checksum_or_lab_run_phrase():
+    assert not re.findall(r"\b20\d\d-\d\d-\d\d\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2}\b",
+                          PAGE.replace("lab/2026-", "lab/")), "a date"
+    assert not re.findall(r"\b(?:a|the) (?:second|third|fourth|fifth|another|fresh) (?:H100|H200|machine)", PAGE, re.I)
+    assert not re.findall(r"checksum|-?\d{5,}\.\d\d\b", PAGE, re.I), "a checksum"
+    lab_phrases = r"\brerun\b|\bpoll\b|overwritten|\bdriver\b|in (?:all|one) call|on this machine|earlier runs?\b|" \
+                  r"run order|\bwas lent\b|\bsession\b|printed table"
+    assert not re.findall(lab_phrases, PAGE, re.I)
+
+
+# (what, {page: regex with one group}): each figure that more than one user page states, stated the same way
+SHARED_FIGURES = {
+    "the full INT8 model's step under a 16 GiB limit (H200)": {
+        "docs/PERFORMANCE.md": r"\| 16 GiB \| low_vram \| \*\*([\d.]+)\*\*",
+        "README.md": r"A step takes ([\d.]+) s there",
+        "docs/USER_GUIDE.md": r"([\d.]+) s for the 50-block INT8 model at 14\.4 s"},
+    "its process peak under 16 GiB": {
+        "docs/PERFORMANCE.md": r"\| 16 GiB \| low_vram \| \*\*[\d.]+\*\* \| out of memory \| ([\d.]+ GiB)",
+        "README.md": r"runs in low_vram at ([\d.]+ GiB) of process memory"},
+    "Decode & Save's RAM for one chunk at 1344x768": {
+        "docs/PERFORMANCE.md": r"RAM holds one chunk \(about ([\d.]+ [MG]iB)",
+        "docs/USER_GUIDE.md": r"RAM holds one chunk \(about ([\d.]+ [MG]iB)",
+        "web/docs/LongMediaDecodeSave.md": r"RAM holds one chunk \(about ([\d.]+ [MG]iB)"},
+    "stock VAEDecode's whole 60 s video at 1344x768": {
+        "docs/PERFORMANCE.md": r"\(([\d.]+ GiB) for\s+60 s at 1344x768\)",
+        "docs/USER_GUIDE.md": r"([\d.]+ GiB) for 60 s at 1344x768",
+        "web/docs/LongMediaDecodeSave.md": r"([\d.]+ GiB) for 60 s at 1344x768"},
+    "a step with 32 GiB of RAM over all RAM (H100)": {
+        "docs/PERFORMANCE.md": r"40\.59 s \(([\d.]+x)\) with 32 GiB",
+        "README.md": r"a step took ([\d.]+x) its all-RAM time with 32 GiB",
+        "docs/USER_GUIDE.md": r"a step took ([\d.]+x) its all-RAM time with 32 GiB"},
+}
+
+
+@pytest.mark.parametrize("what", sorted(SHARED_FIGURES))
+def test_a_figure_on_several_user_pages_is_the_same_on_each(what):
+    found = {}
+    for page, pattern in SHARED_FIGURES[what].items():
+        m = re.search(pattern, " ".join((ROOT / page).read_text(encoding="utf-8").split()))
+        assert m, (what, page)
+        found[page] = m.group(1)
+    assert len(set(found.values())) == 1, (what, found)
+
+
+def test_the_user_pages_quote_no_step_time_the_page_does_not_have():
+    """Any 'N s per step' / 'N s/step' a user page states for the full model is a figure of this page."""
+    for page in USER_PAGES:
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        for figure in re.findall(r"\b(\d+\.\d) s (?:per step|a step)\b|A step takes (\d+\.\d) s", text):
+            value = next(f for f in figure if f)
+            assert f"**{value}**" in PAGE or f" {value} s" in PAGE or f"{value} " in PAGE, (page, value)
+
+
+@pytest.mark.parametrize("card, estimate", [(8, 616), (12, 320), (16, 192), (24, 113)])
+def test_the_per_step_estimates_are_what_the_plan_prints(capsys, card, estimate):
+    from longmedia.cli import main
+
+    row = next(line for line in PAGE.splitlines() if line.startswith(f"| {card} GB | "))
+    assert f"about {estimate} |" in row and f"--vram-gb {card} --ram-gb 64 --seconds 10" in row, row
+    assert main(["plan", "--vram-gb", str(card), "--ram-gb", "64", "--seconds", "10"]) == 0
+    got = float(re.search(r"DiT main pass: .*?about ([\d.]+) s per step", capsys.readouterr().out).group(1))
+    assert round(got) == estimate, got

@@ -118,6 +118,20 @@ def test_long_single_pass_on_16gb_is_flagged_as_needlessly_slow():
     assert "square" in p.segment_suggestion.why
 
 
+def test_segments_longer_than_the_card_s_range_get_the_hint_too():
+    """Issue 47: a 10 s segment on an 8 GB card (field range 4-6 s) got no hint once the job was segmented; a one-pass
+    job of the same length did. A segment within the range gets none, and the CLI's segments row shows the hint."""
+    p = _plan(8, "int8", seconds=30, segment_seconds=10)
+    s = p.segment_suggestion
+    assert p.fits and p.geometry.segment_count > 1 and s is not None, p.reasons
+    assert s.field_range_seconds == (4.0, 6.0) and 4.0 <= s.seconds <= 6.0
+    assert "a 10.1 s segment is longer than the field range" in s.why, s.why
+    assert _plan(8, "int8", seconds=30, segment_seconds=5).segment_suggestion is None
+    assert _plan(16, "int8", seconds=30, segment_seconds=10).segment_suggestion is None
+    from longmedia.report.plan_text import segments_row
+    assert segments_row(p).endswith(f"try segment_seconds {s.seconds:g}"), segments_row(p)
+
+
 def test_explicit_mode_is_kept_even_when_it_does_not_fit():
     p = _plan(12, "int8", 1920, 1080, seconds=10, request=PlanRequest(memory_mode="normal"))
     assert p.memory_mode == "normal" and not p.fits and p.chunks.is_stock

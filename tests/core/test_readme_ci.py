@@ -35,12 +35,15 @@ def test_ci_runs_the_readme_commands_and_the_comfyui_layer_on_both_trees():
 
 
 def test_the_readme_is_for_users_first():
-    """The torch note comes before the commands that need it and names only PyPI; your first video follows the
-    commands; developer material comes after; the architecture's own words (rooms, floors) stay in ARCHITECTURE."""
+    """The torch note comes before the commands that need it and names PyPI, with one other index only: PyTorch's
+    CPU-only wheels, on its own line beside the note (issue 47); your first video follows the commands; developer
+    material comes after; the architecture's own words (rooms, floors) stay in ARCHITECTURE."""
     text = (ROOT / "README.md").read_text()
     commands = text.index("```bash")
     note = text[:commands]
-    assert "torch" in note and "PyPI" in note and "download.pytorch.org" not in text
+    assert "torch" in note and "PyPI" in note
+    assert set(re.findall(r"https://download\.pytorch\.org\S*", text)) == {"https://download.pytorch.org/whl/cpu`"}
+    assert text.index("download.pytorch.org") < commands
     assert commands < text.index("## Your first video") < text.index("## For developers")
     assert not re.search(r"\b(?:rooms?|floors?)\b", text, re.I)
     assert "lent" not in text and "carry" not in text

@@ -420,3 +420,13 @@ def test_widget_layout_matches_the_stock_h3_templates(schemas):
         assert len(node.get("widgets_values") or []) == len(ui_widget_slots(schema)), node["type"]
         checked += 1
     assert checked >= 8
+
+
+@pytest.mark.parametrize("example", LONG_EXAMPLES)
+def test_an_api_prompt_without_decode_and_save_s_crf_validates(schemas, example):
+    """crf has a default (the encoder's own), so a prompt may leave it out (issue 47: it was required, and such a
+    prompt got HTTP 400, or its Decode & Save output was dropped and no file written)."""
+    prompt = load(f"{example}.api.json")
+    for inputs in nodes_of(prompt, "LongMediaDecodeSave"):
+        inputs.pop("crf")
+    assert validate_api(prompt, schemas) == []

@@ -4,19 +4,19 @@
 #
 #     . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py
 #
-# with carry [".whl", ".comfy_src"]. What it does:
+# with .whl/ and .comfy_src/ copied into it. What it does:
 #   1. pip-installs every carried wheel in .whl/ into /tmp/site (--no-index --no-deps);
 #   2. restores comfy-kitchen's CUDA extension (.whl/comfy_kitchen-*.cuda_C.abi3.so.xz,
 #      checked against its .sha256) into /tmp/site/comfy_kitchen/backends/cuda/_C.abi3.so.
 #      The carried comfy-kitchen wheel is repacked without its HIP and CUDA shared
 #      libraries (installable as is: comfy-kitchen then falls back to its eager/triton
 #      backends); xz brings the 176 MB CUDA library to 21 MB where the wheel's deflate
-#      gave 47 MB, which is what lets everything fit the 64 MiB a call carries;
+#      gave 47 MB, which keeps everything within a 64 MiB transfer;
 #   3. exports PYTHONPATH=/tmp/site:<repo>/tools/gpu/stubs (the stubs folder holds an
 #      import-only `av` stand-in, last on the path so a real PyAV would win),
 #      LONGMEDIA_COMFYUI_ROOT=<repo>/.comfy_src and LONGMEDIA_GPU_SITE=/tmp/site;
 #   4. prints the versions that matter.
-# A call on a warm machine may carry .whl_av/ (PyAV) alone: it is installed into the same /tmp/site.
+# A later command on the same machine may bring .whl_av/ (PyAV) alone: it is installed into the same /tmp/site.
 # ComfyUI's own folder is NOT put on PYTHONPATH (its top-level `nodes`, `utils`, `app`
 # would shadow other packages); the probes here insert $LONGMEDIA_COMFYUI_ROOT into sys.path, the card bench
 # and tests/gpu start their ComfyUI child processes with bench.cards.comfy_process.child_env().
@@ -28,28 +28,28 @@ _lm_gpu_bootstrap() {
     site=/tmp/site
     comfy="$root/.comfy_src"
     if [ -f "$site/.longmedia_bootstrap" ] && [ -d /tmp/comfy_src ]; then
-        # a later call on the same warm machine: the earlier call's install is still there. Installing again, even
-        # when the call still finds .whl and .comfy_src.txz (a warm machine keeps them), would replace packages
-        # under a run held from that call (tools/gpu/hold.sh); a call may also carry no .whl, to leave room for
+        # a later command on the same machine (not reset since): the earlier install is still there. Installing again, even
+        # when the command still finds .whl and .comfy_src.txz (the machine keeps them until it is reset), would replace packages
+        # under a run held from that command (tools/gpu/hold.sh); a command may also come without .whl, to leave room for
         # other parts (tools/gpu/flash4.sh's, .whl_av)
         [ -d "$comfy" ] || comfy=/tmp/comfy_src
-        echo "bootstrap: reusing $site and $comfy from an earlier call on this machine"
+        echo "bootstrap: reusing $site and $comfy from an earlier command on this machine"
         reuse=1
     elif [ ! -d "$comfy" ] && [ -f "$root/.comfy_src.txz/comfy_src.tar.xz" ]; then
-        # .comfy_src.txz/comfy_src.tar.xz (2.6 MiB instead of 12.4) leaves room in a call's 64 MiB for other parts
+        # .comfy_src.txz/comfy_src.tar.xz (2.6 MiB instead of 12.4) leaves room in a 64 MiB transfer for other parts
         comfy=/tmp/comfy_src
         rm -rf "$comfy" && mkdir -p "$comfy" && tar xJf "$root/.comfy_src.txz/comfy_src.tar.xz" -C "$comfy" \
             || { echo "bootstrap: unpacking .comfy_src.txz failed" >&2; return 1; }
     fi
     if [ "$reuse" != 1 ] && { [ ! -d "$root/.whl" ] || [ ! -d "$comfy" ]; }; then
-        echo "bootstrap: run from the repo root with carry [\".whl\", \".comfy_src\"] or [\".whl\", \".comfy_src.txz\"] (missing in $root)" >&2
+        echo "bootstrap: run from the repo root with [\".whl\", \".comfy_src\"] or [\".whl\", \".comfy_src.txz\"] (missing in $root)" >&2
         return 1
     fi
     [ "$reuse" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" "$root"/.whl/*.whl || { echo "bootstrap: pip install of .whl/*.whl failed" >&2; return 1; }
 
     # .whl_av (optional, PyAV's 36 MB wheel): real video and audio file I/O, where the av stub only imports; it
-    # travels alone in a later call (no room beside .whl) and goes into the same site, ahead of the stub
+    # travels alone in a later transfer (no room beside .whl) and goes into the same site, ahead of the stub
     if [ -d "$root/.whl_av" ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$site" "$root"/.whl_av/*.whl || { echo "bootstrap: pip install of .whl_av failed" >&2; return 1; }
@@ -76,7 +76,7 @@ print(f"bootstrap: comfy-kitchen CUDA extension restored ({len(data) / 2**20:.0f
 PY
     fi
 
-    touch "$site/.longmedia_bootstrap"   # a later call on this machine may carry no .whl (see above)
+    touch "$site/.longmedia_bootstrap"   # a later command on this machine may come without .whl (see above)
     export LONGMEDIA_GPU_SITE="$site"
     export LONGMEDIA_COMFYUI_ROOT="$comfy"
     export PYTHONPATH="$site:$root/tools/gpu/stubs${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Rebuild the two ignored folders a GPU `run` carries: .whl/ (wheels the GPU image lacks) and
+# Rebuild the two ignored folders you copy to a GPU machine without network: .whl/ (wheels the GPU image lacks) and
 # .comfy_src/ (ComfyUI's run-time source). Run here, from the repo root, with network to PyPI:
 #
 #     COMFYUI_SRC=/tmp/comfyui bash tools/gpu/build_carry.sh
 #     COMFYUI_SRC=/tmp/comfyui KITCHEN_BENCH=0.2.40 bash tools/gpu/build_carry.sh   # + .whl_kitchen (33 MiB; see kitchen_site.sh)
 #
-# Both folders must be ignored (.git/info/exclude: /.whl/ and /.comfy_src/). Then, on the device:
-#     run(command='. tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py',
-#         carry=[".whl", ".comfy_src"])
+# Both folders must be ignored (.git/info/exclude: /.whl/ and /.comfy_src/). Copy them into the repository's
+# root on the GPU machine, then run there:
+#     . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py
 # Sizes as built for ComfyUI 0.33.0 (2026-08-15 snapshot): .whl 26.4 MiB, .comfy_src 12.4 MiB.
 set -euo pipefail
 root="$(pwd)"
@@ -65,7 +65,7 @@ PY
 }
 repack_kitchen 0.2.31 "$whl"
 # a newer comfy-kitchen (sol_attn, sol_attn_chunked, int8_attention: >= 0.2.36) for bench/attention.py's kitchen
-# rows, in its own folder (tools/gpu/kitchen_site.sh installs it; it travels without .whl: 64 MiB a call)
+# rows, in its own folder (tools/gpu/kitchen_site.sh installs it; it travels without .whl when one transfer holds 64 MiB)
 if [ -n "${KITCHEN_BENCH:-}" ]; then
     rm -rf "$root/.whl_kitchen" && mkdir -p "$root/.whl_kitchen"
     grep -qxF /.whl_kitchen/ "$root/.git/info/exclude" || echo /.whl_kitchen/ >> "$root/.git/info/exclude"
@@ -84,8 +84,8 @@ rm -rf "$root/.comfy_src" && mkdir -p "$root/.comfy_src"
     | (cd "$root/.comfy_src" && tar xf -)
 mkdir -p "$root/.comfy_src/custom_nodes" "$root/.comfy_src/input" "$root/.comfy_src/output"
 du -sh --apparent-size "$whl" "$root/.comfy_src"
-# the same tree as one xz tarball, for calls that also carry .whl_kitchen (64 MiB a call):
-# carry [".whl", ".comfy_src.txz", ".whl_kitchen"]; bootstrap.sh unpacks it into /tmp/comfy_src
+# the same tree as one xz tarball, for transfers that also hold .whl_kitchen (64 MiB in one transfer):
+# copy [".whl", ".comfy_src.txz", ".whl_kitchen"]; bootstrap.sh unpacks it into /tmp/comfy_src
 grep -qxF /.comfy_src.txz/ "$root/.git/info/exclude" || echo /.comfy_src.txz/ >> "$root/.git/info/exclude"
 rm -rf "$root/.comfy_src.txz" && mkdir -p "$root/.comfy_src.txz"
 tar cJf "$root/.comfy_src.txz/comfy_src.tar.xz" -C "$root/.comfy_src" .
@@ -93,7 +93,7 @@ du -sh --apparent-size "$root/.comfy_src.txz"
 
 
 # --- PyAV (real video and audio files for LongMedia Decode & Save; ComfyUI's own dependency), in its own folder:
-# carried alone in a later call on a warm machine (bootstrap.sh installs it into the same /tmp/site)
+# copied alone in a later command on the same machine (bootstrap.sh installs it into the same /tmp/site)
 grep -qxF /.whl_av/ "$root/.git/info/exclude" || echo /.whl_av/ >> "$root/.git/info/exclude"
 rm -rf "$root/.whl_av" && mkdir -p "$root/.whl_av"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Build the two ignored folders that carry flash-attn-4 (issue 29) to a GPU machine without network, in two calls:
+# Build the two ignored folders that carry flash-attn-4 (issue 29) to a GPU machine without network, in two transfers:
 #
 #     bash tools/gpu/build_flash4_carry.sh          # here, from the repo root, with network to PyPI
 #
 # flash-attn-4 (CuTe DSL) needs nvidia-cutlass-dsl's CUDA 13 libraries (the GPU image has torch 2.11 cu130): a
-# 92 MB wheel, about 63 MB as tar.xz of its files, more than a call may carry beside .whl and .comfy_src.txz
-# (64 MiB in all). So the tar.xz is cut in two halves:
+# 92 MB wheel, about 63 MB as tar.xz of its files, more than one 64 MiB transfer holds beside .whl and
+# .comfy_src.txz. So the tar.xz is cut in two halves:
 #   .flash4_a/  the first half                                                          (about 30 MiB)
 #   .flash4_b/  the second half and the small wheels (flash-attn-4, nvidia-cutlass-dsl and its base and core
 #               libs, cuda-bindings, quack-kernels, apache-tvm-ffi, torch-c-dlpack-ext, einops)  (about 45 MiB)
 # each with MANIFEST (the whole archive's sha256 and each part's). On the device (tools/gpu/flash4.sh):
-#   call 1: run(command='. tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; ...',
-#               carry=[".whl", ".comfy_src.txz", ".flash4_a"])
-#   call 2, on the same warm machine: run(command='. tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; ...',
-#               carry=[".flash4_b"])
-# Call 2 carries no .whl: bootstrap.sh reuses the install call 1 left in /tmp/site.
+#   first copy .whl, .comfy_src.txz and .flash4_a to the machine, then run
+#       . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; ...
+#   then copy .flash4_b to the same machine (before it is reset) and run the same line again.
+# The second command needs no .whl: bootstrap.sh reuses the install the first left in /tmp/site.
 set -euo pipefail
 root="$(pwd)"
 cutlass=4.8.1

@@ -1,11 +1,11 @@
-# LongMedia: install flash-attn-4 on a GPU machine without network, from parts carried over two calls.
+# LongMedia: install flash-attn-4 on a GPU machine without network, from parts copied over in two transfers.
 #
-# Source it after tools/gpu/bootstrap.sh, from the repo root, in every call that carries a part
+# Source it after tools/gpu/bootstrap.sh, from the repo root, in every command that follows a part's copy
 # (tools/gpu/build_flash4_carry.sh builds .flash4_a and .flash4_b and says how to carry them):
 #
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh
 #
-# Each call copies the parts it carried to /tmp/flash4_parts (kept while the machine stays warm). Once every part
+# Each run copies the parts it finds to /tmp/flash4_parts (kept until the machine is reset). Once every part
 # named in MANIFEST is there, each checked by sha256, the archive (nvidia-cutlass-dsl's CUDA 13 libraries) is
 # unpacked into $LONGMEDIA_GPU_SITE after the small wheels are installed there, PYTHONPATH gains cutlass's
 # dsl_packages, and `import flash_attn.cute` is tried and reported. LONGMEDIA_FLASH4 ends as "installed", "waiting" (a part is still to come) or "failed".

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# LongMedia: one long command on a lent GPU machine, outliving the device call that starts it.
+# LongMedia: one long command on a GPU machine without network, outliving the remote command that starts it.
 #
-# A device call may run for 10 minutes; a machine stays lent while calls follow each other within its idle
-# release (30 s). A process started in its own session (setsid) keeps running between calls, so a run longer
-# than one call starts in one call and is polled by the next ones:
+# Where each command you run on the machine is stopped after a time limit (10 minutes, say), a process started in
+# its own session (setsid) keeps running between commands, so a run longer than the limit starts in one command
+# and is polled by the next ones (the machine must not be reset in between):
 #
 #     bash tools/gpu/hold.sh start 'python -m bench.long_job --stages sampler hires refiner decode'
-#     bash tools/gpu/hold.sh poll 540 /tmp/longmedia_long_job/long_job.jsonl   # again in each later call
+#     bash tools/gpu/hold.sh poll 540 /tmp/longmedia_long_job/long_job.jsonl   # again in each later command
 #
 # start   runs COMMAND with bash in its own session, with this shell's environment (source tools/gpu/bootstrap.sh
 #         first), its output in $HOLD_DIR/log; refuses while an earlier one still runs.
@@ -15,7 +15,7 @@
 #         0 when the command ended with 0, 3 while it runs, and the command's own exit status otherwise.
 # status  the same as `poll 0`.
 # stop    ends the command and everything in its session (exit status 143 for a later poll).
-# HOLD_DIR defaults to /tmp/longmedia_hold (kept while the machine stays lent).
+# HOLD_DIR defaults to /tmp/longmedia_hold (kept until the machine is reset).
 
 set -u
 dir="${HOLD_DIR:-/tmp/longmedia_hold}"
@@ -77,7 +77,7 @@ poll|status)
     ;;
 stop)
     # the whole session the command runs in (its children included: a stage process, the ballast), so that the
-    # device is free for the next command; never `pkill -f PATTERN` from a device call, which matches the call's
+    # device is free for the next command; never `pkill -f PATTERN` from a remote command, which matches the command's
     # own command line when the pattern is in it
     [ -f "$dir/pid" ] || { echo "hold: nothing was started in $dir" >&2; exit 2; }
     pid=$(cat "$dir/pid")

@@ -1,6 +1,6 @@
 # LongMedia: a newer comfy-kitchen (>= 0.2.36: sol_attn, sol_attn_chunked, int8_attention) on a GPU
 # machine, for bench/attention.py's kitchen rows and tests/gpu's kitchen-backend tests. Source it from the repo
-# root with carry [".whl_kitchen"] (built here by `KITCHEN_BENCH=0.2.40 bash tools/gpu/build_carry.sh`; 33 MiB,
+# root with .whl_kitchen/ copied into it (built here by `KITCHEN_BENCH=0.2.40 bash tools/gpu/build_carry.sh`; 33 MiB,
 # too much to travel beside .whl and .comfy_src in one call):
 #
 #     . tools/gpu/kitchen_site.sh || exit 1; python3 -m bench.attention --kitchen
@@ -12,7 +12,7 @@ _lm_kitchen_site() {
     local root site so_xz
     root="$(pwd)"
     site=/tmp/site_kitchen
-    [ -d "$root/.whl_kitchen" ] || { echo "kitchen_site: carry [\".whl_kitchen\"] (missing in $root)" >&2; return 1; }
+    [ -d "$root/.whl_kitchen" ] || { echo "kitchen_site: copy .whl_kitchen/ into the repo root (missing in $root)" >&2; return 1; }
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" "$root"/.whl_kitchen/*.whl || { echo "kitchen_site: pip install failed" >&2; return 1; }
     so_xz="$(ls "$root"/.whl_kitchen/comfy_kitchen-*.cuda_C.abi3.so.xz | head -n 1)"

@@ -1,10 +1,10 @@
 #!/bin/bash
-# Issue 29's first-prompt control pair on a lent GPU machine, as one background job (tools/gpu/hold.sh start; no
+# Issue 29's first-prompt control pair on a GPU machine without network, as one background job (tools/gpu/hold.sh start; no
 # flash-attn-4 needed):
 #
-#   call 1, carry [".whl", ".comfy_src.txz"]:
+#   command 1, after copying [".whl", ".comfy_src.txz"]:
 #     . tools/gpu/bootstrap.sh || exit 1; bash tools/gpu/hold.sh start 'bash tools/gpu/run_first_prompt_control.sh'; bash tools/gpu/hold.sh poll 540 /tmp/lmfp/cards.jsonl
-#   later calls, no carry:  bash tools/gpu/hold.sh poll 570 /tmp/lmfp/cards.jsonl
+#   later commands, nothing to copy:  bash tools/gpu/hold.sh poll 570 /tmp/lmfp/cards.jsonl
 #
 # Arguments, if any, replace the three rows (`stock stock#2` alone: the pair, about 130 s less).
 #

@@ -1,17 +1,17 @@
 #!/bin/bash
-# Issue 29's flash-attn-4 warm-up on a lent GPU machine, as one background job (tools/gpu/hold.sh start): two
+# Issue 29's flash-attn-4 warm-up on a GPU machine without network, as one background job (tools/gpu/hold.sh start): two
 # LongMedia exact rows (auto, which picks flash4 where it passes its gate), each the first prompt of its own
 # process. The first runs the attention speed probe (flash4 compiles there, at the probe's shape); the second reads
 # the probe from disk, so before this change its first model call paid flash4's compile (4.2-4.6 s at 50 blocks on
 # an H100). Now the Sampler's warm-up compiles it at the planned shapes (the row's warmup_s) and the report's first
 # step should equal its steady step. 8 blocks keep the rows short; the compile does not depend on depth. Then
 # layer 4 (tests/gpu) on the same machine, flash4 installed. About 330 s on an H100 after the install (its second
-# part waits for call 2): the checkpoint 13 s, the rows about 75 and 60 s, layer 4 70 s.
+# part waits for command 2): the checkpoint 13 s, the rows about 75 and 60 s, layer 4 70 s.
 #
-#   call 1, carry [".whl", ".comfy_src.txz", ".flash4_a"]:
+#   command 1, after copying [".whl", ".comfy_src.txz", ".flash4_a"]:
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh start 'bash tools/gpu/run_flash4_warmup_check.sh'
-#   call 2, carry [".flash4_b"]:  . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540 /tmp/lmf4w/cards.jsonl
-#   later calls, no carry:        bash tools/gpu/hold.sh poll 570 /tmp/lmf4w/cards.jsonl /tmp/lmf4w/tests/gpu_tests.xml
+#   command 2, after copying [".flash4_b"]:  . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540 /tmp/lmf4w/cards.jsonl
+#   later commands, nothing to copy:        bash tools/gpu/hold.sh poll 570 /tmp/lmf4w/cards.jsonl /tmp/lmf4w/tests/gpu_tests.xml
 set -u
 unset OUT
 W=/tmp/lmf4w

@@ -4,11 +4,11 @@
 # RAM balloon (bench/cards/host_balloon.py: MemAvailable down to the limit), exact auto with flash-attn-4 as in the
 # earlier full-depth rows.
 #
-#   call 1, carry [".whl", ".comfy_src.txz", ".flash4_a"]:
+#   command 1, after copying [".whl", ".comfy_src.txz", ".flash4_a"]:
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh start 'bash tools/gpu/run_host_ram.sh'; bash tools/gpu/hold.sh poll 20 /tmp/lmhost/host_table.md
-#   call 2 (at once: flash4_ready.sh waits 3 minutes for it), carry [".flash4_b"]:
+#   command 2 (at once: flash4_ready.sh waits 3 minutes for it), after copying [".flash4_b"]:
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540 /tmp/lmhost/host_table.md
-#   later calls, no carry:
+#   later commands, nothing to copy:
 #     bash tools/gpu/hold.sh poll 570 /tmp/lmhost/host_table.md; for d in lm stock pinned_off fast_disk; do cp /tmp/lmhost/$d/cards.jsonl $OUT/$d.jsonl 2>/dev/null; done
 #
 # INT8, 50 blocks, 14.4 s, 2 steps (cfg 1: one model call a step), 16 GiB card (ballast), most needed first, so

@@ -3,7 +3,7 @@
 #
 #     bash tools/gpu/run_tests.sh [tests/gpu/FILE ...] [pytest args]   # no file: all of tests/gpu
 #
-# From the repo root, with carry [".whl", ".comfy_src"] (see tools/gpu/README.md). It sources
+# From the repo root, with .whl/ and .comfy_src/ copied into it (see tools/gpu/README.md). It sources
 # tools/gpu/bootstrap.sh when LONGMEDIA_COMFYUI_ROOT is not set yet (ComfyUI, comfy-aimdo,
 # comfy-kitchen into /tmp/site), installs pytest from .whl_test/*.whl or .whl/ when the image
 # has none (`pip download --no-deps -d .whl_test pytest pluggy iniconfig packaging pygments`

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 29's rows on the lent machine (tools/gpu/hold.sh), after the long job was stopped.
+# Issue 29's rows on the GPU machine (tools/gpu/hold.sh), after the long job was stopped.
 set -u
 unset OUT
 echo "driver29: start $(date +%T), LONGMEDIA_FLASH4=${LONGMEDIA_FLASH4:-unset}"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 28's long job, then issue 29's rows, one background job on the lent machine (tools/gpu/hold.sh).
+# Issue 28's long job, then issue 29's rows, one background job on the GPU machine (tools/gpu/hold.sh).
 # Needs the environment of tools/gpu/bootstrap.sh (+ tools/gpu/flash4.sh). PyAV (.whl_av) arrives in a later call.
 set -u
 unset OUT

@@ -1,7 +1,7 @@
 #!/bin/bash
 # With too little device time for the whole chain: the 60 s job's decode and save under the 16 GiB ballast on a
 # seeded latent of the job's final size (issue 28), then issue 29's unconstrained rows on the same machine.
-# call 1 carry [.whl .comfy_src.txz .flash4_a .gpu_batch]; call 2 [.whl_av]; call 3 [.flash4_b]
+# command 1 after copying [.whl .comfy_src.txz .flash4_a .gpu_batch]; command 2 [.whl_av]; command 3 [.flash4_b]
 set -u
 bash .gpu_batch/run_decode60.sh; rc=$?
 unset OUT

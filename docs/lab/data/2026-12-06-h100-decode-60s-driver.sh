@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fallback when the device time left cannot hold the whole chain: the 60 s job's decode and save alone, under the
+# Fallback when the GPU time left cannot hold the whole chain: the 60 s job's decode and save alone, under the
 # 16 GiB ballast, on a seeded random latent of the job's final size (1450 frames at 1664x960).
 set -u
 unset OUT

@@ -2,7 +2,7 @@
 # As run (the machine was lost after the decode, during scheduled_sol's first row). 2026-12-06 third session: too little device time for the whole chain (two refused starts). The 60 s job's decode
 # and save through the VAE files under the 16 GiB ballast (issue 28), then issue 29's scheduled_sol rows beside the
 # exact rows at the same seed and process position, then stock on the same machine.
-# call 1 carry [.whl .comfy_src.txz .flash4_a .gpu_batch]; call 2 [.whl_av]; call 3 [.flash4_b]
+# command 1 after copying [.whl .comfy_src.txz .flash4_a .gpu_batch]; command 2 [.whl_av]; command 3 [.flash4_b]
 set -u
 bash .gpu_batch/run_decode60.sh; rc=$?   # that file is docs/lab/data/2026-12-06-h100-decode-60s-driver.sh
 unset OUT

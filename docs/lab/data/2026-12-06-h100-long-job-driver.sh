@@ -1,17 +1,17 @@
 #!/bin/bash
-# Issue 28's whole 60 s job on a lent GPU machine, as one background job (tools/gpu/hold.sh start), with
+# Issue 28's whole 60 s job on a GPU machine without network, as one background job (tools/gpu/hold.sh start), with
 # flash-attn-4 and PyAV arriving in later calls:
 #
-#   call 1, carry [".whl", ".comfy_src.txz", ".flash4_a"]:
+#   command 1, after copying [".whl", ".comfy_src.txz", ".flash4_a"]:
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh start 'bash tools/gpu/run_long_job.sh'
-#   call 2, carry [".flash4_b"]:  . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540
-#   call 3, carry [".whl_av"]:    . tools/gpu/bootstrap.sh || exit 1; bash tools/gpu/hold.sh poll 560
-#   later calls, no carry:        bash tools/gpu/hold.sh poll 570 /tmp/longmedia_long_job/long_job.jsonl \
+#   command 2, after copying [".flash4_b"]:  . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540
+#   command 3, after copying [".whl_av"]:    . tools/gpu/bootstrap.sh || exit 1; bash tools/gpu/hold.sh poll 560
+#   later commands, nothing to copy:        bash tools/gpu/hold.sh poll 570 /tmp/longmedia_long_job/long_job.jsonl \
 #                                     /tmp/longmedia_long_job/long_job_plan.json /tmp/longmedia_long_job/long_job_table.md
 #
 # The checkpoint is written while flash-attn-4's second part travels; flash-attn-4 runs only past its gate
 # (tools/gpu/flash4_gate.py), else it is removed and auto picks among the others. The DiT stages run whole, in
-# order, each its own process; the decode waits for a real PyAV. About 1,300 s of device time on an H100.
+# order, each its own process; the decode waits for a real PyAV. About 1,300 s of GPU time on an H100.
 set -u
 unset OUT
 W=/tmp/longmedia_long_job

@@ -1,7 +1,7 @@
 #!/bin/bash
 # 2026-12-06 third session, second machine (the first was lost with scheduled_sol's first step done): issue 29's
 # scheduled_sol row on the 16 GiB ballast beside the exact row at the same seed and process position.
-# call 1 carry [.whl .comfy_src.txz .flash4_a .gpu_batch]; call 2 [.flash4_b]
+# command 1 after copying [.whl .comfy_src.txz .flash4_a .gpu_batch]; command 2 [.flash4_b]
 set -u
 unset OUT
 export PYTHONPATH="$PYTHONPATH:$LONGMEDIA_GPU_SITE/nvidia_cutlass_dsl/dsl_packages"

@@ -1,7 +1,7 @@
 """Import-only stand-in for PyAV (`av`) on a GPU machine without network.
 
 The GPU image has no PyAV, and its wheel (~35 MB, ffmpeg bundled) does not fit the
-64 MiB a device call may carry next to comfy-kitchen's CUDA kernels. ComfyUI imports
+64 MiB a command on the GPU machine may carry next to comfy-kitchen's CUDA kernels. ComfyUI imports
 `av` at module level (comfy_api.latest._ui, _input/_input_impl video_types), so
 `nodes`, `execution` and `comfy_extras.*` cannot even be imported without it.
 
