@@ -12,7 +12,6 @@ from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.planner import plan
 from longmedia.planning.policy import prefetch_decision
-from longmedia.planning.types import PlanRequest
 from longmedia.units import GIB
 
 
