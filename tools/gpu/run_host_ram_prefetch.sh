@@ -48,8 +48,8 @@ python3 bench/latent_diff.py $W/lat_lora/${big}gib_int8_14.4s_stock.pt $W/lat_lo
     --tol 10 > $W/lora_latents.md 2>&1
 cat $W/lora_latents.md
 host_table; cat $W/host_table.md
-echo "24 and 48 GiB $(date +%T)"
-python3 -m bench.cards --cards 16 --samplers longmedia --host-ram-gb 24 48 --out $W/lm $A --budget-s 500
+echo "24 GiB $(date +%T)"
+python3 -m bench.cards --cards 16 --samplers longmedia --host-ram-gb 24 --out $W/lm $A --budget-s 300
 host_table; cat $W/host_table.md
 echo "layer 4, the rest $(date +%T)"
 OUT=$W bash tools/gpu/run_tests.sh tests/gpu/test_kernels_compiled.py tests/gpu/test_kitchen_backends_compiled.py \
