@@ -3,11 +3,11 @@
 # and the GPU layer's files this change touches, as one background job (tools/gpu/hold.sh start) on a GPU machine
 # without network (128 GiB RAM, no swap; each RAM limit held by bench/cards/host_balloon.py).
 #
-#   call 1, carry [".whl", ".comfy_src.txz", ".flash4_a"]:
+#   command 1, after copying [".whl", ".comfy_src.txz", ".flash4_a"]:
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh start 'bash tools/gpu/run_host_ram_prefetch.sh'; bash tools/gpu/hold.sh poll 20
-#   call 2 (at once), carry [".flash4_b"]:
+#   command 2 (at once: flash4_ready.sh waits 3 minutes for it), after copying [".flash4_b"]:
 #     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540 /tmp/lmh2/*.md
-#   later calls: bash tools/gpu/hold.sh poll 570 /tmp/lmh2/*.md; cp /tmp/lmh2/*/cards.jsonl ... to $OUT
+#   later commands, nothing to copy: bash tools/gpu/hold.sh poll 570 /tmp/lmh2/*.md; cp /tmp/lmh2/*/cards.jsonl ... to $OUT
 #
 # In order, most needed first: tests/gpu's files for the cast and the Sampler under Dynamic VRAM; INT8, 50 blocks,
 # 14.4 s, 2 steps at cfg 1, the 16 GiB card (ballast): LongMedia at host RAM all, 32 and 16 GiB; the control at 32
