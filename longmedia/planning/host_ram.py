@@ -41,11 +41,28 @@ JOB_LATENT_COPIES = 3          # a stage holds the whole job's latent as its inp
 STREAM_PREFETCH_BLOCKS = 2     # blocks read ahead from the file while one runs, when asked (read_ahead) and weights
                                # stream from disk
 DEFAULT_DISK_GBPS = 2.0
-# The share of a model call's disk reads that adds to its time: reads are not yet overlapped with compute. Measured on
-# an H100 at full depth, 16 GiB card, INT8: 6.78 s of a call's 9.5 s of reads at 32 GiB of RAM, 14.55 of 18 s at 16 GiB
-# (docs/lab/2026-12-07-host-ram.md).
+# The share of a model call's disk reads that adds to its time with ComfyUI's block prefetch off (each weight read
+# right before its use). Measured on an H100 at full depth, 16 GiB card, INT8: 6.78 s of a call's 9.5 s of reads at
+# 32 GiB of RAM, 14.55 of 18 s at 16 GiB (docs/lab/2026-12-07-host-ram.md); 6.46 of 8.02 s at 32 GiB in the
+# prefetch control (docs/lab/2026-12-07-host-ram-prefetch.md).
 DISK_READ_ON_STEP_SHARE = 0.8
+# With the block prefetch on (the plan turns it on where weights come from disk: `policy.prefetch_decision`), block
+# i+1 is read while block i runs. What still adds, measured on the same H100 in one run: 2.84 s of a call's 8.46 s
+# of reads at 32 GiB of RAM, 12.99 of 16.05 s at 16 GiB (docs/lab/2026-12-07-host-ram-prefetch.md). (read seconds
+# per call, share) at those two rows; between them the share follows the read seconds linearly, outside them the
+# nearer row's share holds.
+PREFETCH_DISK_SHARE_POINTS = ((8.46, 0.336), (16.05, 0.809))
 DISK_GBPS_BASIS = "a mid-range NVMe SSD's sustained read; SATA SSDs read about 0.5"
+
+
+def disk_step_share(read_seconds: float, overlapped: bool) -> float:
+    """The share of a model call's `read_seconds` of disk reads that adds to its time (`overlapped`: the block
+    prefetch reads the next block while one runs)."""
+    if not overlapped:
+        return DISK_READ_ON_STEP_SHARE
+    (s0, f0), (s1, f1) = PREFETCH_DISK_SHARE_POINTS
+    t = min(1.0, max(0.0, (read_seconds - s0) / (s1 - s0)))
+    return f0 + t * (f1 - f0)
 
 
 def pass_latent_bytes(g: Geometry) -> int:
@@ -86,6 +103,7 @@ class HostRamPlan:
     dynamic_vram: bool
     pinned_memory: bool
     patch_bytes: int = 0           # the model's LoRA tensors: loaded into RAM (a need), not mapped
+    overlapped: bool = False       # ComfyUI's block prefetch reads the next block while one runs (`disk_step_share`)
 
     @property
     def headroom_bytes(self) -> int:
@@ -120,8 +138,8 @@ class HostRamPlan:
 
     @property
     def disk_step_seconds(self) -> float:
-        """What the disk reads add to a model call's time (`DISK_READ_ON_STEP_SHARE` of them, as measured)."""
-        return DISK_READ_ON_STEP_SHARE * self.disk_seconds_per_call
+        """What the disk reads add to a model call's time (`disk_step_share` of them, as measured)."""
+        return disk_step_share(self.disk_seconds_per_call, self.overlapped) * self.disk_seconds_per_call
 
     @property
     def streams_from_disk(self) -> bool:
@@ -179,20 +197,22 @@ class HostRamPlan:
 def plan_host_ram(device: DeviceProfile, weights_host_bytes: int, block_weight_bytes: int, latent_bytes: int, *,
                   own_alloc_bytes: int, pinned_memory: bool = True, disk_gbps: float = DEFAULT_DISK_GBPS,
                   dynamic_vram: bool | None = None, process_bytes: int = PROCESS_HOST_BYTES,
-                  read_ahead: bool = False, patch_bytes: int = 0) -> HostRamPlan:
+                  read_ahead: bool = False, patch_bytes: int = 0, overlapped: bool = False) -> HostRamPlan:
     """The host-RAM plan of one stage on `device` (its available RAM and pinned budget): every surface calls this.
 
     weights_host_bytes: the weights that travel from host every model call (VRAM-resident ones are read once);
     block_weight_bytes: one block's (or layer's) weights, the unit read ahead; own_alloc_bytes: the stage's largest
     host allocation of LongMedia's own; dynamic_vram: None = the device's; read_ahead: the run reads the next blocks
     ahead from the file (`execution/disk_prefetch.py`; off by default: measured slower, docs/lab/2026-12-07-host-ram.md),
-    which keeps a window of `STREAM_PREFETCH_BLOCKS` blocks free.
+    which keeps a window of `STREAM_PREFETCH_BLOCKS` blocks free; overlapped: ComfyUI's block prefetch runs (the disk
+    reads of the next block overlap the current one's compute: `disk_step_share`).
     """
     dynamic = device.dynamic_vram if dynamic_vram is None else dynamic_vram
     avail = device.ram_available_bytes
     base = dict(ram_available_bytes=avail, process_bytes=process_bytes, latent_bytes=latent_bytes,
                 own_alloc_bytes=own_alloc_bytes, floor_bytes=PIN_BUDGET_FLOOR_BYTES, weights_host_bytes=weights_host_bytes,
-                disk_gbps=disk_gbps, dynamic_vram=dynamic, pinned_memory=pinned_memory, patch_bytes=patch_bytes)
+                disk_gbps=disk_gbps, dynamic_vram=dynamic, pinned_memory=pinned_memory, patch_bytes=patch_bytes,
+                overlapped=overlapped)
     if not dynamic:   # the streamed weights stay in RAM (a need); what is pinned is the planner's PinningDecision
         return HostRamPlan(prefetch_blocks=0, prefetch_window_bytes=0, pin_budget_bytes=0, page_cache_bytes=0, **base)
     plan = _dynamic(base, device, 0, block_weight_bytes)

@@ -320,7 +320,8 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
                        f"activations: ComfyUI's estimate-based loader decides residency, which this plan cannot "
                        "steer; re-enable dynamic VRAM (the default: drop --disable-dynamic-vram / --highvram / "
                        "--gpu-only / --novram)")
-    host_ram = pass_host_ram(model, rank_device(device, request.sp_degree), geometry, mem.streamed_weight_bytes, request)
+    host_ram = pass_host_ram(model, rank_device(device, request.sp_degree), geometry, mem.streamed_weight_bytes, request,
+                             pref)
     pin = pinning(model, rank_device(device, request.sp_degree), mem.streamed_weight_bytes, host_ram)
     reasons.append(pin.reason)
     sp = None
@@ -363,7 +364,7 @@ def plan(model: ModelProfile, device: DeviceProfile, geometry: Geometry, request
 
 
 def pass_host_ram(model: ModelProfile, device: DeviceProfile, g: Geometry, streamed_weight_bytes: int,
-                  request: PlanRequest) -> HostRamPlan:
+                  request: PlanRequest, prefetch: bool = False) -> HostRamPlan:
     """A DiT pass's host RAM: its latents (the pass's and the job's copies), LongMedia's own largest allocation (the
     pass latents), the weights that travel every model call. Under dynamic VRAM that is every weight: ComfyUI pins
     each weight it casts, resident or not, and on a 16 GiB card few stay resident (H100, 50 blocks INT8, 43.78 GiB
@@ -373,7 +374,7 @@ def pass_host_ram(model: ModelProfile, device: DeviceProfile, g: Geometry, strea
     weights = model.weight_bytes if device.dynamic_vram else streamed_weight_bytes
     return plan_host_ram(device, weights, model.block_weight_bytes, stage_latent_bytes(g),
                          own_alloc_bytes=pass_latent_bytes(g), pinned_memory=request.pinned_memory,
-                         disk_gbps=request.disk_gbps, patch_bytes=request.patch_host_bytes)
+                         disk_gbps=request.disk_gbps, patch_bytes=request.patch_host_bytes, overlapped=prefetch)
 
 
 def peak_bound_text(mem: MemoryBreakdown, device: DeviceProfile) -> str:

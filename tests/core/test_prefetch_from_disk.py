@@ -50,3 +50,15 @@ def test_the_rule_itself():
     on, why = prefetch_decision(m, d, False, 8 * GIB)
     assert on and "8.00 GiB" in why
     assert prefetch_decision(m, dataclasses.replace(d, dynamic_vram=False), False, 8 * GIB)[0] is False
+
+
+def test_the_disk_share_reproduces_the_measured_rows():
+    """docs/lab/data/2026-12-07-h100-prefetch-host-ram-cards.jsonl: all RAM 33.55 s/step; 32 GiB 36.39 (8.46 s of
+    reads a call), 16 GiB 46.54 (16.05 s), both with prefetch; the control at 32 GiB, prefetch off, 40.01 (8.02 s)."""
+    from longmedia.planning.host_ram import disk_step_share
+
+    base = 33.55
+    for read_s, overlapped, measured in ((8.46, True, 36.39), (16.05, True, 46.54), (8.02, False, 40.01)):
+        assert base + disk_step_share(read_s, overlapped) * read_s == pytest.approx(measured, abs=0.05)
+    assert disk_step_share(2.0, True) == disk_step_share(8.46, True)   # the nearer row outside the measured range
+    assert disk_step_share(30.0, True) == disk_step_share(16.05, True)
