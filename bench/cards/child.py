@@ -13,7 +13,7 @@ import time
 from longmedia.units import GIB, MIB
 
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
-from .entry import advised_segment_seconds, bench_lora_name, grid
+from .cells import advised_segment_seconds, bench_lora_name, grid
 from .host_memory import HostMemory, calls_per_step
 from .measure import executor_class, measure
 from .prompts import CONTROLS, JOB, Server, base_sampler, execute, prompt

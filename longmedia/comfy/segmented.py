@@ -189,7 +189,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
 
 
 def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, plan: SegmentPlan, *,
-                  seeds: tuple[int | None, ...] | None = None, context_on_negative: bool = True,
+                  seeds: tuple[int | None, ...] | None = None,
                   device_profile: DeviceProfile | None = None, memory_reader: Reader | None = None,
                   observer: Observer | None = None, weights: WeightAccess | None = None,
                   passes: tuple[int, int] | None = None, done=None, prompts: SegmentPrompts | None = None,
@@ -199,8 +199,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     `latent`: the whole job's AV latent (video [1,24,T,h,w] + audio [1,32,2,Ta], exactly the plan's length).
     `seeds` pins passes' seeds (None entries, and passes past its end: the noise's seed + index;
     `seams.segment_seeds`).
-    `context_on_negative`: give the context guide to every conditioning list (positive, negative ...),
-    not only the positive one, so CFG guides the prompt and not the continuation.
+    Every conditioning list (positive, negative ...) gets the context guide, not only the positive one, so CFG
+    guides the prompt and not the continuation.
     `memory_reader`: how every pass's residency boundary and its baseline read device memory (see `run_sampler`).
     `observer`, `weights`: handed to every pass's `run_sampler` (its diagnostics and weight access).
     `passes`: run only passes [first, stop) (None: all); `done`: ((video, audio) output, (video, audio) denoised),
@@ -221,7 +221,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     for row in forecast:  # listed before the first pass runs
         logging.info("LongMedia plan: %s", row.line())
     routed = _routed(plan, conds)
-    context_keys = tuple(conds) if context_on_negative else ("positive",)
+    context_keys = tuple(conds)
     steps = int(sigmas.shape[-1]) - 1
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}

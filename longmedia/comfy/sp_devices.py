@@ -63,11 +63,3 @@ def parse_devices(text: str | None, load_device, remote: bool = False) -> tuple[
 
 def backend_for(devices: tuple[torch.device, ...]) -> str:
     return "nccl" if devices and devices[0].type == "cuda" else "gloo"
-
-
-def stock_device_options() -> list[str]:
-    """ComfyUI's device labels for node widgets where the host has them (0.33+: get_gpu_device_options)."""
-    import comfy.model_management as mm
-
-    options = getattr(mm, "get_gpu_device_options", None)
-    return list(options()) if options is not None else ["default", "cpu"]
