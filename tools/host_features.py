@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from comfy.cli_args import args as comfy_args
 
     comfy_args.cpu = comfy_args.cpu or args.cpu
-    from longmedia.comfy.host_features import host_features
+    from longmedia.comfy.host.features import host_features
 
     found = host_features(root)
     print(json.dumps(found.to_dict(), indent=1) if args.json else "\n".join(found.lines()))

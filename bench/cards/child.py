@@ -51,7 +51,7 @@ def child(a) -> int:
     server = Server(on_sample_start=clock.start)
     steps_at: list[float] = []
 
-    from longmedia.comfy.memory_facts import aimdo_vram_usage, pinned_ram_bytes, vbar_resident_bytes
+    from longmedia.comfy.host.memory import aimdo_vram_usage, pinned_ram_bytes, vbar_resident_bytes
 
     step_memory: list[dict] = []
 

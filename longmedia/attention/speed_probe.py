@@ -6,7 +6,7 @@ autotune, cuDNN plan) and then `REPEATS` times under CUDA events, on q/k/v of `P
 fused projection buffer, at the rows of the job's length class (speeds.LENGTH_CLASSES). The fastest repeat counts.
 
 Results are cached on disk per device, torch and CUDA version (`SpeedCache`: one JSON file in a directory its owner
-names; longmedia/comfy/attention_speeds.py owns it in ComfyUI). A backend installed after a probe (flash-attn-4, say)
+names; longmedia/comfy/host/attention_speeds.py owns it in ComfyUI). A backend installed after a probe (flash-attn-4, say)
 is timed on the next run and merged in; one that failed stays skipped with its reason. Nothing here is module state.
 """
 
@@ -128,7 +128,7 @@ def measure_speeds(registry: BackendRegistry, specs: list[BackendSpec], *, devic
 class SpeedCache:
     """Probe results on disk: one JSON file in `directory`, one entry per (device label, head_dim, dtype, class).
 
-    The owner names the directory (ComfyUI's user directory in longmedia/comfy/attention_speeds.py, a temporary
+    The owner names the directory (ComfyUI's user directory in longmedia/comfy/host/attention_speeds.py, a temporary
     one in tests). Writes go through a temporary file and a rename, so a reader never sees half a file."""
 
     def __init__(self, directory: str | os.PathLike) -> None:

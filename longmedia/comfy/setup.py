@@ -26,8 +26,8 @@ from ..job.setup_plan import (
 )
 from ..report.oom import phase
 from ..segments.prompts import SegmentPrompts, parse_segment_prompts
-from .inputs import text_rows
-from .memory_facts import comfy_reading
+from .host.memory import comfy_reading
+from .passes.sampler_inputs import text_rows
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
     tuple(f"{SOUNDTRACK_PREFIX}{i}" for i in range(1, SLOTS["video"][1] + 1))
@@ -308,7 +308,7 @@ def _machine_notes(plan: SetupPlan) -> tuple[str, ...]:
     `host_ram.plan_host_ram`; a warning, not a refusal, as the decode note) and the decode stages."""
     from ..h3.profiles import DeviceProfile
     from ..planning.whole_job import decode_note, host_ram_note
-    from .memory_facts import dynamic_vram_active, pinned_memory_enabled
+    from .host.memory import dynamic_vram_active, pinned_memory_enabled
 
     device = DeviceProfile.detect(dynamic_vram=dynamic_vram_active())
     return (host_ram_note(plan.geometry, device, pinned_memory_enabled()), decode_note(plan.geometry, device))

@@ -28,7 +28,7 @@ def _has(module: str, name: str) -> bool:
 
 
 def test_each_feature_matches_this_tree(comfy_inprocess, comfyui_root):
-    from longmedia.comfy.host_features import host_features
+    from longmedia.comfy.host.features import host_features
 
     found = host_features(comfyui_root)
     import comfy.ldm.minimax.model as h3
@@ -76,8 +76,8 @@ def test_the_tool_prints_it(comfyui_root):
 def test_the_sampler_report_carries_it(comfy_inprocess, tiny_checkpoints, comfyui_root):
     import comfy.sd
 
-    from longmedia.comfy.host_features import host_features
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.host.features import host_features
+    from longmedia.comfy.passes.sampler import run_sampler
 
     patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     with torch.inference_mode():

@@ -13,7 +13,7 @@ import pytest
 import torch
 from harness import DeviceReadings
 
-from longmedia.comfy import segmented
+from longmedia.comfy.passes import segmented
 from longmedia.errors import LongMediaInputError
 from longmedia.h3 import lattice as L
 from longmedia.planning.types import PlanRequest
@@ -41,7 +41,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.comfy.passes import sampler as comfy_sampler
 
     patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "patcher": patcher, "core": comfy_sampler,

@@ -77,9 +77,9 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import inputs as comfy_job
     from longmedia.comfy import setup as comfy_setup
-    from longmedia.comfy import stages as comfy_stages
+    from longmedia.comfy.passes import sampler_inputs as comfy_job
+    from longmedia.comfy.passes import stages as comfy_stages
 
     clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "clip": clip, "job": comfy_job,
@@ -215,7 +215,7 @@ def test_segmented_setup_returns_the_whole_job_latent(env):
 
 
 def test_segmented_fl2va_setup_runs_through_the_segmented_sampler(env):
-    from longmedia.comfy.segmented import run_segmented
+    from longmedia.comfy.passes.segmented import run_segmented
 
     result = setup(env, family="fl2va", vae=TinyVideoVAE(), first_frame=rand(1, 64, 64, 3, seed=20),
                    last_frame=rand(1, 64, 64, 3, seed=21), seconds=2.0, segment_seconds=1.0)

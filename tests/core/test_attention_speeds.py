@@ -15,7 +15,7 @@ from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.registry import BackendRegistry
 from longmedia.attention.speed_probe import NO_ROOM, SpeedCache, probe_speeds
 from longmedia.attention.speeds import MeasuredSpeeds, length_class, probe_rows
-from longmedia.comfy.attention_speeds import attention_speeds
+from longmedia.comfy.host.attention_speeds import attention_speeds
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.planner import plan

@@ -275,7 +275,7 @@ def test_the_cycle_finder_finds_a_circle():
 def test_no_module_imports_itself_round_a_circle():
     """No import cycle among longmedia modules, counting imports inside functions and under TYPE_CHECKING."""
     graph = _import_graph()
-    assert graph["longmedia.comfy.sampler"], "the import graph lost the sampler's imports"
+    assert graph["longmedia.comfy.passes.sampler"], "the import graph lost the sampler's imports"
     assert _cycles(graph) == []
 
 
@@ -322,3 +322,11 @@ def test_no_circle_in_the_whole_repository():
     graph = _repo_import_graph()
     assert "bench.cards.cells" in graph["bench.cards.child"], "the repository's import graph lost the bench"
     assert _cycles(graph) == []
+
+
+def test_no_package_of_the_product_holds_more_than_twenty_modules_flat():
+    """A family of files sharing a prefix is a package (STYLE 14): `comfy/` has rooms (`passes/`, `patching/`,
+    `host/`, `retakes/`, `sp/`), not 30 files side by side."""
+    for folder in [ROOT, *(p for p in ROOT.rglob("*") if p.is_dir() and (p / "__init__.py").exists())]:
+        flat = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert len(flat) <= 20, f"{folder.relative_to(ROOT.parent)} holds {len(flat)} modules flat: give it rooms"
