@@ -54,7 +54,9 @@ def job_for_latent(job, latent) -> LongMediaJob | None:
     job = check_job_value(job)
     if job is not None:
         video, audio = av_latents(latent)
-        check_latent_matches_job(job, tuple(video.shape), tuple(audio.shape))
+        g = job.geometry
+        check_latent_matches_job(g.total_frames or g.frames, tuple(video.shape), tuple(audio.shape),
+                                 canvas=(g.width, g.height))
     return job
 
 

@@ -26,7 +26,7 @@ from ...errors import LongMediaInputError
 from ...execution.linear import WeightAccess
 from ...execution.probes import Observer
 from ...h3.profiles import DeviceProfile
-from ...job.preflight import check_plan_runs
+from ...job.preflight import check_latent_matches_job, check_plan_runs
 from ...planning.types import PlanRequest
 from ...report.memory import MemorySnapshot, Reader, read_memory
 from ...report.oom import phase
@@ -160,7 +160,7 @@ def _check_inputs(guider, sigmas, latent, plan) -> tuple[torch.Tensor, torch.Ten
     sampler_inputs.h3_diffusion_model(guider)
     sampler_inputs.check_sigmas(sigmas)
     video, audio = sampler_inputs.av_latents(latent)
-    seams.check_job_latent(plan, video, audio)
+    check_latent_matches_job(plan.pixel_frames, tuple(video.shape), tuple(audio.shape))
     if latent.get("noise_mask") is not None:
         raise LongMediaInputError("latent", "a latent with a noise_mask", "a latent without a noise mask "
                                   "for a segmented job", "Remove the mask (SetLatentNoiseMask), or run the job as "

@@ -17,10 +17,9 @@ import torch
 from ...errors import LongMediaInputError, check_choice, check_float, check_int
 from ...h3 import lattice as L
 from ...h3.latent_resample import METHODS, resample_video, target_latent_size
-from ...job.preflight import StagePass, check_job_value
+from ...job.preflight import StagePass, check_job_value, check_latent_matches_job
 from ...planning.types import PlanRequest
 from ...report.oom import LongMediaOOM, OOMContext, phase
-from ...segments import seams
 from ..host.memory import comfy_reading
 from .sampler import SamplingResult, run_sampler
 from .sampler_inputs import av_latents, check_sigmas, h3_diffusion_model, request_for_job
@@ -184,14 +183,8 @@ def _stage_job(job, latent: dict, stage: str) -> StagePass:
     job = check_job_value(job)
     if job is not None:
         video, audio = av_latents(latent)
-        if job.segmented:
-            seams.check_job_latent(job.segments, video, audio)
-        else:
-            frames = job.geometry.total_frames or job.geometry.frames
-            if (video.shape[2], audio.shape[-1]) != (L.latent_frames(frames), L.target_audio_frames(frames)):
-                raise LongMediaInputError("latent", f"{L.pixel_frames(video.shape[2])} frames",
-                                          f"the job's {frames} frames", "Connect the previous stage's output of "
-                                          "this job, or the job that made this latent.")
+        frames = job.segments.pixel_frames if job.segmented else job.geometry.total_frames or job.geometry.frames
+        check_latent_matches_job(frames, tuple(video.shape), tuple(audio.shape))
     return StagePass(stage, job)
 
 
