@@ -2,8 +2,9 @@
 
 The probe itself is `attention/speed_probe.py`; this module owns its disk cache: `<ComfyUI user directory>/longmedia/
 attention_speeds.json` (kept across restarts, unlike ComfyUI's temp directory), one entry per GPU, torch and CUDA
-version, head_dim, dtype and length class. `LONGMEDIA_SPEED_PROBE=off` refuses the probe (auto then orders the exact
-backends by the static rank, and says so in the plan's reasons). Only an auto or Sol job on a CUDA device probes.
+version, head_dim, dtype, length class and the timed code's fingerprint (`speed_probe.code_fingerprint`).
+`LONGMEDIA_SPEED_PROBE=off` refuses the probe (auto then orders the exact backends by the static rank, and says so
+in the plan's reasons). Only an auto or Sol job on a CUDA device probes.
 """
 
 from __future__ import annotations
