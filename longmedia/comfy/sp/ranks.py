@@ -31,6 +31,7 @@ import tempfile
 import time
 import traceback
 import uuid
+from pathlib import Path
 
 import torch
 
@@ -61,7 +62,7 @@ def _pack_origin() -> tuple[str | None, str | None]:
     if marker not in __name__:
         return None, None
     name = __name__.split(marker)[0]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # <pack>/longmedia/comfy/
+    root = str(Path(os.path.abspath(__file__)).parents[3])  # this file: <pack>/longmedia/comfy/sp/ranks.py
     return name, root
 
 
