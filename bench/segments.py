@@ -6,7 +6,7 @@
 A segmented job is a run of equal passes, each preceded by the residency boundary. ComfyUI is not on
 the GPU box, so this is the executor-level equivalent: `--blocks` full-size H3 blocks (random bf16
 weights, resident for the whole run like a loaded model), the packed sequence of a later pass (its
-context as a frame-0 guide, as `longmedia.comfy.segmented` builds it), the planner's chunks for a 16 GB
+context as a frame-0 guide, as `longmedia.comfy.passes.segmented` builds it), the planner's chunks for a 16 GB
 card, and `--segments` passes of `--steps` steps on fresh random inputs. Before every pass
 `residency_boundary` runs with no ComfyUI modules: torch's synchronize + empty_cache. Printed per
 pass: s/step, memory after the boundary (the baseline) and the peak; then pass N / pass 1 ratios
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from bench._common import device_name, median, timed
-from longmedia.comfy.residency import residency_boundary  # noqa: E402
+from longmedia.comfy.patching.residency import residency_boundary  # noqa: E402
 from longmedia.execution.chunks import ChunkSizes  # noqa: E402
 from longmedia.execution.streamed_block import run_block  # noqa: E402
 from longmedia.h3.dims import H3_FULL, H3Dims  # noqa: E402

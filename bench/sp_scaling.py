@@ -77,7 +77,7 @@ def child(args) -> int:
     import comfy.sd
     import torch
 
-    from longmedia.comfy import sampler as core
+    from longmedia.comfy.passes import sampler as core
     from longmedia.h3.dims import H3_FULL
     from longmedia.planning.types import PlanRequest
     from longmedia.testing.tiny_h3 import TINY_DIMS, write_tiny_h3

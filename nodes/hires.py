@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy.stages import run_hires
+from ..longmedia.comfy.passes.stages import run_hires
 from ..longmedia.h3.latent_resample import METHODS
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output

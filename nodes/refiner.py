@@ -5,7 +5,7 @@ from __future__ import annotations
 import comfy.samplers
 from comfy_api.latest import io
 
-from ..longmedia.comfy.stages import run_refiner
+from ..longmedia.comfy.passes.stages import run_refiner
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output
 from .sampler import Job

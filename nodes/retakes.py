@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy.retake_cache import new_retake_cache
+from ..longmedia.comfy.retakes.cache import new_retake_cache
 from ..longmedia.segments.retakes import DEFAULT_DISK_MB, DEFAULT_RAM_MB, MAX_CACHE_MB
 
 Retakes = io.Custom("LONGMEDIA_RETAKES")

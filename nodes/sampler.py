@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..longmedia.comfy.inputs import job_for_latent, request_for_job
-from ..longmedia.comfy.segmented import run_job
+from ..longmedia.comfy.passes.sampler_inputs import job_for_latent, request_for_job
+from ..longmedia.comfy.passes.segmented import run_job
 from .controls import latent_outputs, memory_inputs, plan_request
 from .report_output import report_output
 

@@ -1,18 +1,19 @@
 """Print which host features LongMedia detects on a ComfyUI (paste it into a bug report).
 
-    python tools/host_features.py --comfyui /path/to/ComfyUI [--json]
+    python -m tools.host_features --comfyui /path/to/ComfyUI [--json]       # from the repository root
 
-Imports that ComfyUI's modules in this Python (run it with ComfyUI's own environment); nothing is started.
+Imports that ComfyUI's modules in this Python (run it with ComfyUI's own environment); nothing is started. Where
+`comfy` does not import from that checkout, the tool runs itself again in a child with the checkout on PYTHONPATH
+(`bench.cards.comfy_process.rerun_with_comfy`: ComfyUI goes on the import path in one place).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+CHILD_MARK = "LONGMEDIA_HOST_FEATURES_CHILD"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,11 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     root = args.comfyui.resolve()
     if not (root / "comfy").is_dir():
         parser.error(f"{root} is not a ComfyUI root (no comfy/ folder)")
-    sys.path[:0] = [str(root), str(REPO)]
+    from bench.cards.comfy_process import rerun_with_comfy
+
+    code = rerun_with_comfy("tools.host_features", str(root), argv, CHILD_MARK)
+    if code is not None:
+        return code
     from comfy.cli_args import args as comfy_args
 
     comfy_args.cpu = comfy_args.cpu or args.cpu
-    from longmedia.comfy.host_features import host_features
+    from longmedia.comfy.host.features import host_features
 
     found = host_features(root)
     print(json.dumps(found.to_dict(), indent=1) if args.json else "\n".join(found.lines()))

@@ -13,7 +13,7 @@ import time
 from longmedia.units import GIB, MIB
 
 from . import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
-from .entry import advised_segment_seconds, bench_lora_name, grid
+from .cells import advised_segment_seconds, bench_lora_name, grid
 from .host_memory import HostMemory, calls_per_step
 from .measure import executor_class, measure
 from .prompts import CONTROLS, JOB, Server, base_sampler, execute, prompt
@@ -51,7 +51,7 @@ def child(a) -> int:
     server = Server(on_sample_start=clock.start)
     steps_at: list[float] = []
 
-    from longmedia.comfy.memory_facts import aimdo_vram_usage, pinned_ram_bytes, vbar_resident_bytes
+    from longmedia.comfy.host.memory import aimdo_vram_usage, pinned_ram_bytes, vbar_resident_bytes
 
     step_memory: list[dict] = []
 

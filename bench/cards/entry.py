@@ -14,6 +14,7 @@ from pathlib import Path
 from longmedia.units import GIB
 
 from . import comfy_process
+from .cells import bench_lora_name, grid
 from .checks import EXTRAS
 from .host_balloon import (
     BalloonError,
@@ -188,11 +189,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def bench_lora_name(a) -> str:
-    """The file name of the bench's LoRA (in `--models`/loras): rank and block count in it."""
-    return f"bench_lora_r{a.lora_rank}_{a.blocks}blocks.safetensors"
-
-
 def _bench_lora(a) -> str:
     """Write the bench's random LoRA once (bf16 up/down, every block linear at the bench's dims)."""
     import torch
@@ -318,20 +314,6 @@ def _ballast(card: float) -> subprocess.Popen:
         raise RuntimeError(f"ballast for {card} GiB did not start: {line}")
     print(f"card {card:g}: ballast holds {int(line[1]) / GIB:.2f} GiB, {int(line[2]) / GIB:.2f} GiB left free", flush=True)
     return proc
-
-
-def advised_segment_seconds(row: dict) -> float | None:
-    """The segment length a LongMedia refusal (LongMediaInputError before any GPU work) tells the user to set: the
-    error's typed suggestion, as `measure` records it."""
-    advice = row.get("suggestion") or {}
-    if row.get("sampler") != "longmedia" or advice.get("input") != "segment_seconds":
-        return None
-    return float(advice["value"])
-
-
-def grid(a) -> list[Cell]:
-    """The main table's cells of one card, in run order."""
-    return [Cell(f, s, smp) for f in a.formats for s in a.seconds for smp in a.samplers]
 
 
 def _lost_row(card: float, a, cell: Cell, exit_code: int, host: HostLimit | None = None) -> dict:

@@ -4,7 +4,7 @@ text), the disk-read arithmetic per step and per model call, and `HostMemory`, t
 `HostMemory` samples every 0.2 s between `reset()` and `fields()`: the peaks of this process's RSS and its split
 (`/proc/self/status`: RssAnon, RssFile, RssShmem, VmRSS), the minimum of the machine's MemAvailable
 (`/proc/meminfo`, what ComfyUI reads through psutil.virtual_memory().available) and the peak of the page-locked
-RAM ComfyUI counts (the `pinned` callable: `longmedia.comfy.memory_facts.pinned_ram_bytes`). `/proc/self/io`'s
+RAM ComfyUI counts (the `pinned` callable: `longmedia.comfy.host.memory.pinned_ram_bytes`). `/proc/self/io`'s
 read_bytes (bytes this process brought in from storage, page faults of mmapped files included) is read at the
 prompt's start, at each progress-hook step (`step()`) and at the end. Standard library only: no torch, no ComfyUI.
 """

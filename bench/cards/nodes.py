@@ -31,7 +31,7 @@ def card_profile(card_gib: float, simulate: str = "ballast"):
     renamed. reserve: the card, less what this process already holds."""
     import torch
 
-    from longmedia.comfy.memory_facts import dynamic_vram_active
+    from longmedia.comfy.host.memory import dynamic_vram_active
     from longmedia.h3.profiles import DeviceProfile
 
     real = DeviceProfile.detect(torch.device("cuda", 0), dynamic_vram=dynamic_vram_active())
@@ -109,8 +109,8 @@ def card_probe(card_gib: float, simulate: str, load_device):
     """The card's profile read when called (after the residency boundary), with the weight pages comfy-aimdo could
     give back counted free, as the Sampler's own `pass_plan.load_device_profile` does."""
     def probe():
-        from longmedia.comfy.memory_facts import vbar_reclaimable_bytes
-        from longmedia.comfy.pass_plan import with_pins_available
+        from longmedia.comfy.host.memory import vbar_reclaimable_bytes
+        from longmedia.comfy.passes.pass_plan import with_pins_available
 
         card = with_pins_available(card_profile(card_gib, simulate))
         reclaimable = vbar_reclaimable_bytes(load_device) or 0
@@ -142,8 +142,8 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
     import contextlib
 
     from longmedia.attention.schedule import SolSettings
-    from longmedia.comfy.sampler import run_sampler
-    from longmedia.comfy.segmented import run_segmented
+    from longmedia.comfy.passes.sampler import run_sampler
+    from longmedia.comfy.passes.segmented import run_segmented
     from longmedia.planning.types import PlanRequest
     from longmedia.segments.timeline import plan_segments
 

@@ -53,7 +53,7 @@ def weight_access(mode: str, observer: Observer = NO_OBSERVER) -> WeightAccess:
     release); "unordered": ComfyUI's cast context alone, as before that fix; "sync_release": the product's, with
     `torch.cuda.synchronize()` before each weight goes back; "owned": copies, the cast released at once
     (`block_patch.owned`)."""
-    from longmedia.comfy import block_patch
+    from longmedia.comfy.patching import block_patch
 
     if mode not in WEIGHT_MODES:
         raise ValueError(f"weights must be '', 'unordered', 'sync_release' or 'owned', got {mode!r}")
@@ -68,7 +68,7 @@ def weight_access(mode: str, observer: Observer = NO_OBSERVER) -> WeightAccess:
 def _unordered(observer: Observer) -> WeightAccess:
     import comfy.ops as ops
 
-    from longmedia.comfy.weight_origin import reported
+    from longmedia.comfy.patching.weight_origin import reported
 
     @contextlib.contextmanager
     def access(module, like):

@@ -66,9 +66,9 @@ def make_nodes(recorder_for) -> dict:
             import comfy.model_patcher
             import torch
 
-            from longmedia.comfy.segmented import run_segmented
+            from longmedia.comfy.passes.segmented import run_segmented
+            from longmedia.comfy.passes.stages import run_hires, run_refiner
             from longmedia.comfy.setup import run_setup
-            from longmedia.comfy.stages import run_hires, run_refiner
             from longmedia.planning.types import PlanRequest
             from longmedia.segments.seam_steps import seam_steps
 

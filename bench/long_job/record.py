@@ -90,7 +90,7 @@ def device_memory_at_call(torch_cuda) -> Callable[[], dict[str, int | None]]:
     step_memory): torch's reserved pool, comfy-aimdo's VRAM (VBAR pages and cast buffers) and the weights resident
     through its VBARs. Never read from another thread: torch's allocator calls hold the GIL, and a reader thread
     hung the 2026-12-05 long-job stage (docs/lab/2026-12-05-long-job-gpu-plan.md)."""
-    from longmedia.comfy.memory_facts import aimdo_vram_usage, vbar_resident_bytes
+    from longmedia.comfy.host.memory import aimdo_vram_usage, vbar_resident_bytes
 
     return lambda: {"torch_reserved": int(torch_cuda.memory_reserved()), "aimdo_usage": aimdo_vram_usage(),
                     "vbar_resident": vbar_resident_bytes()}

@@ -131,7 +131,7 @@ def _existing_factory(context: BuildContext) -> AttentionFn:
     if context.existing is None:
         raise BackendUnavailableError(
             "the existing backend needs ComfyUI's attention handed in as BuildContext(existing=...): "
-            "build it with longmedia.comfy.attention_override.existing_attention_fn(transformer_options, heads)")
+            "build it with longmedia.comfy.patching.attention_override.existing_attention_fn(transformer_options, heads)")
     return context.existing
 
 

@@ -106,7 +106,7 @@ def build_attention_fn(choice: AttentionChoice, *, progress: float | None = None
 
     seq_len: keys of the calls it will serve (default: the choice's). row_spans: H3's packed row-span
     table, needed when the choice runs Sol with sinks on. existing: ComfyUI's attention as an
-    AttentionFn (longmedia.comfy.attention_override.existing_attention_fn), for `existing`. force_exact: run exact_backend.
+    AttentionFn (longmedia.comfy.patching.attention_override.existing_attention_fn), for `existing`. force_exact: run exact_backend.
     """
     registry = default_registry() if registry is None else registry
     tau = None if force_exact else choice.tau_at(progress, choice.seq_len if seq_len is None else seq_len)

@@ -1,4 +1,4 @@
-"""What ComfyUI runs for attention, as a plain fact: `HostAttention` (detected in longmedia/comfy/host_attention.py).
+"""What ComfyUI runs for attention, as a plain fact: `HostAttention` (detected in longmedia/comfy/host/attention.py).
 
 `attention_mode=auto` keeps the attention the user chose for ComfyUI (a flag such as
 `--use-sage-attention`, a node's attention override, xformers installed) and swaps in the fastest exact

@@ -6,13 +6,14 @@ autotune, cuDNN plan) and then `REPEATS` times under CUDA events, on q/k/v of `P
 fused projection buffer, at the rows of the job's length class (speeds.LENGTH_CLASSES). The fastest repeat counts.
 
 Results are cached on disk per device, torch and CUDA version (`SpeedCache`: one JSON file in a directory its owner
-names; longmedia/comfy/attention_speeds.py owns it in ComfyUI). A backend installed after a probe (flash-attn-4, say)
+names; longmedia/comfy/host/attention_speeds.py owns it in ComfyUI). A backend installed after a probe (flash-attn-4, say)
 is timed on the next run and merged in; one that failed stays skipped with its reason. Nothing here is module state.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -29,7 +30,9 @@ from .speeds import MeasuredSpeeds, length_class, probe_rows
 PROBE_HEADS = 8
 REPEATS = 3
 CACHE_FILE = "attention_speeds.json"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: keys carry the timed code's fingerprint
+TIMED_PACKAGES = ("comfy-kitchen", "flash-attn-4", "flash_attn", "triton", "torch")
+"""Distributions whose code the probe times (kernels we call through them): their versions enter the fingerprint."""
 HEADROOM_BYTES = 256 << 20
 """Free memory a timed call must leave (the probe never pushes a card to its edge)."""
 NO_ROOM = "no room to time it now: "
@@ -125,22 +128,44 @@ def measure_speeds(registry: BackendRegistry, specs: list[BackendSpec], *, devic
                           rows=rows, heads=heads, seconds=tuple(seconds), skipped=tuple(skipped))
 
 
+def code_fingerprint() -> str:
+    """A digest of the code the probe times: our kernels and attention backends (their source files) and the
+    versions of the libraries they call (`TIMED_PACKAGES`), so an upgraded kernel is timed again, never served old
+    timings (STYLE 12)."""
+    from importlib import metadata
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted([*(root / "kernels").glob("*.py"), *(root / "attention").glob("*.py")]):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    for name in TIMED_PACKAGES:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:  # named: a library not installed times nothing
+            version = "-"
+        h.update(f"{name}={version}".encode())
+    return h.hexdigest()[:16]
+
+
 class SpeedCache:
-    """Probe results on disk: one JSON file in `directory`, one entry per (device label, head_dim, dtype, class).
+    """Probe results on disk: one JSON file in `directory`, one entry per (device label, head_dim, dtype, class,
+    code fingerprint).
 
-    The owner names the directory (ComfyUI's user directory in longmedia/comfy/attention_speeds.py, a temporary
-    one in tests). Writes go through a temporary file and a rename, so a reader never sees half a file."""
+    The owner names the directory (ComfyUI's user directory in longmedia/comfy/host/attention_speeds.py, a temporary
+    one in tests). Writes go through a temporary file and a rename, so a reader never sees half a file.
+    `fingerprint`: the timed code's digest (None: `code_fingerprint()`, read once per cache)."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, fingerprint: str | None = None) -> None:
         self.directory = Path(directory)
+        self.fingerprint = code_fingerprint() if fingerprint is None else fingerprint
 
     @property
     def path(self) -> Path:
         return self.directory / CACHE_FILE
 
-    @staticmethod
-    def key(label: str, head_dim: int, dtype: str, cls: str) -> str:
-        return f"{label} | head_dim {head_dim} | {dtype} | {cls}"
+    def key(self, label: str, head_dim: int, dtype: str, cls: str) -> str:
+        return f"{label} | head_dim {head_dim} | {dtype} | {cls} | code {self.fingerprint}"
 
     def _entries(self) -> dict:
         try:

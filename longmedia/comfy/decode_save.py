@@ -37,8 +37,8 @@ import torch
 from ..errors import LongMediaInputError, check_float
 from ..report.memory import RamFacts
 from .encode_ahead import EncodeAhead
-from .host_ram import HostRamGuard, comfy_ram_facts
-from .inputs import av_latents
+from .host.ram import HostRamGuard, comfy_ram_facts
+from .passes.sampler_inputs import av_latents
 
 CHUNKED = "chunked"                 # the H3 VAE's temporal chunks stream into the writer
 STOCK_DECODE = "stock_decode"       # named fallback: the VAE has no chunked io, VAE.decode holds the whole video

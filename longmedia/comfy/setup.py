@@ -26,8 +26,8 @@ from ..job.setup_plan import (
 )
 from ..report.oom import phase
 from ..segments.prompts import SegmentPrompts, parse_segment_prompts
-from .inputs import text_rows
-from .memory_facts import comfy_reading
+from .host.memory import comfy_reading
+from .passes.sampler_inputs import text_rows
 
 REFERENCE_INPUTS = tuple(f"{prefix}{i}" for prefix, most in SLOTS.values() for i in range(1, most + 1)) + \
     tuple(f"{SOUNDTRACK_PREFIX}{i}" for i in range(1, SLOTS["video"][1] + 1))
@@ -172,7 +172,7 @@ def _trim_audio(audio: dict, seconds: float | None) -> dict:
 
 def prepared_references(refs: dict, plan: SetupPlan) -> dict[str, dict]:
     """The stock node's ref_images / ref_videos / ref_video_audios / ref_audios dicts, with the plan applied."""
-    from comfy_extras.nodes_minimax_h3 import _resize
+    import comfy.utils
 
     out: dict[str, dict] = {"ref_images": {}, "ref_videos": {}, "ref_video_audios": {}, "ref_audios": {}}
     for prep in plan.preps:
@@ -182,7 +182,9 @@ def prepared_references(refs: dict, plan: SetupPlan) -> dict[str, dict]:
             continue
         frames = value[:1] if prep.kind == "picture" else value[:prep.keep_frames]
         if prep.resize_to is not None:
-            frames = _resize(frames, prep.resize_to[0], prep.resize_to[1], "disabled")
+            rgb = frames[..., :3].movedim(-1, 1)  # [B, H, W, C] -> [B, 3, H, W], as the stock node resizes
+            frames = comfy.utils.common_upscale(rgb, prep.resize_to[0], prep.resize_to[1], "lanczos",
+                                                "disabled").movedim(1, -1)
         out["ref_images" if prep.kind == "picture" else "ref_videos"][prep.name] = frames
         if prep.soundtrack:
             out["ref_video_audios"][prep.soundtrack] = _trim_audio(refs[prep.soundtrack], prep.keep_soundtrack_seconds)
@@ -306,7 +308,7 @@ def _machine_notes(plan: SetupPlan) -> tuple[str, ...]:
     `host_ram.plan_host_ram`; a warning, not a refusal, as the decode note) and the decode stages."""
     from ..h3.profiles import DeviceProfile
     from ..planning.whole_job import decode_note, host_ram_note
-    from .memory_facts import dynamic_vram_active, pinned_memory_enabled
+    from .host.memory import dynamic_vram_active, pinned_memory_enabled
 
     device = DeviceProfile.detect(dynamic_vram=dynamic_vram_active())
     return (host_ram_note(plan.geometry, device, pinned_memory_enabled()), decode_note(plan.geometry, device))

@@ -2,7 +2,7 @@
 
 The executor calls an `Observer` at the edges of every phase (`run_block`: "stock_attention" or
 "streamed_attention", then "stock_mlp" or "streamed_mlp"; `chunked_final_forward`: "final layer") and the
-ComfyUI adapter tells it where each held weight came from (`comfy/weight_origin.py`: resident, vbar, cast_buffer).
+ComfyUI adapter tells it where each held weight came from (`comfy/patching/weight_origin.py`: resident, vbar, cast_buffer).
 None of this runs by default (`NO_OBSERVER`). Two probes are the product's own, switched on by name
 (`probes_named`, read from LONGMEDIA_PROBES by `comfy/probes_env.py`):
 

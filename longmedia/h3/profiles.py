@@ -226,7 +226,7 @@ class DeviceProfile:
     def detect(cls, device: Any = None, *, dynamic_vram: bool = False) -> "DeviceProfile":
         """Read the current machine through torch and psutil (each feature-detected).
 
-        `dynamic_vram`: whether the host runs comfy-aimdo (`longmedia.comfy.memory_facts.dynamic_vram_active`).
+        `dynamic_vram`: whether the host runs comfy-aimdo (`longmedia.comfy.host.memory.dynamic_vram_active`).
         """
         import torch  # the planner stays importable without torch; detection needs it
 

@@ -5,8 +5,9 @@ Pure functions over plain values (sizes, shapes, the plan), so tests need neithe
 * `check_job_latent` (Setup): the whole job's AV latent, counted in bytes before it is allocated, against
   the hard cap `MAX_JOB_LATENT_BYTES` and the RAM the machine has available.
 * `check_pass_rows` (Setup and Sampler): the packed rows of one pass against the hard cap `MAX_PASS_ROWS`.
-* `check_job_value`, `check_latent_matches_job` (Sampler): what arrived on `job`, and the latent's canvas
-  and length against the job's.
+* `check_job_value` (Sampler, Hi-Res, Refiner): what arrived on `job`.
+* `check_latent_matches_job` (Sampler, a segmented run, Hi-Res, Refiner): the one check of a latent's length
+  (and, where the stage keeps it, canvas) against the job's; one message wherever it is refused.
 * `check_conditioning_widths` (Sampler): every conditioning's hidden width against the model's text_dim.
 * `check_plan_runs` (Sampler): a plan that cannot run is an error; one that may run past its budget
   because a manual value says so is a warning for the text output.
@@ -102,15 +103,16 @@ def check_job_value(job: object) -> LongMediaJob | None:
                               "Connect Setup's job output to job, or leave job unconnected.")
 
 
-def check_latent_matches_job(job: LongMediaJob, video_shape: tuple[int, ...], audio_shape: tuple[int, ...]) -> None:
-    """The latent's canvas and length must be the job's (Setup's latent output for this job)."""
-    g = job.geometry
+def check_latent_matches_job(frames: int, video_shape: tuple[int, ...], audio_shape: tuple[int, ...], *,
+                             canvas: tuple[int, int] | None = None) -> None:
+    """The latent's length must be the job's `frames` (all its segments), and its canvas the job's `canvas`
+    (width, height) where given (the Sampler's; Hi-Res and the Refiner change the canvas, not the length)."""
     width, height = video_shape[4] * L.VAE_SPATIAL, video_shape[3] * L.VAE_SPATIAL
-    fix = "Connect LongMedia Setup's latent output for this job, or rebuild the job at the latent's size."
-    if (width, height) != (g.width, g.height):
+    fix = ("Connect the latent LongMedia Setup made for this job (or a stage's output of it), or rebuild the job "
+           "for this latent.")
+    if canvas is not None and (width, height) != tuple(canvas):
         raise LongMediaInputError("latent", f"{width}x{height} px",
-                                  f"the job's canvas {g.width}x{g.height} px (Setup's width and height)", fix)
-    frames = g.total_frames or g.frames
+                                  f"the job's canvas {canvas[0]}x{canvas[1]} px (Setup's width and height)", fix)
     want_t, want_a = L.latent_frames(frames), L.target_audio_frames(frames)
     if (video_shape[2], audio_shape[-1]) != (want_t, want_a):
         got = L.pixel_frames(video_shape[2])

@@ -109,7 +109,7 @@ class HostRamPlan:
     def headroom_bytes(self) -> int:
         """RAM kept available during the stage: ComfyUI's floor (which the reads ahead live in: the page cache counts
         as available, and ComfyUI pins only down to its floor, so the window is within it unless it is larger) and
-        LongMedia's own largest allocation (room made for it, `comfy/host_ram.py`, when it is allocated)."""
+        LongMedia's own largest allocation (room made for it, `comfy/host/ram.py`, when it is allocated)."""
         return max(self.floor_bytes, self.prefetch_window_bytes) + self.own_alloc_bytes
 
     @property

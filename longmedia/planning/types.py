@@ -49,11 +49,11 @@ MANUAL_FIELDS = tuple(c[0] for c in MANUAL_CONTROLS)
 class PlanRequest:
     """The user's choices: memory and attention modes, and ten manual controls (None = auto).
 
-    host_attention: the attention the user runs ComfyUI with (detected by longmedia/comfy/host_attention.py;
+    host_attention: the attention the user runs ComfyUI with (detected by longmedia/comfy/host/attention.py;
     None = unknown, e.g. the CLI): attention_mode=auto keeps it where it can run in the planned path.
     reference_budget: the job's (LongMedia Setup's reference_budget) when a job is connected; None = no job: the
     stock nodes' references are uncapped ("max").
-    attention_speeds: the exact backends' speeds measured on the device (longmedia/comfy/attention_speeds.py);
+    attention_speeds: the exact backends' speeds measured on the device (longmedia/comfy/host/attention_speeds.py);
     None = not measured (the CLI): the static rank orders them.
     disk_gbps: the disk's sustained read in GB/s, for weights that stream from the checkpoint file (default
     DEFAULT_DISK_GBPS: a mid-range NVMe SSD's sustained read; SATA SSDs read about 0.5); pinned_memory: False where

@@ -1,5 +1,5 @@
 """Which host features LongMedia detected on a ComfyUI, as a frozen fact: `HostFeatures` (read by
-`longmedia/comfy/host_features.py`, printed by `tools/host_features.py`, carried by the Sampler's RunReport so a bug
+`longmedia/comfy/host/features.py`, printed by `tools/host_features.py`, carried by the Sampler's RunReport so a bug
 report can paste it). Torch-free and ComfyUI-free: only the vocabulary and the version rule live here."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class HostFeatures:
     kitchen_version: str | None
     aimdo_version: str | None
     notes: tuple[str, ...] = ()
-    # host RAM (read where they exist, none needed: comfy/host_ram.py falls back on each)
+    # host RAM (read where they exist, none needed: comfy/host/ram.py falls back on each)
     cgroup_aware_ram: bool = False    # comfy.system_memory.virtual_memory_available (a container's limit, v0.35+)
     pin_eviction: bool = False        # comfy.model_management.free_pins (what LongMedia frees pins with)
     fast_disk_flag: bool = False      # --fast-disk (disk-backed dynamic loading instead of unpinned RAM)

@@ -35,7 +35,7 @@ class UnknownPhaseError(ValueError):
 
 
 MemoryReading = Callable[[], MemorySnapshot]
-"""() -> memory now: how a phase reads memory when it fails (`longmedia.comfy.memory_facts.comfy_reading` gives
+"""() -> memory now: how a phase reads memory when it fails (`longmedia.comfy.host.memory.comfy_reading` gives
 ComfyUI's and comfy-aimdo's facts too); None reads torch alone."""
 
 

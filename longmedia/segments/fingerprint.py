@@ -7,7 +7,7 @@ What cannot be read as a value (a torch module's weights, an object past `MAX_DE
 segment is served only while every pin is alive, so an id reused by another object never matches. An
 object that has neither a value nor a weak reference makes the key `Uncacheable` (the run samples every
 segment and says why). `special` lets the caller describe objects it knows better (ComfyUI's ModelPatcher:
-`comfy/segment_keys.py`); it returns a plain description, or None to fall back to the rules above.
+`comfy/retakes/keys.py`); it returns a plain description, or None to fall back to the rules above.
 """
 
 from __future__ import annotations

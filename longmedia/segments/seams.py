@@ -4,7 +4,6 @@ Tensors are the two H3 streams: video [1, 24, T, h, w] and audio [1, 32, 2, Ta].
 (`segments.py`) says where every pass sits on the job's timeline; these helpers only cut and paste
 along the time axes (video dim 2, audio dim -1), so they work on any dtype and device.
 
-* `check_job_latent`: the latent handed to a segmented run has exactly the job's length.
 * `pass_latents`: a pass's slice of the job latent (zeros of an empty job latent = the pass's empty latent).
 * `context_keyframe`: the previous passes' final latents of a pass's context frames, as an H3 guide
   (`minimax_keyframes` entry at frame 0, video and audio, the shape MiniMaxH3AddGuide stores).
@@ -23,7 +22,7 @@ from ..h3 import lattice as L
 from ..limits import MAX_PASS_SEED, MAX_SEED
 from .timeline import Segment, SegmentPlan
 
-__all__ = ["SeamError", "job_latent_shapes", "check_job_latent", "pass_latents", "new_content",
+__all__ = ["SeamError", "job_latent_shapes", "pass_latents", "new_content",
            "context_latents", "context_keyframe", "route_keyframes", "check_pass_output", "empty_result",
            "place", "assemble", "segment_seeds", "parse_segment_seeds"]
 
@@ -37,18 +36,6 @@ def job_latent_shapes(plan: SegmentPlan, latent_h: int, latent_w: int,
     """Video and audio shapes of the whole job's latent (what EmptyMiniMaxH3LatentAV gives for its frames)."""
     return ((1, video_channels, plan.video_latent_frames, latent_h, latent_w),
             (1, audio_channels, 2, plan.audio_latent_frames))
-
-
-def check_job_latent(plan: SegmentPlan, video: torch.Tensor, audio: torch.Tensor) -> None:
-    """Raise LongMediaInputError('latent', ...) unless the latent covers exactly the job's frames and audio."""
-    want_v, want_a = job_latent_shapes(plan, video.shape[3], video.shape[4], video.shape[1], audio.shape[1])
-    if tuple(video.shape) != want_v or tuple(audio.shape) != want_a:
-        raise LongMediaInputError(
-            "latent", {"video": tuple(video.shape), "audio": tuple(audio.shape)},
-            f"the segmented job's latent: video {want_v} with audio {want_a} ({plan.pixel_frames} frames, "
-            f"{plan.count} segments)",
-            f"Make the latent for the job's {plan.pixel_frames} frames (EmptyMiniMaxH3LatentAV length "
-            f"{plan.pixel_frames}, or LongMedia Setup's latent), or rebuild the job for this latent's length.")
 
 
 def pass_latents(segment: Segment, video: torch.Tensor, audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

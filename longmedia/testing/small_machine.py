@@ -1,5 +1,5 @@
 """A stand-in machine for host-RAM tests: RAM available and ComfyUI's pins, which `free_pins` turns back into
-available RAM, as ComfyUI's `model_management.free_pins` does (`facts()` is what `comfy/host_ram.py` reads)."""
+available RAM, as ComfyUI's `model_management.free_pins` does (`facts()` is what `comfy/host/ram.py` reads)."""
 
 from __future__ import annotations
 

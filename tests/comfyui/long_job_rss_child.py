@@ -50,9 +50,9 @@ def main() -> None:
     from comfy_extras import nodes_custom_sampler as ncs
 
     from longmedia.comfy.decode_save import decode_and_save
-    from longmedia.comfy.segmented import run_segmented
+    from longmedia.comfy.passes.segmented import run_segmented
+    from longmedia.comfy.passes.stages import run_hires, run_refiner
     from longmedia.comfy.setup import run_setup
-    from longmedia.comfy.stages import run_hires, run_refiner
     from longmedia.planning.types import PlanRequest
     from longmedia.segments.seam_steps import seam_steps
     from longmedia.testing import conditioning as tc

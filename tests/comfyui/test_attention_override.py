@@ -8,7 +8,7 @@ from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention
 from longmedia.attention.registry import BackendSpec
 from longmedia.attention.schedule import SolSettings
-from longmedia.comfy.attention_override import (
+from longmedia.comfy.patching.attention_override import (
     ROW_SPANS_KEY,
     existing_attention_fn,
     install_attention_override,

@@ -111,8 +111,8 @@ def with_patches(patcher, make):
 
 def ours(log: Log | None = None, memory_mode="low_vram"):
     """make() installing LongMedia's streamed replacement (existing attention), recording its calls in `log`."""
-    from longmedia.comfy.attention_override import existing_attention_fn
-    from longmedia.comfy.block_patch import streamed_replacement
+    from longmedia.comfy.patching.attention_override import existing_attention_fn
+    from longmedia.comfy.patching.block_patch import streamed_replacement
 
     def factory(topts, heads):
         if log is not None:
@@ -134,7 +134,7 @@ N = TINY_DIMS.num_blocks
 def test_after_bsa_streamed_runs_its_patch_first_and_refuses_its_attention_by_name(env):
     """LongMedia installed after a BSA-shaped patch that hands its attention: the Sampler keeps that patch as
     `previous` (it runs first) and refuses the handed attention by name, naming the memory_mode to use."""
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     log = Log()
     patched = with_patches(env["plain"], lambda b, i, prev: bsa_like_patch(b, i, log, hand=True, previous=prev))
@@ -147,7 +147,7 @@ def test_after_bsa_streamed_runs_its_patch_first_and_refuses_its_attention_by_na
 
 def test_after_a_patch_that_hands_nothing_streamed_chains_it_every_block_and_step(env):
     """BSA on a CPU (or outside its sigma window) hands nothing: its patch still runs first, ours streams."""
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     log = Log()
     patched = with_patches(env["plain"], lambda b, i, prev: bsa_like_patch(b, i, log, hand=False, previous=prev))
@@ -164,7 +164,7 @@ def test_after_a_patch_that_hands_nothing_streamed_chains_it_every_block_and_ste
 
 def test_normal_mode_calls_the_handed_attention_and_equals_stock_bit_for_bit(env):
     """Normal mode installs no block replacement: the BSA-shaped patch's attention runs as installed."""
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     block_takes_attention()
     log = Log()
@@ -181,7 +181,7 @@ def test_normal_mode_calls_the_handed_attention_and_equals_stock_bit_for_bit(env
 def test_before_bsa_a_handed_attention_reaches_our_block_and_is_refused_by_name(env):
     """LongMedia's replacement installed first; a BSA-shaped patch chains it as `previous` and passes its attention
     in call_args: ours uses it (here: refuses by name) instead of dropping it."""
-    from longmedia.comfy.block_patch import HandedAttentionError
+    from longmedia.comfy.patching.block_patch import HandedAttentionError
 
     log = Log()
     ours_first = with_patches(env["plain"], ours(log))
@@ -205,7 +205,7 @@ def test_before_a_patch_that_hands_nothing_ours_runs_inside_it(env):
 
 
 def test_reinstalling_ours_replaces_our_own_and_keeps_the_foreign_previous(env):
-    from longmedia.comfy.block_patch import chained_previous
+    from longmedia.comfy.patching.block_patch import chained_previous
 
     log = Log()
     foreign = with_patches(env["plain"], lambda b, i, prev: bsa_like_patch(b, i, log, hand=False, previous=prev))
@@ -260,7 +260,7 @@ def test_ours_then_real_chaining_bsa_keeps_ours_as_previous(env):
 
 
 def test_the_sampler_refuses_streamed_blocks_on_a_bsa_model_before_any_work(env):
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     bsa = bsa_module()
     patched = bsa.BlockSparseAttention.execute(env["plain"], {"selection": "sol-attn", "tau": 1.3}, 0.0, 1.0).result[0]
@@ -281,7 +281,11 @@ def test_our_override_chains_with_bsas_in_both_orders(comfy_inprocess, order):
     from longmedia.attention.dispatcher import resolve_attention
     from longmedia.attention.protocol import sdpa_attention
     from longmedia.attention.registry import BackendSpec
-    from longmedia.comfy.attention_override import OVERRIDE_KEY, LongMediaAttentionOverride, install_attention_override
+    from longmedia.comfy.patching.attention_override import (
+        OVERRIDE_KEY,
+        LongMediaAttentionOverride,
+        install_attention_override,
+    )
 
     bsa = bsa_module()
     calls = []

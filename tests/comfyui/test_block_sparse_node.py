@@ -35,7 +35,7 @@ def job(env, patcher):
 
 
 def test_block_sparse_model_is_detected_and_a_plain_one_is_not(env):
-    from longmedia.comfy.sparse_attention_node import block_sparse_evidence
+    from longmedia.comfy.patching.sparse_attention_node import block_sparse_evidence
 
     found = block_sparse_evidence(env["patched"], env["patched"].model_options)
     assert any("callback" in f for f in found) and any("override" in f for f in found)
@@ -45,7 +45,7 @@ def test_block_sparse_model_is_detected_and_a_plain_one_is_not(env):
 
 @pytest.mark.parametrize("attention_mode", ["existing", "auto"])
 def test_stock_blocks_compose_with_block_sparse_attention(env, attention_mode):
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     with torch.inference_mode():
         sv, sa = env["ncs"].SamplerCustomAdvanced.execute(*job(env, env["patched"])).result[0]["samples"].unbind()
@@ -60,7 +60,7 @@ def test_stock_blocks_compose_with_block_sparse_attention(env, attention_mode):
 
 
 def test_streamed_blocks_refuse_a_block_sparse_model_by_name(env):
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     with torch.inference_mode(), pytest.raises(LongMediaInputError, match="BlockSparseAttention") as info:
         run_sampler(*job(env, env["patched"]), PlanRequest(memory_mode="low_vram", attention_mode="existing",

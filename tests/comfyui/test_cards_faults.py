@@ -143,7 +143,7 @@ def test_the_nan_probe_checks_every_stage_and_names_the_first_non_finite_one(env
 
 @pytest.mark.parametrize("weights", ["unordered", "sync_release", "owned"])
 def test_the_weight_access_controls_change_the_run_only_and_not_its_output(env, capsys, weights):
-    from longmedia.comfy import block_patch
+    from longmedia.comfy.patching import block_patch
 
     real = block_patch.comfy_weights
     with torch.inference_mode():

@@ -11,7 +11,7 @@ import pytest
 import torch
 from testnodes import tiny_text_encoder as tc
 
-from longmedia.comfy import segmented
+from longmedia.comfy.passes import segmented
 from longmedia.errors import LongMediaInputError
 from longmedia.planning.types import PlanRequest
 from longmedia.segments.retakes import RetakeCache
@@ -113,7 +113,7 @@ def test_four_prompts_condition_their_own_segments(env, story, monkeypatch):
 def test_hires_and_refiner_passes_get_their_segment_s_prompt(env, story, monkeypatch, node):
     """Each Hi-Res / Refiner pass is guided by its own segment's prompt, as the Sampler's pass was, and every pass
     is planned for the longest prompt's rows."""
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import stages
 
     sampled = run(env, story)
     samplers = env["samplers"]
@@ -147,7 +147,7 @@ def test_hires_and_refiner_passes_get_their_segment_s_prompt(env, story, monkeyp
 def test_a_refiner_with_its_own_prompt_keeps_it_on_every_pass(env, story, monkeypatch):
     """A stage guider built on another positive (a detail prompt, say) is the user's choice: every pass gets it,
     and the report says Setup's per-segment prompts were not followed."""
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import stages
 
     sampled = run(env, story)
     samplers = env["samplers"]

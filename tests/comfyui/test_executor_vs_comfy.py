@@ -18,8 +18,8 @@ def comfy(comfy_inprocess):  # ComfyUI imported from the checkout with `--cpu` s
     import comfy.ldm.minimax.model as h3
     import comfy.ops
 
-    from longmedia.comfy import block_patch as comfy_patch
-    from longmedia.comfy.attention_override import existing_attention_fn
+    from longmedia.comfy.patching import block_patch as comfy_patch
+    from longmedia.comfy.patching.attention_override import existing_attention_fn
 
     comfy_patch.existing_attention = existing_attention_fn
     return h3, comfy.ops, comfy_patch
@@ -304,7 +304,7 @@ def test_vsa_gate_is_left_alone_as_the_host_does(comfy):
 
 
 def test_handed_attention_module_is_refused_by_name(comfy):
-    from longmedia.comfy.block_patch import HandedAttentionError, streamed_replacement
+    from longmedia.comfy.patching.block_patch import HandedAttentionError, streamed_replacement
 
     _, _, patch = comfy
     block, x, t_emb, segments, rope = make(comfy, torch.float32, "disable_weight_init", seed=6)

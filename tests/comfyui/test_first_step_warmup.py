@@ -12,8 +12,8 @@ from longmedia.planning.types import PlanRequest
 def env(comfy_inprocess, tiny_checkpoints):
     import comfy.sd
 
-    from longmedia.comfy import pass_plan
-    from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.comfy.passes import pass_plan
+    from longmedia.comfy.passes import sampler as comfy_sampler
 
     return {"model": comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"])), "core": comfy_sampler,
             "pass_plan": pass_plan}

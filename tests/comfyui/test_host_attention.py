@@ -1,4 +1,4 @@
-"""Reading which attention ComfyUI runs (longmedia/comfy/host_attention.py) on the real host, and auto's
+"""Reading which attention ComfyUI runs (longmedia/comfy/host/attention.py) on the real host, and auto's
 decision over it (the decision table on fakes: tests/core/test_host_attention_decision.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from longmedia.attention.dispatcher import resolve_attention
-from longmedia.comfy.attention_override import OVERRIDE_KEY, LongMediaAttentionOverride
-from longmedia.comfy.host_attention import host_attention
+from longmedia.comfy.host.attention import host_attention
+from longmedia.comfy.patching.attention_override import OVERRIDE_KEY, LongMediaAttentionOverride
 
 REPO = Path(__file__).resolve().parents[2]
 H3 = dict(seq_len=100_000, heads=56, head_dim=128, dtype=torch.bfloat16, device_capability=(9, 0))
@@ -77,7 +77,7 @@ def test_a_host_started_with_split_cross_attention(comfyui_root):
         comfy.options.enable_args_parsing()
         import torch
         from longmedia.attention.dispatcher import resolve_attention
-        from longmedia.comfy.host_attention import host_attention
+        from longmedia.comfy.host.attention import host_attention
         found = host_attention()
         choice = resolve_attention("auto", seq_len=4096, heads=4, head_dim=64, dtype=torch.float32,
                                    device_capability=None, host_attention=found, streamed=True,
@@ -102,7 +102,7 @@ def test_the_sampler_plans_with_what_the_host_runs(comfy_inprocess, tiny_checkpo
     import comfy.sd
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy.pass_plan import plan_for
+    from longmedia.comfy.passes.pass_plan import plan_for
     from longmedia.planning.types import PlanRequest
     from longmedia.testing import conditioning as tc
     from longmedia.testing.tiny_h3 import TINY_DIMS
@@ -158,8 +158,8 @@ def test_a_checkpoints_attention_config_is_kept_in_stock_and_streamed_blocks(com
 
     if not hasattr(attention, "ComfyAttention"):
         pytest.skip("this ComfyUI has no ComfyAttention (a checkpoint's attention config, ComfyUI 0.38+)")
-    from longmedia.comfy import sampler as comfy_sampler
-    from longmedia.comfy.pass_plan import plan_for
+    from longmedia.comfy.passes import sampler as comfy_sampler
+    from longmedia.comfy.passes.pass_plan import plan_for
     from longmedia.planning.types import PlanRequest
 
     calls = []

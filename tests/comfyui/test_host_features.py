@@ -28,7 +28,7 @@ def _has(module: str, name: str) -> bool:
 
 
 def test_each_feature_matches_this_tree(comfy_inprocess, comfyui_root):
-    from longmedia.comfy.host_features import host_features
+    from longmedia.comfy.host.features import host_features
 
     found = host_features(comfyui_root)
     import comfy.ldm.minimax.model as h3
@@ -62,22 +62,22 @@ def test_each_feature_matches_this_tree(comfy_inprocess, comfyui_root):
 
 def test_the_tool_prints_it(comfyui_root):
     env = {**os.environ, "PYTHONPATH": ""}
-    out = subprocess.run([sys.executable, str(REPO / "tools" / "host_features.py"), "--comfyui", str(comfyui_root),
-                          "--cpu", "--json"], capture_output=True, text=True, timeout=240, cwd="/", env=env)
+    out = subprocess.run([sys.executable, "-m", "tools.host_features", "--comfyui", str(comfyui_root),
+                          "--cpu", "--json"], capture_output=True, text=True, timeout=240, cwd=REPO, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
     assert data["kitchen_version"] == metadata.version("comfy-kitchen")
     assert data["malloc_graphs"] == _has("comfy.model_prefetch", "pause_malloc_graph")
-    lines = subprocess.run([sys.executable, str(REPO / "tools" / "host_features.py"), "--comfyui", str(comfyui_root),
-                            "--cpu"], capture_output=True, text=True, timeout=240, cwd="/", env=env).stdout
+    lines = subprocess.run([sys.executable, "-m", "tools.host_features", "--comfyui", str(comfyui_root),
+                            "--cpu"], capture_output=True, text=True, timeout=240, cwd=REPO, env=env).stdout
     assert lines.startswith("generation: ComfyUI ") and "BlockSparseAttention chaining: " in lines
 
 
 def test_the_sampler_report_carries_it(comfy_inprocess, tiny_checkpoints, comfyui_root):
     import comfy.sd
 
-    from longmedia.comfy.host_features import host_features
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.host.features import host_features
+    from longmedia.comfy.passes.sampler import run_sampler
 
     patcher = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     with torch.inference_mode():

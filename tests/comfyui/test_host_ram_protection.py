@@ -72,7 +72,7 @@ def test_block_file_slices_find_the_ranges_comfyuis_loader_records(comfy_inproce
     import comfy.utils
     from safetensors.torch import load_file
 
-    from longmedia.comfy.host_ram import block_file_slices
+    from longmedia.comfy.host.ram import block_file_slices
     from longmedia.execution.disk_prefetch import DiskPrefetch
 
     loader = inspect.getsource(comfy.utils.load_safetensors)

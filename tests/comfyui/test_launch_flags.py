@@ -37,7 +37,7 @@ def test_the_plan_reads_disable_pinned_memory_from_comfyui_s_args(comfy_inproces
     """The Sampler's and Setup's host-RAM plan read --disable-pinned-memory where ComfyUI keeps it (`args`)."""
     from comfy.cli_args import args
 
-    from longmedia.comfy.memory_facts import pinned_memory_enabled
+    from longmedia.comfy.host.memory import pinned_memory_enabled
 
     monkeypatch.setattr(args, "disable_pinned_memory", True)
     assert not pinned_memory_enabled()

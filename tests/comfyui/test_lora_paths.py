@@ -158,7 +158,7 @@ def stock_masked(env, guider, sigmas, latent, seed):
 
 def first_pass(env, patcher):
     """A normal LongMedia pass at STAGE_SIZE (= stock bit for bit, above): the guider and its output latent."""
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import stages
 
     noise, guider, sampler, sigmas, latent = job(patcher, seed=11, size=STAGE_SIZE)
     return guider, stages.run_sampler(noise, guider, sampler, sigmas, latent, NORMAL).output
@@ -170,7 +170,7 @@ def stage_sigmas(env, patcher, steps):
 
 @pytest.mark.parametrize("mode", ["normal", "low_vram"])
 def test_hires_with_lora_equals_resample_plus_masked_stock_sampling(sampler_env, loras, mode):
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import stages
     from longmedia.h3.latent_resample import resample_video
 
     def hires(patcher):
@@ -193,7 +193,7 @@ def test_hires_with_lora_equals_resample_plus_masked_stock_sampling(sampler_env,
 
 @pytest.mark.parametrize("mode", ["normal", "ultra_low_vram"])
 def test_refiner_with_lora_equals_masked_stock_sampling(sampler_env, loras, mode):
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import stages
 
     def refine(patcher):
         guider, first = first_pass(sampler_env, patcher)
@@ -215,7 +215,7 @@ def test_refiner_with_lora_equals_masked_stock_sampling(sampler_env, loras, mode
 def test_segmented_job_with_lora_streamed_equals_normal(sampler_env, loras):
     """Two passes (39 frames, then 34 new behind 22 of context): the LoRA'd job streamed (low_vram, whole heads)
     equals it in normal mode (= stock, above) bit for bit, and differs from the job without the LoRA."""
-    from longmedia.comfy import segmented
+    from longmedia.comfy.passes import segmented
     from longmedia.segments.timeline import plan_segments
 
     plan = plan_segments(total_frames=73, segment_seconds=39 / 24, context_frames=22)
@@ -296,7 +296,7 @@ def test_the_streamed_cast_asks_for_int8_weights_as_stocks_int8_layers_do(sample
     cast's keywords for a real INT8 layer of this ComfyUI, and none for a plain one."""
     import comfy.ops as ops
 
-    from longmedia.comfy.block_patch import cast_options, casts_requantize
+    from longmedia.comfy.patching.block_patch import cast_options, casts_requantize
 
     assert casts_requantize(ops)
     like = torch.randn(3, 8, dtype=torch.bfloat16)

@@ -51,7 +51,7 @@ def block_and_inputs(seed=0):
 def test_streamed_block_runs_outside_the_malloc_graph(prefetch, monkeypatch):
     needs_malloc_graphs(prefetch)
     from longmedia.attention.protocol import sdpa_attention
-    from longmedia.comfy.block_patch import streamed_replacement
+    from longmedia.comfy.patching.block_patch import streamed_replacement
 
     state, seen = {"depth": 0}, []
     monkeypatch.setattr(prefetch, "pause_malloc_graph", recording_pause(state))
@@ -71,7 +71,7 @@ def test_streamed_block_runs_outside_the_malloc_graph(prefetch, monkeypatch):
 
 def test_final_layer_patch_runs_outside_the_malloc_graph(prefetch, monkeypatch):
     needs_malloc_graphs(prefetch)
-    from longmedia.comfy.block_patch import outside_malloc_graph
+    from longmedia.comfy.patching.block_patch import outside_malloc_graph
 
     state, seen = {"depth": 0}, []
     monkeypatch.setattr(prefetch, "pause_malloc_graph", recording_pause(state))

@@ -28,7 +28,7 @@ def test_the_overlay_keeps_0_33_s_version_string_so_the_generation_is_read_from_
     # upstream 0.38.1's comfyui_version.py is not overlaid: a pack that read the version would call this tree 0.33.0
     text = (comfyui_root / "comfyui_version.py").read_text()
     assert '"0.33.0"' in text
-    from longmedia.comfy.host_features import host_features
+    from longmedia.comfy.host.features import host_features
 
     features = host_features()
     assert features.per_token_rows and features.pdd_heads  # read from signatures, not from the version string

@@ -24,17 +24,17 @@ def _generator():
     return module
 
 
-def test_parameters_doc_matches_the_schemas(comfyui_root: Path):
+def test_parameters_doc_matches_the_schemas(comfy_inprocess, comfyui_root: Path):
     gen = _generator()
     fresh = gen.generate(comfyui_root)
     committed = gen.DOC_PATH.read_text(encoding="utf-8")
     diff = "".join(difflib.unified_diff(committed.splitlines(True), fresh.splitlines(True),
                                         "docs/PARAMETERS.md (committed)", "fresh generation", n=1))
     assert committed == fresh, (f"docs/PARAMETERS.md is stale: run `LONGMEDIA_COMFYUI_ROOT={comfyui_root} "
-                                f"python tools/gen_parameters.py` and commit it.\n{diff[:6000]}")
+                                f"python -m tools.gen_parameters` and commit it.\n{diff[:6000]}")
 
 
-def test_generator_covers_every_registered_node(comfy_server, comfyui_root: Path):
+def test_generator_covers_every_registered_node(comfy_server, comfy_inprocess, comfyui_root: Path):
     gen = _generator()
     gen.import_comfyui(comfyui_root)
     documented = {gen.node_doc(cls).node_id for cls in gen.node_classes(gen.load_pack())}

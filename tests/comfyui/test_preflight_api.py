@@ -174,7 +174,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import stages
 
     clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "stages": stages, "neg": tc.encode_prompt(clip, ""),
@@ -225,7 +225,7 @@ def test_a_cpu_allocator_failure_in_sampling_becomes_the_oom_report(env):
 
 
 def test_a_cpu_allocator_failure_on_the_segmented_job_latent_becomes_the_oom_report(comfy_inprocess):
-    from longmedia.comfy import segmented
+    from longmedia.comfy.passes import segmented
 
     def allocate(*args):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")

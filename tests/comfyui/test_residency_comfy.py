@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from longmedia.comfy.residency import STEPS, load_comfy_modules, residency_boundary
+from longmedia.comfy.patching.residency import STEPS, load_comfy_modules, residency_boundary
 from longmedia.report.memory import MemorySnapshot
 
 # every function the boundary may call, by module attribute: all must exist in the checkout under test

@@ -15,7 +15,7 @@ from longmedia.report.oom import LongMediaOOM
 
 
 def test_injected_oom_raises_fact_report_and_next_run_succeeds(sampler_env, monkeypatch):
-    from longmedia.comfy import block_patch as comfy_patch
+    from longmedia.comfy.patching import block_patch as comfy_patch
 
     real = comfy_patch.run_block
     calls = []
@@ -158,7 +158,7 @@ def test_longmedia_probes_names_the_first_non_finite_phase_in_the_report(sampler
 def test_all_finite_reads_each_part_of_a_nested_latent(sampler_env):
     from comfy.nested_tensor import NestedTensor  # what H3's empty AV latent holds (video 5-D, audio 3-D)
 
-    from longmedia.comfy.sampler import all_finite
+    from longmedia.comfy.passes.sampler import all_finite
 
     video, audio = torch.randn(1, 4, 3, 2, 2), torch.randn(1, 8, 5)
     assert all_finite(NestedTensor([video, audio])) and all_finite(video)

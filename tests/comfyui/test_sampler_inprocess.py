@@ -114,7 +114,7 @@ def test_seed_only_reruns_plan_from_memory_measured_after_the_boundary(sampler_e
     """A fake device whose free memory is what an earlier run left behind until the residency boundary
     releases it: the plan must read the device after the boundary, so every seed-only rerun (each starting
     from leftovers) plans from the same released state. Before, the first run and the reruns differed."""
-    from longmedia.comfy import sampler as core
+    from longmedia.comfy.passes import sampler as core
     from longmedia.h3.profiles import DeviceProfile
     from longmedia.units import GIB
     card = DeviceProfile.card(vram_gb=16, ram_gb=64)
@@ -169,7 +169,7 @@ def test_streamed_run_leaves_the_model_as_it_was(sampler_env):
 
 
 def test_rejected_pinning_is_refused_on_the_clone_only(sampler_env):
-    from longmedia.comfy.clone_install import _refuse_pinning
+    from longmedia.comfy.patching.clone_install import _refuse_pinning
 
     patcher = sampler_env["models"]["fp32"]
     clone = patcher.clone()
@@ -205,7 +205,7 @@ def test_block_prefetch_is_turned_off_only_where_the_plan_says_so(sampler_env, p
 def _spy_sol_calls(monkeypatch):
     """Every AttentionFn the run builds, wrapped to record (the row spans it was built with, keys it got)."""
     from longmedia.attention import choice as attention_choice
-    from longmedia.comfy import attention_override as override
+    from longmedia.comfy.patching import attention_override as override
 
     seen, real = [], attention_choice.build_attention_fn
 
@@ -262,8 +262,8 @@ def test_block_guard_controls_in_normal_mode_are_reported_and_the_run_stays_exac
 def test_the_planner_runs_once_per_pass_after_the_boundary(sampler_env, monkeypatch, profile):
     """One pass, one plan: planned after the residency boundary from the memory it leaves (a fixed card's plan
     is final, so it is planned once before the boundary and refused there if it cannot run)."""
-    from longmedia.comfy import pass_plan
-    from longmedia.comfy import sampler as core
+    from longmedia.comfy.passes import pass_plan
+    from longmedia.comfy.passes import sampler as core
     from longmedia.h3.profiles import DeviceProfile
     card = DeviceProfile.card(vram_gb=16, ram_gb=64)
     order = []

@@ -36,8 +36,8 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import sampler as comfy_sampler
-    from longmedia.comfy import stages
+    from longmedia.comfy.passes import sampler as comfy_sampler
+    from longmedia.comfy.passes import stages
 
     model = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "model": model, "core": comfy_sampler,
@@ -87,7 +87,7 @@ def test_the_sampler_node_plans_under_setup_s_reference_budget(env, comfyui_root
 
 
 def test_a_longer_negative_prompt_is_the_pass_the_plan_sizes(env):
-    from longmedia.comfy.inputs import stock_row_spans
+    from longmedia.comfy.passes.sampler_inputs import stock_row_spans
 
     pos, neg = tc.random_conditioning(7, dims=TINY_DIMS, seed=1), tc.random_conditioning(61, dims=TINY_DIMS, seed=2)
     lat = latent(env)

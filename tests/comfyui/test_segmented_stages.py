@@ -16,8 +16,8 @@ import pytest
 import torch
 from testnodes import tiny_text_encoder as tc
 
-from longmedia.comfy import stages as comfy_stages
-from longmedia.comfy.segmented import run_segmented
+from longmedia.comfy.passes import stages as comfy_stages
+from longmedia.comfy.passes.segmented import run_segmented
 from longmedia.h3 import lattice as L
 from longmedia.h3.latent_resample import resample_video
 from longmedia.planning.types import PlanRequest

@@ -17,7 +17,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     import comfy.sd
     from comfy_extras import nodes_custom_sampler as ncs
 
-    from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.comfy.passes import sampler as comfy_sampler
 
     model = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     # processes started before these tests (another module's ComfyUI server, say) are not theirs to end
@@ -96,7 +96,7 @@ class _AtPhase:
 
 
 def test_a_killed_worker_fails_the_prompt_cleanly_and_the_next_prompt_runs(env):
-    from longmedia.comfy.sp_workers import LongMediaWorkerError
+    from longmedia.comfy.sp.ranks import LongMediaWorkerError
 
     request = PlanRequest(memory_mode="normal", attention_mode="existing")
 
@@ -133,7 +133,7 @@ def test_cancel_stops_every_rank(env):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_segmented_job_ranks_equal_the_single_process(env, world):
-    from longmedia.comfy import segmented
+    from longmedia.comfy.passes import segmented
     from longmedia.segments.timeline import plan_segments
 
     plan = plan_segments(total_frames=73, segment_seconds=39 / 24, context_frames=22)  # two passes
@@ -193,7 +193,7 @@ def test_per_token_rows_ranks_equal_the_single_process(env, world):
 
 
 def test_multi_host_env_launch_on_loopback(env, monkeypatch, comfyui_root):
-    """The documented multi-host launch (`python -m longmedia.comfy.sp_worker`, env:// rendezvous) as a separate
+    """The documented multi-host launch (`python -m longmedia.comfy.sp.worker_entry`, env:// rendezvous) as a separate
     process on 127.0.0.1: rank 0 is this ComfyUI process; the latent equals the single process."""
     import os
     import subprocess
@@ -209,7 +209,7 @@ def test_multi_host_env_launch_on_loopback(env, monkeypatch, comfyui_root):
     rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}
     worker_env = dict(os.environ, **rendezvous, RANK="1",
                       PYTHONPATH=os.pathsep.join([str(comfyui_root), str(repo)]))
-    worker = subprocess.Popen([sys.executable, "-m", "longmedia.comfy.sp_worker", "--device", "cpu",
+    worker = subprocess.Popen([sys.executable, "-m", "longmedia.comfy.sp.worker_entry", "--device", "cpu",
                                "--timeout-s", "120"], env=worker_env, cwd=repo)
     try:
         for key, value in {**rendezvous, "RANK": "0", "LONGMEDIA_SP_INIT": "env://"}.items():

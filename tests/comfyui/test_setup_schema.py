@@ -22,7 +22,7 @@ def _names(inputs) -> list[str]:
     return [i.id for i in inputs]
 
 
-def test_both_hosts_get_the_dynamic_family(comfyui_root):
+def test_both_hosts_get_the_dynamic_family(comfy_inprocess, comfyui_root):
     setup = _setup_module(comfyui_root)
     assert setup.dynamic_inputs_available()
     schema = setup.LongMediaSetup.define_schema()
@@ -31,7 +31,7 @@ def test_both_hosts_get_the_dynamic_family(comfyui_root):
     assert not set(_names(schema.inputs)) & set(FRAME_INPUTS + REFERENCE_INPUTS)
 
 
-def test_without_dynamic_inputs_the_schema_is_flat(comfyui_root, monkeypatch):
+def test_without_dynamic_inputs_the_schema_is_flat(comfy_inprocess, comfyui_root, monkeypatch):
     """An older ComfyUI (no io.DynamicCombo / io.Autogrow): a `family` combo and every frame and reference
     socket listed, under the names the dynamic schema's groups use last (ref_image_1, not pictures.ref_image_1)."""
     setup = _setup_module(comfyui_root)

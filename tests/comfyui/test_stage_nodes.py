@@ -77,9 +77,9 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_minimax_h3 as h3n
 
-    from longmedia.comfy import inputs as comfy_job
     from longmedia.comfy import setup as comfy_setup
-    from longmedia.comfy import stages as comfy_stages
+    from longmedia.comfy.passes import sampler_inputs as comfy_job
+    from longmedia.comfy.passes import stages as comfy_stages
 
     clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
     return {"samplers": comfy.samplers, "ncs": ncs, "h3n": h3n, "clip": clip, "job": comfy_job,
@@ -215,7 +215,7 @@ def test_segmented_setup_returns_the_whole_job_latent(env):
 
 
 def test_segmented_fl2va_setup_runs_through_the_segmented_sampler(env):
-    from longmedia.comfy.segmented import run_segmented
+    from longmedia.comfy.passes.segmented import run_segmented
 
     result = setup(env, family="fl2va", vae=TinyVideoVAE(), first_frame=rand(1, 64, 64, 3, seed=20),
                    last_frame=rand(1, 64, 64, 3, seed=21), seconds=2.0, segment_seconds=1.0)
@@ -416,3 +416,20 @@ def test_refiner_explicit_sigmas_and_errors(env):
             refine(env, g, first, **kw)
     with pytest.raises(LongMediaInputError, match="latent"):
         refine(env, g, {"samples": torch.zeros(1, 16, 2, 8, 8)})
+
+
+def test_setup_resizes_a_reference_as_the_stock_node_does(comfy_inprocess):
+    """Setup shrinks a picture and a video within the reference budget with ComfyUI's public `common_upscale`,
+    giving what the stock H3 node's own resize gives (its private `_resize`, read here only to compare)."""
+    from comfy_extras.nodes_minimax_h3 import _resize
+
+    from longmedia.comfy.setup import prepared_references
+    from longmedia.job.setup_plan import ReferencePrep
+
+    pic, video = rand(1, 24, 40, 4, seed=5), rand(5, 24, 40, 3, seed=6)
+    preps = (ReferencePrep("ref_image_1", "picture", resize_to=(32, 16)),
+             ReferencePrep("ref_video_1", "video", resize_to=(32, 16), keep_frames=5))
+    plan = type("Plan", (), {"preps": preps})  # prepared_references reads only the plan's preps
+    out = prepared_references({"ref_image_1": pic, "ref_video_1": video}, plan)
+    assert torch.equal(out["ref_images"]["ref_image_1"], _resize(pic[:1], 32, 16, "disabled"))
+    assert torch.equal(out["ref_videos"]["ref_video_1"], _resize(video, 32, 16, "disabled"))

@@ -26,7 +26,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     from comfy_extras import nodes_custom_sampler as ncs
     from comfy_extras import nodes_easycache as nec
 
-    from longmedia.comfy import sampler as comfy_sampler
+    from longmedia.comfy.passes import sampler as comfy_sampler
 
     model = comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))
     return {"model": model, "ncs": ncs, "nec": nec, "core": comfy_sampler}

@@ -81,8 +81,8 @@ def model_call(model, patches, final_forward, *, mask, seed=0):
 
 
 def streamed(model, chunks, seen=None):
-    from longmedia.comfy.attention_override import existing_attention_fn
-    from longmedia.comfy.block_patch import comfy_weights, outside_malloc_graph, streamed_replacement
+    from longmedia.comfy.patching.attention_override import existing_attention_fn
+    from longmedia.comfy.patching.block_patch import comfy_weights, outside_malloc_graph, streamed_replacement
     from longmedia.execution.final_layer import chunked_final_forward
 
     def spy(index, when):
@@ -129,7 +129,7 @@ def test_pdd_sampler_job_matches_stock(h3, comfy_inprocess, tmp_path):
     from comfy_extras import nodes_custom_sampler as ncs
     from harness import tiny_sampler_job
 
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
 
     patcher = load(tmp_path, PDD_HEADS)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.registry import BackendRegistry
 from longmedia.attention.speed_probe import NO_ROOM, SpeedCache, probe_speeds
 from longmedia.attention.speeds import MeasuredSpeeds, length_class, probe_rows
-from longmedia.comfy.attention_speeds import attention_speeds
+from longmedia.comfy.host.attention_speeds import attention_speeds
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
 from longmedia.planning.planner import plan
@@ -107,7 +108,7 @@ def test_probe_times_the_exact_candidates_and_caches_them_per_device(tmp_path, m
     assert got.order == ("gamma", "beta", "alpha") and not got.cached
     assert dict(got.skipped)["scores"] == "materialises the scores"
     stored = json.loads(cache.path.read_text())
-    assert stored["entries"][SpeedCache.key(LABEL, 32, "float32", "medium")]["seconds"]["gamma"] == 0.01
+    assert stored["entries"][cache.key(LABEL, 32, "float32", "medium")]["seconds"]["gamma"] == 0.01
     # a second run reads the cache and times nothing
     again = _probe(reg, cache, _Clock({}))
     assert again.cached and again.order == got.order
@@ -202,3 +203,47 @@ def test_measured_speeds_refuse_nonsense():
         MeasuredSpeeds(device="x", head_dim=1, dtype="float32", length_class="huge")
     with pytest.raises(ValueError, match="> 0"):
         _speeds([("alpha", 0.0)])
+
+
+class _AnyDimClock(_Clock):
+    """_Clock for any head_dim: runs the call, returns the name's seconds."""
+
+    def __call__(self, name, call):
+        assert torch.isfinite(call()).all()
+        self.timed.append(name)
+        return self.seconds[name]
+
+
+def _probe_dim(reg, cache, clock, head_dim):
+    return probe_speeds(reg, cache, device="cpu", head_dim=head_dim, dtype=torch.float32, seq_len=40000, timer=clock,
+                        label=LABEL, capability=SM86, available=reg.names)
+
+
+def test_the_cache_keeps_each_head_dim_and_each_code_version_apart(tmp_path, monkeypatch):
+    """Timings of one head_dim never serve another, and timings of other kernel code never serve this code: each
+    is timed afresh (a key without head_dim, or without the code's fingerprint, fails here)."""
+    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    reg = _registry([])
+    old_code = SpeedCache(tmp_path, fingerprint="kernels-v1")
+    first = _probe_dim(reg, old_code, _AnyDimClock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01}), 32)
+    other_dim = _probe_dim(reg, old_code, _AnyDimClock({"alpha": 0.01, "beta": 0.02, "gamma": 0.03}), 64)
+    assert not other_dim.cached and other_dim.order == ("alpha", "beta", "gamma") != first.order
+    assert _probe_dim(reg, old_code, _AnyDimClock({}), 32).order == first.order  # each head_dim read back as timed
+    assert _probe_dim(reg, old_code, _AnyDimClock({}), 64).order == other_dim.order
+    new_code = SpeedCache(tmp_path, fingerprint="kernels-v2")
+    clock = _AnyDimClock({"alpha": 0.02, "beta": 0.01, "gamma": 0.03})
+    upgraded = _probe_dim(reg, new_code, clock, 32)
+    assert not upgraded.cached and sorted(clock.timed) == ["alpha", "beta", "gamma"]
+    assert upgraded.order == ("beta", "alpha", "gamma")
+
+
+def test_the_code_fingerprint_reads_the_kernels_sources(tmp_path, monkeypatch):
+    """The default fingerprint is a digest of our kernels' and backends' sources: it changes with them."""
+    from longmedia.attention import speed_probe
+
+    here = speed_probe.code_fingerprint()
+    assert here == SpeedCache(tmp_path).fingerprint and len(here) == 16
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real_read(self) + (b"#" if self.name == "qstream_attention.py"
+                                                                             else b""))
+    assert speed_probe.code_fingerprint() != here

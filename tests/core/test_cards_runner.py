@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench import latent_diff
+from bench.cards import cells, extras, measure, prompts, rows, tables
 from bench.cards import entry as cards
-from bench.cards import extras, measure, prompts, rows, tables
 from bench.cards.rows import Cell
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def test_a_child_that_dies_mid_row_is_restarted_past_that_row(monkeypatch, tmp_p
         args = cards.parse(cmd[4:])  # python -P -m bench.cards --child ...
         done = rows.done_cells(rows.read_rows(args.out / "cards.jsonl"), args.child)
         children.append(len(done))
-        for cell in cards.grid(args):
+        for cell in cells.grid(args):
             if cell in done:
                 continue
             if cell == crash_at and len(children) == 1:
@@ -87,12 +87,12 @@ def test_a_refusal_s_advice_is_read_back_as_the_segment_length_to_run():
     seconds = round(random.uniform(2, 12), 2)
     refused = {"sampler": "longmedia", "result": "error", "error": "longmedia.errors.LongMediaInputError: ...",
                "suggestion": {"input": "segment_seconds", "value": seconds}}
-    assert cards.advised_segment_seconds(refused) == seconds
-    assert cards.advised_segment_seconds({**refused, "sampler": "stock"}) is None
-    assert cards.advised_segment_seconds({**refused, "suggestion": {"input": "width", "value": 640}}) is None
+    assert cells.advised_segment_seconds(refused) == seconds
+    assert cells.advised_segment_seconds({**refused, "sampler": "stock"}) is None
+    assert cells.advised_segment_seconds({**refused, "suggestion": {"input": "width", "value": 640}}) is None
     text_only = {**refused, "error": f"... set Setup's segment_seconds to {seconds}; ...", "suggestion": None}
-    assert cards.advised_segment_seconds(text_only) is None  # the message is not parsed
-    assert cards.advised_segment_seconds({"sampler": "longmedia", "result": "OOM", "error": "CUDA out of memory"}) is None
+    assert cells.advised_segment_seconds(text_only) is None  # the message is not parsed
+    assert cells.advised_segment_seconds({"sampler": "longmedia", "result": "OOM", "error": "CUDA out of memory"}) is None
 
 
 def test_measure_records_a_refusal_s_typed_suggestion():
@@ -115,7 +115,7 @@ def test_measure_records_a_refusal_s_typed_suggestion():
     mm = types.SimpleNamespace(current_loaded_models=[])
     out = measure.measure(Executor(), None, [], Memory(), Torch, mm, 0.0)
     assert out["result"] == "error" and out["suggestion"] == {"input": "segment_seconds", "value": 4.5}
-    assert cards.advised_segment_seconds({"sampler": "longmedia", **out}) == 4.5
+    assert cells.advised_segment_seconds({"sampler": "longmedia", **out}) == 4.5
     Executor.last_error = RuntimeError("VRAM grow failed")
     assert "suggestion" not in measure.measure(Executor(), None, [], Memory(), Torch, mm, 0.0)
 
@@ -245,7 +245,7 @@ def test_latent_diff_passes_a_bf16_round_trip_and_fails_nan_or_a_wrong_latent(tm
 def test_a_repeated_sampler_is_its_own_row_and_runs_the_same_prompt():
     """`stock#2` runs stock again in the same card process (its own cell, so a restart does not skip it)."""
     a = cards.parse(["--samplers", "stock", "longmedia_existing", "stock#2", "--formats", "int8", "--seconds", "5"])
-    assert cards.grid(a) == [Cell("int8", 5.0, "stock"), Cell("int8", 5.0, "longmedia_existing"),
+    assert cells.grid(a) == [Cell("int8", 5.0, "stock"), Cell("int8", 5.0, "longmedia_existing"),
                              Cell("int8", 5.0, "stock#2")]
     assert prompts.base_sampler("stock#2") == "stock" and prompts.base_sampler("longmedia") == "longmedia"
     assert prompts.prompt("m.safetensors", 5, 1, 42, "stock", 16)["sample"]["class_type"] == "SamplerCustomAdvanced"

@@ -159,7 +159,7 @@ def test_vbar_residency_fact_is_read_from_comfy_aimdo(monkeypatch):
     import sys
     import types
 
-    from longmedia.comfy import memory_facts
+    from longmedia.comfy.host import memory as memory_facts
 
     class VBAR:
         def __init__(self, n):

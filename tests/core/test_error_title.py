@@ -8,7 +8,7 @@ from __future__ import annotations
 import pickle
 import traceback
 
-from longmedia.comfy.block_patch import HandedAttentionError
+from longmedia.comfy.patching.block_patch import HandedAttentionError
 from longmedia.errors import LongMediaInputError, Suggestion
 
 

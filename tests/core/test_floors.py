@@ -275,5 +275,58 @@ def test_the_cycle_finder_finds_a_circle():
 def test_no_module_imports_itself_round_a_circle():
     """No import cycle among longmedia modules, counting imports inside functions and under TYPE_CHECKING."""
     graph = _import_graph()
-    assert graph["longmedia.comfy.sampler"], "the import graph lost the sampler's imports"
+    assert graph["longmedia.comfy.passes.sampler"], "the import graph lost the sampler's imports"
     assert _cycles(graph) == []
+
+
+def _repo_modules() -> dict[str, Path]:
+    """Every Python module of the repository's own code (the product, nodes/, bench/, tools/), by dotted name."""
+    out = {}
+    for folder in ("longmedia", "nodes", "bench", "tools"):
+        for path in (REPO / folder).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _repo_import_graph() -> dict[str, set[str]]:
+    """module -> the repository modules it imports anywhere (relative imports resolved; `from pkg import mod` counts
+    `pkg.mod` where that is a module, else `pkg`)."""
+    known = _repo_modules()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {resolve(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")
+                    base = ".".join(up[: len(up) - node.level + 1] + ([node.module] if node.module else []))
+                found |= {resolve(f"{base}.{a.name}") for a in node.names}
+        graph[module] = {m for m in found if m is not None and m != module}
+    return graph
+
+
+def test_no_circle_in_the_whole_repository():
+    """bench/ and tools/ too: a module of the lab wing imports no module that imports it back (bench.cards' child
+    and entry share `bench.cards.cells`)."""
+    graph = _repo_import_graph()
+    assert "bench.cards.cells" in graph["bench.cards.child"], "the repository's import graph lost the bench"
+    assert _cycles(graph) == []
+
+
+def test_no_package_of_the_product_holds_more_than_twenty_modules_flat():
+    """A family of files sharing a prefix is a package (STYLE 14): `comfy/` has rooms (`passes/`, `patching/`,
+    `host/`, `retakes/`, `sp/`), not 30 files side by side."""
+    for folder in [ROOT, *(p for p in ROOT.rglob("*") if p.is_dir() and (p / "__init__.py").exists())]:
+        flat = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        assert len(flat) <= 20, f"{folder.relative_to(ROOT.parent)} holds {len(flat)} modules flat: give it rooms"

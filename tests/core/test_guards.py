@@ -247,7 +247,7 @@ def test_comfy_vbar_release_turns_aimdo_runtime_errors_into_release_failed(monke
     import sys
     from types import SimpleNamespace
 
-    from longmedia.comfy.memory_facts import vbar_release
+    from longmedia.comfy.host.memory import vbar_release
     from longmedia.execution.guards import ReleaseFailed
 
     monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))

@@ -191,8 +191,9 @@ def test_help_states_the_disk_default_and_its_basis(capsys):
 @pytest.mark.parametrize("ram", [16, 32, 64])
 def test_cli_setup_and_sampler_give_the_same_host_ram_verdict(ram, capsys, monkeypatch):
     """The same machine (DeviceProfile.card(16, ram) as ComfyUI sees the card): the CLI's JSON, Setup's machine note
-    (comfy/setup._machine_notes, with the device it detects) and the Sampler's plan (comfy/pass_plan.plan_pass)."""
-    from longmedia.comfy import pass_plan, setup
+    (comfy/setup._machine_notes, with the device it detects) and the Sampler's plan (comfy/passes/pass_plan.plan_pass)."""
+    from longmedia.comfy import setup
+    from longmedia.comfy.passes import pass_plan
 
     device = DeviceProfile.card(16, ram, host_held_bytes=COMFYUI_HELD_BYTES)
     rc, out = _cli(capsys, "--vram-gb", "16", "--ram-gb", str(ram), "--seconds", "10", "--json")

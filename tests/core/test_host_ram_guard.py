@@ -1,4 +1,4 @@
-"""The host-RAM guard of a run (longmedia/comfy/host_ram.py) and the disk read-ahead (execution/disk_prefetch.py),
+"""The host-RAM guard of a run (longmedia/comfy/host/ram.py) and the disk read-ahead (execution/disk_prefetch.py),
 on stand-ins: a small machine whose pins ComfyUI frees on request, and a recorder of posix_fadvise calls."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from longmedia.comfy.host_ram import (
+from longmedia.comfy.host.ram import (
     HostRamGuard,
     block_file_slices,
     host_ram_guard,
@@ -226,7 +226,7 @@ def test_comfyuis_pins_count_as_available_ram_to_the_plan(monkeypatch):
     import dataclasses
     import types
 
-    from longmedia.comfy.pass_plan import with_pins_available
+    from longmedia.comfy.passes.pass_plan import with_pins_available
     from longmedia.h3.profiles import DeviceProfile
 
     d = dataclasses.replace(DeviceProfile.card(16, 32), ram_available_bytes=3 * GIB)  # the first run's pins hold it
@@ -245,7 +245,7 @@ def test_available_ram_reads_comfyuis_container_aware_reader_where_it_exists(mon
     import sys
     import types
 
-    from longmedia.comfy.host_ram import available_ram
+    from longmedia.comfy.host.ram import available_ram
 
     limit = RNG.randrange(GIB, 8 * GIB)
     monkeypatch.setitem(sys.modules, "comfy.system_memory",

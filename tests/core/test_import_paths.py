@@ -1,4 +1,4 @@
-"""No file in bench/ or tests/ edits `sys.path`: the repository root is importable through pytest's `pythonpath`
+"""No file in bench/, tests/ or tools/ edits `sys.path`: the repository root is importable through pytest's `pythonpath`
 option (pyproject) and `python -m bench.<name>`; a ComfyUI checkout goes on the path in one named place each
 (`bench.cards.comfy_process.child_env` for child processes, pytest's MonkeyPatch.syspath_prepend in process)."""
 
@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EDIT = re.compile(r"\bsys\.path\s*(\.\s*(insert|append|extend|remove)\s*\(|\[[^\]]*\]\s*=|\+?=[^=])")
-FILES = sorted(p for folder in ("bench", "tests") for p in (REPO / folder).rglob("*.py"))
+FILES = sorted(p for folder in ("bench", "tests", "tools") for p in (REPO / folder).rglob("*.py"))
 
 
 def test_the_pattern_catches_every_way_of_editing_the_path():

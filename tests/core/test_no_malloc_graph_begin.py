@@ -1,6 +1,6 @@
 """No code of the pack calls or looks up `malloc_graph_begin`: its arity differs between upstream lines
 (`malloc_graph_begin(device)` in model_prefetch 03fb330a, `(self, device)` with model.py 2c64d4aa). The pack
-only pauses the host's graph, through `pause_malloc_graph()` (longmedia/comfy/block_patch.py)."""
+only pauses the host's graph, through `pause_malloc_graph()` (longmedia/comfy/patching/block_patch.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from longmedia.attention import backends as builtin
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.protocol import sdpa_attention
 from longmedia.attention.schedule import SolSettings
-from longmedia.comfy.attention_override import (
+from longmedia.comfy.patching.attention_override import (
     OVERRIDE_KEY,
     ROW_SPANS_KEY,
     LongMediaAttentionOverride,

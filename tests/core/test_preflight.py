@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from longmedia.errors import LongMediaInputError
@@ -96,12 +98,28 @@ def test_a_non_job_value_on_job_is_an_error_naming_job():
 
 def test_latent_canvas_and_length_against_the_job():
     job = _job()                                          # 64x64, 22 frames: video T 7, audio 37
-    pf.check_latent_matches_job(job, (1, 24, 7, 4, 4), (1, 32, 2, 37))
+    g = job.geometry
+    frames, canvas = g.total_frames or g.frames, (g.width, g.height)
+    pf.check_latent_matches_job(frames, (1, 24, 7, 4, 4), (1, 32, 2, 37), canvas=canvas)
     with pytest.raises(LongMediaInputError, match=r"latent='128x128 px'.*canvas 64x64 px"):
-        pf.check_latent_matches_job(job, (1, 24, 7, 8, 8), (1, 32, 2, 37))
+        pf.check_latent_matches_job(frames, (1, 24, 7, 8, 8), (1, 32, 2, 37), canvas=canvas)
+    pf.check_latent_matches_job(frames, (1, 24, 7, 8, 8), (1, 32, 2, 37))  # a stage's canvas: only the length
     with pytest.raises(LongMediaInputError, match=r"latent=.*39 frames.*the job's 22 frames"):
-        pf.check_latent_matches_job(job, (1, 24, 12, 4, 4), (1, 32, 2, 65))
+        pf.check_latent_matches_job(frames, (1, 24, 12, 4, 4), (1, 32, 2, 65), canvas=canvas)
+    with pytest.raises(LongMediaInputError, match=r"latent=.*the job's 22 frames \(7 video / 37 audio"):
+        pf.check_latent_matches_job(frames, (1, 24, 7, 4, 4), (1, 32, 2, 36))  # the audio stream alone
     assert isinstance(job, LongMediaJob)
+
+
+def test_one_latent_check_one_message():
+    """The Sampler, a segmented run, Hi-Res and the Refiner refuse a latent of another length through this one
+    check; no second copy remains in segments/ or comfy/."""
+    root = Path(pf.__file__).resolve().parents[1]
+    hits = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
+            if "check_latent_matches_job(" in p.read_text(encoding="utf-8")]
+    assert sorted(hits) == ["comfy/passes/sampler_inputs.py", "comfy/passes/segmented.py", "comfy/passes/stages.py",
+                            "job/preflight.py"]
+    assert not any("def check_job_latent(" in p.read_text(encoding="utf-8") for p in (root / "segments").rglob("*.py"))
 
 
 def test_conditioning_width_against_text_dim_names_the_conditioning_and_both_widths():
@@ -127,7 +145,7 @@ def test_auto_with_nothing_fitting_is_refused_naming_the_latent():
 
 def test_a_refusal_without_a_single_input_to_change_carries_no_suggestion():
     with pytest.raises(LongMediaInputError) as info:
-        pf.check_latent_matches_job(_job(), (1, 24, 7, 8, 8), (1, 32, 2, 37))
+        pf.check_latent_matches_job(22, (1, 24, 7, 8, 8), (1, 32, 2, 37), canvas=(64, 64))
     assert info.value.suggestion is None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longmedia.comfy.previews import IsolatedPreviewCallback, is_vhs_file, vhs_frame
+from longmedia.comfy.passes.previews import IsolatedPreviewCallback, is_vhs_file, vhs_frame
 
 VHS_POSIX = "/x/ComfyUI/custom_nodes/ComfyUI-VideoHelperSuite/videohelpersuite/latent_preview.py"
 VHS_WINDOWS = "C:\\ComfyUI_windows_portable\\ComfyUI\\custom_nodes\\comfyui-videohelpersuite\\videohelpersuite\\lp.py"

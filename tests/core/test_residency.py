@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from longmedia.comfy.residency import (
+from longmedia.comfy.patching.residency import (
     STEPS,
     BoundaryReport,
     ComfyModules,

@@ -27,7 +27,7 @@ def fake_pass(context: torch.Tensor | None, seed: int, prompt: int) -> torch.Ten
 
 
 def run(inputs, cache, job="job"):
-    """One job of len(inputs) segments through a RetakeChain as comfy/segmented.py walks it."""
+    """One job of len(inputs) segments through a RetakeChain as comfy/passes/segmented.py walks it."""
     chain = RetakeChain(cache, job)
     outs = []
     for i, (seed, prompt) in enumerate(inputs):

@@ -109,17 +109,18 @@ def test_bf16_round_trip_is_exact():
     assert video.dtype == torch.bfloat16 and torch.equal(video, truth[0]) and torch.equal(audio, truth[1])
 
 
-def test_job_latent_of_another_length_is_refused_with_the_expected_shape():
+def test_job_latent_of_another_length_is_refused_with_the_expected_length():
+    from longmedia.job.preflight import check_latent_matches_job
+
     plan = plan_segments(**PLANS[0])
     v, a = job_latents(plan)
-    seams.check_job_latent(plan, v, a)
+    check_latent_matches_job(plan.pixel_frames, tuple(v.shape), tuple(a.shape))
     with pytest.raises(LongMediaInputError) as info:
-        seams.check_job_latent(plan, v[:, :, :-5], a)
+        check_latent_matches_job(plan.pixel_frames, tuple(v[:, :, :-5].shape), tuple(a.shape))
     msg = str(info.value)
-    assert info.value.input_name == "latent" and "(1, 24, 32, 2, 3)" in msg and "(1, 32, 2, 178)" in msg
-    assert "107 frames" in msg
+    assert info.value.input_name == "latent" and "the job's 107 frames (32 video / 178 audio latent frames)" in msg
     with pytest.raises(LongMediaInputError, match="latent"):
-        seams.check_job_latent(plan, v, a[..., :-1])
+        check_latent_matches_job(plan.pixel_frames, tuple(v.shape), tuple(a[..., :-1].shape))
 
 
 def test_pass_output_of_the_wrong_length_is_a_seam_error():

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from longmedia.comfy.sp_devices import parse_devices
+from longmedia.comfy.sp.devices import parse_devices
 from longmedia.errors import LongMediaInputError
 
 

@@ -3,8 +3,8 @@ planner and the Sol row-span table treat the runs as one text span."""
 
 import torch
 
-from longmedia.comfy.attention_override import _row_spans_for
-from longmedia.comfy.inputs import geometry_from_layout
+from longmedia.comfy.passes.sampler_inputs import geometry_from_layout
+from longmedia.comfy.patching.attention_override import _row_spans_for
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
@@ -44,7 +44,7 @@ def test_sol_table_merges_text_runs_and_shifts_for_another_prompt_length():
 def test_host_layout_segments_prefer_the_published_layout():
     from types import SimpleNamespace
 
-    from longmedia.comfy.attention_override import LAYOUT_KEY, host_layout_row_spans
+    from longmedia.comfy.patching.attention_override import LAYOUT_KEY, host_layout_row_spans
 
     layout = SimpleNamespace(segments=[(0, 50, "text"), (50, 90, "audio"), (90, 330, "video")], seq_len=330)
     assert host_layout_row_spans({LAYOUT_KEY: layout}) == ((0, 50, "text"), (50, 90, "audio"), (90, 330, "video"))

@@ -172,8 +172,8 @@ def test_report_counts_the_calls_its_cfg_plans():
 
 
 def test_cfg_one_plans_the_positive_call_only():
-    from longmedia.comfy import inputs
-    from longmedia.comfy.pass_plan import _conditionings
+    from longmedia.comfy.passes import sampler_inputs as inputs
+    from longmedia.comfy.passes.pass_plan import _conditionings
     conds = {"positive": [{"cross_attn": "p"}], "negative": [{"cross_attn": "n"}]}
     guider = types.SimpleNamespace(original_conds=conds, cfg=1.0, model_options={})
     assert [e[0][0] for e in _conditionings(guider)] == ["p"] and not inputs.runs_negative(guider)

@@ -49,8 +49,8 @@ def main() -> int:
     from comfy_extras import nodes_minimax_h3 as h3n
 
     import nodes
-    from longmedia.comfy.block_patch import comfy_weights
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
+    from longmedia.comfy.patching.block_patch import comfy_weights
     from longmedia.planning.types import PlanRequest
     from longmedia.testing import conditioning as tc
     from longmedia.testing.full_h3 import full_dims, write_full_h3

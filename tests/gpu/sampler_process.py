@@ -44,7 +44,7 @@ def main() -> int:
 
     import nodes
     from longmedia.attention.schedule import SolSettings
-    from longmedia.comfy.sampler import run_sampler
+    from longmedia.comfy.passes.sampler import run_sampler
     from longmedia.planning.types import PlanRequest
     from longmedia.testing import conditioning as tc
     from longmedia.testing.full_h3 import full_dims, write_full_h3

@@ -91,8 +91,8 @@ def call(block_args, topts=None):
 
 
 def ours(block, previous=None):
-    from longmedia.comfy.attention_override import existing_attention_fn
-    from longmedia.comfy.block_patch import streamed_replacement
+    from longmedia.comfy.patching.attention_override import existing_attention_fn
+    from longmedia.comfy.patching.block_patch import streamed_replacement
 
     return streamed_replacement(block, 0, CHUNKS, existing_attention_fn, previous=previous, memory_mode="low_vram")
 
@@ -112,7 +112,7 @@ def test_bsa_alone_really_hands_its_sparse_attention_here(host, block_args):
 
 
 def test_ours_installed_after_bsa_refuses_its_sparse_attention_by_name(host, block_args):
-    from longmedia.comfy.block_patch import HandedAttentionError
+    from longmedia.comfy.patching.block_patch import HandedAttentionError
 
     _, _, bsa = host
     bsa_fn = bsa.make_h3_block_patch(block_args[0], 0, sparse_patch(bsa))
@@ -125,7 +125,7 @@ def test_ours_installed_after_bsa_refuses_its_sparse_attention_by_name(host, blo
 
 
 def test_ours_installed_before_chaining_bsa_refuses_its_sparse_attention_by_name(host, block_args):
-    from longmedia.comfy.block_patch import HandedAttentionError
+    from longmedia.comfy.patching.block_patch import HandedAttentionError
 
     _, _, bsa = host
     if "previous" not in inspect.signature(bsa.make_h3_block_patch).parameters:

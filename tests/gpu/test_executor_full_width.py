@@ -24,8 +24,8 @@ def comfy():
         import comfy.ldm.minimax.model as h3
         import comfy.ops
 
-        from longmedia.comfy import block_patch
-        from longmedia.comfy.attention_override import existing_attention_fn
+        from longmedia.comfy.patching import block_patch
+        from longmedia.comfy.patching.attention_override import existing_attention_fn
         yield h3, comfy.ops, block_patch, existing_attention_fn
 
 

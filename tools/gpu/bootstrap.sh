@@ -2,7 +2,7 @@
 #
 # Source it first in a device command, from the repo root (where `run` starts):
 #
-#     . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py
+#     . tools/gpu/bootstrap.sh || exit 1; PYTHONPATH=$LONGMEDIA_COMFYUI_ROOT:$PYTHONPATH python3 tools/gpu/probe_aimdo.py
 #
 # with .whl/ and .comfy_src/ copied into it. What it does:
 #   1. pip-installs every carried wheel in .whl/ into /tmp/site (--no-index --no-deps);
@@ -18,7 +18,7 @@
 #   4. prints the versions that matter.
 # A later command on the same machine may bring .whl_av/ (PyAV) alone: it is installed into the same /tmp/site.
 # ComfyUI's own folder is NOT put on PYTHONPATH (its top-level `nodes`, `utils`, `app`
-# would shadow other packages); the probes here insert $LONGMEDIA_COMFYUI_ROOT into sys.path, the card bench
+# would shadow other packages); the probe's own command line puts it there for that process, the card bench
 # and tests/gpu start their ComfyUI child processes with bench.cards.comfy_process.child_env().
 # Rebuild .whl/.comfy_src as tools/gpu/README.md says.
 

@@ -7,7 +7,7 @@
 #
 # Both folders must be ignored (.git/info/exclude: /.whl/ and /.comfy_src/). Copy them into the repository's
 # root on the GPU machine, then run there:
-#     . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py
+#     . tools/gpu/bootstrap.sh || exit 1; PYTHONPATH=$LONGMEDIA_COMFYUI_ROOT:$PYTHONPATH python3 tools/gpu/probe_aimdo.py
 # Sizes as built for ComfyUI 0.33.0 (2026-08-15 snapshot): .whl 26.4 MiB, .comfy_src 12.4 MiB.
 set -euo pipefail
 root="$(pwd)"

@@ -2,7 +2,8 @@
 
 Run on a GPU machine without network, after tools/gpu/bootstrap.sh:
 
-    . tools/gpu/bootstrap.sh || exit 1; python3 tools/gpu/probe_aimdo.py [--seq 2048,8192] [--no-dynamic] [-- <ComfyUI args>]
+    . tools/gpu/bootstrap.sh || exit 1
+    PYTHONPATH=$LONGMEDIA_COMFYUI_ROOT:$PYTHONPATH python3 tools/gpu/probe_aimdo.py [--seq 2048,8192] [--no-dynamic] [-- <ComfyUI args>]
 
 Stages (each one's result or exact error goes into the JSON summary printed last, and to
 $OUT/probe_aimdo.json when $OUT is set):
@@ -27,6 +28,7 @@ Memory is read before/after each stage from torch.cuda.mem_get_info and NVML (de
 and this process's own usage where NVML lists it).
 """
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -137,7 +139,11 @@ def comfy_stage(comfy_args, res):
     root = os.environ.get("LONGMEDIA_COMFYUI_ROOT")
     if not root:
         raise RuntimeError("LONGMEDIA_COMFYUI_ROOT is not set (source tools/gpu/bootstrap.sh)")
-    sys.path.insert(0, root)
+    found = importlib.util.find_spec("comfy")
+    if found is None or os.path.realpath(os.path.join(root, "comfy")) not in [
+            os.path.realpath(w) for w in (found.submodule_search_locations or ())]:
+        raise RuntimeError(f"`comfy` is not imported from {root}: run PYTHONPATH=$LONGMEDIA_COMFYUI_ROOT:$PYTHONPATH "
+                           "python3 tools/gpu/probe_aimdo.py")
     sys.argv = [os.path.join(root, "main.py")] + list(comfy_args)
     t0 = time.perf_counter()
     import comfy.options
