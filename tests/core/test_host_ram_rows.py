@@ -20,6 +20,16 @@ ROWS = [json.loads(line) for name in ("2026-12-07-h100-host-ram-cards.jsonl", "2
 CHECKPOINT = 46_978_450_344  # the rows' model_bytes: the 50-block INT8 checkpoint, 43.75 GiB
 
 
+def plan_of_row(row: dict, **kw):
+    """The host-RAM plan of a row's machine: RAM available when its card process started, ComfyUI's pinned limit
+    of the 128 GiB machine the balloon ran on, the rows' checkpoint and 14.4 s job; `kw` to plan_host_ram."""
+    machine = dataclasses.replace(DeviceProfile.card(16, 128), ram_available_bytes=row["mem_available_start_bytes"],
+                                  pinned_budget_bytes=pinned_ram_budget(126 * GIB, "linux"))
+    g = build_geometry(1344, 768, seconds=14.4)
+    return plan_host_ram(machine, CHECKPOINT, CHECKPOINT // 50, stage_latent_bytes(g),
+                         own_alloc_bytes=pass_latent_bytes(g), **kw)
+
+
 def _row(label: str, host: float | None) -> dict:
     return next(r for r in ROWS if r["label"] == label and r.get("host_ram_gib") == host)
 
@@ -44,11 +54,7 @@ def test_the_plans_rss_and_disk_reads_follow_each_row(host):
     """The plan of the row's machine (RAM available when the card process started; ComfyUI's pinned limit of the
     128 GiB machine the balloon ran on): RSS within 10 %, the disk read of a steady model call within 15 %."""
     row = _row("longmedia", host)
-    machine = dataclasses.replace(DeviceProfile.card(16, 128), ram_available_bytes=row["mem_available_start_bytes"],
-                                  pinned_budget_bytes=pinned_ram_budget(126 * GIB, "linux"))
-    g = build_geometry(1344, 768, seconds=14.4)
-    hr = plan_host_ram(machine, CHECKPOINT, CHECKPOINT // 50, stage_latent_bytes(g),
-                       own_alloc_bytes=pass_latent_bytes(g))
+    hr = plan_of_row(row)
     assert abs(hr.rss_bytes - row["rss_peak_bytes"]) <= 0.10 * row["rss_peak_bytes"], (hr.rss_bytes / GIB,
                                                                                        row["rss_peak_bytes"] / GIB)
     measured = row["disk_read_per_call_bytes"]

@@ -4,15 +4,12 @@ disk reads against each row."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from test_host_ram_rows import plan_of_row
 
-from longmedia.h3.profiles import DeviceProfile, pinned_ram_budget
-from longmedia.job.geometry import build_geometry
-from longmedia.planning.host_ram import pass_latent_bytes, plan_host_ram, stage_latent_bytes
 from longmedia.units import GIB
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "lab" / "data"
@@ -25,7 +22,6 @@ def _rows(name: str) -> list[dict]:
 
 HOST = _rows("2026-12-07-h100-prefetch-host-ram-cards.jsonl")
 LORA = _rows("2026-12-07-h100-lora-cards.jsonl")
-CHECKPOINT = 46_978_450_344  # the rows' 50-block INT8 checkpoint, 43.75 GiB
 
 
 def _row(rows: list[dict], sampler: str, host: float | None) -> dict:
@@ -53,11 +49,7 @@ def test_the_plans_rss_and_disk_reads_follow_each_row(host):
     """The plan of the row's machine (RAM available when its card process started; ComfyUI's pinned limit of the
     128 GiB machine): RSS within 10 %, a steady model call's disk read within 15 %."""
     row = _row(HOST, "longmedia", host)
-    machine = dataclasses.replace(DeviceProfile.card(16, 128), ram_available_bytes=row["mem_available_start_bytes"],
-                                  pinned_budget_bytes=pinned_ram_budget(126 * GIB, "linux"))
-    g = build_geometry(1344, 768, seconds=14.4)
-    hr = plan_host_ram(machine, CHECKPOINT, CHECKPOINT // 50, stage_latent_bytes(g),
-                       own_alloc_bytes=pass_latent_bytes(g), overlapped=host is not None)
+    hr = plan_of_row(row, overlapped=host is not None)
     assert abs(hr.rss_bytes - row["rss_peak_bytes"]) <= 0.10 * row["rss_peak_bytes"], (hr.rss_bytes / GIB,
                                                                                        row["rss_peak_bytes"] / GIB)
     measured = row["disk_read_per_call_bytes"]
@@ -70,11 +62,6 @@ def test_the_plans_rss_and_disk_reads_follow_each_row(host):
 
 def test_the_lora_rows_rss_counts_the_lora():
     row = _row(LORA, "longmedia", None)
-    machine = dataclasses.replace(DeviceProfile.card(16, 128), ram_available_bytes=row["mem_available_start_bytes"],
-                                  pinned_budget_bytes=pinned_ram_budget(126 * GIB, "linux"))
-    g = build_geometry(1344, 768, seconds=14.4)
-    lora_bytes = int(1.17 * GIB)
-    hr = plan_host_ram(machine, CHECKPOINT, CHECKPOINT // 50, stage_latent_bytes(g),
-                       own_alloc_bytes=pass_latent_bytes(g), patch_bytes=lora_bytes)
+    hr = plan_of_row(row, patch_bytes=int(1.17 * GIB))   # the LoRA file's 1.17 GiB
     assert abs(hr.rss_bytes - row["rss_peak_bytes"]) <= 0.10 * row["rss_peak_bytes"], (hr.rss_bytes / GIB,
                                                                                        row["rss_peak_bytes"] / GIB)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 HERE = Path(__file__).resolve().parent
+
 REASON = ("no CUDA device: GPU tests skipped (on a CUDA machine: "
           "LONGMEDIA_COMFYUI_ROOT=/path/to/ComfyUI python -m pytest -q tests/gpu)"
           if not torch.cuda.is_available() else

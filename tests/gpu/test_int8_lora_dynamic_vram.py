@@ -4,15 +4,11 @@ and run stock's weight. In a child process (see lora_int8_process.py): comfy-aim
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from bench.cards.comfy_process import child_env
+from child_run import run_child
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.skipif(not os.environ.get("LONGMEDIA_COMFYUI_ROOT", "").strip(),
@@ -21,15 +17,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("LONGMEDIA_COMFYUI_ROOT", "")
 
 @pytest.fixture(scope="module")
 def child(tmp_path_factory):
-    work = tmp_path_factory.mktemp("int8_lora")
-    out = work / "result.json"
-    proc = subprocess.run([sys.executable, "-P", str(HERE / "lora_int8_process.py"), str(out), str(work / "models")],
-                          capture_output=True, text=True, timeout=420, check=False, env=child_env(HERE.parents[1]))
-    res = json.loads(out.read_text()) if out.is_file() else {}
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "int8_lora_dynamic_vram.json").write_text(json.dumps(res, indent=1))
-    res["_rc"], res["_tail"] = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
-    return res
+    return run_child("lora_int8_process.py", tmp_path_factory, "int8_lora_dynamic_vram.json")
 
 
 def test_the_lora_is_loaded_dynamically_and_moves_stock(child):

@@ -6,15 +6,11 @@ imported torch long before. The child writes its results as JSON; these tests re
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from bench.cards.comfy_process import child_env
+from child_run import run_child
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.skipif(not os.environ.get("LONGMEDIA_COMFYUI_ROOT", "").strip(),
@@ -23,15 +19,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("LONGMEDIA_COMFYUI_ROOT", "")
 
 @pytest.fixture(scope="module")
 def child(tmp_path_factory):
-    work = tmp_path_factory.mktemp("sampler_dynamic_vram")
-    out = work / "result.json"
-    proc = subprocess.run([sys.executable, "-P", str(HERE / "sampler_process.py"), str(out), str(work / "models")],
-                          capture_output=True, text=True, timeout=420, check=False, env=child_env(HERE.parents[1]))
-    res = json.loads(out.read_text()) if out.is_file() else {}
-    if os.environ.get("OUT"):  # keep the child's facts next to the device run's other results
-        Path(os.environ["OUT"], "sampler_dynamic_vram.json").write_text(json.dumps(res, indent=1))
-    res["_rc"], res["_tail"] = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
-    return res
+    return run_child("sampler_process.py", tmp_path_factory, "sampler_dynamic_vram.json")
 
 
 def test_comfyui_started_with_dynamic_vram_and_loaded_the_model_dynamically(child):
