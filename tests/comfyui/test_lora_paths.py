@@ -305,3 +305,22 @@ def test_the_streamed_cast_asks_for_int8_weights_as_stocks_int8_layers_do(sample
     assert cast_options(int8, like, True) == {"compute_dtype": torch.bfloat16, "want_requant": True}
     assert cast_options(plain, like, True) == {}
     assert cast_options(int8, like, False) == {}
+
+
+def test_a_lora_reaches_every_sequence_parallel_rank(sampler_env, loras):
+    """Two CPU ranks (gloo): each worker takes the patcher's weight patches (`sp.ranks.worker_start`), so the ranks'
+    output with a LoRA equals the single process with it (fp32 1e-5, the sequence-parallel tests' bound) and sits
+    far from the output without it. A worker that dropped the patches would fail the first check."""
+    from longmedia.comfy.passes import sampler as core
+
+    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
+                          mlp_chunk_tokens=64)
+    patched = lora_model(sampler_env["models"]["fp32"], (loras.first, 1.0))
+
+    def sample(patcher, devices=None):
+        inputs = tiny_sampler_job(patcher, width=64, height=64, frames=22)
+        return core.run_sampler(*inputs, request, devices=devices).output["samples"].unbind()
+
+    one, ranks = sample(patched), sample(patched, "cpu,cpu")
+    assert all(rel(r, o) <= 1e-5 for r, o in zip(ranks, one)), [rel(r, o) for r, o in zip(ranks, one)]
+    assert_lora_moved(ranks, sample(sampler_env["models"]["fp32"]))
