@@ -52,14 +52,14 @@ def story(env):
     return setup(env)
 
 
-def run(env, made, cache=None, *, seeds=None, model=None, sampler="euler", scheduler="simple"):
+def run(env, made, cache=None, *, seeds=None, model=None, sampler="euler", scheduler="simple", steps=STEPS, cfg=3.0):
     """One segmented run with fresh ComfyUI objects (guider, sampler, sigmas, noise), as a new queue makes them."""
     samplers = env["samplers"]
     model = model or env["model"]
     guider = samplers.CFGGuider(model)
     guider.set_conds(made.positive, made.negative)
-    guider.set_cfg(3.0)
-    sigmas = samplers.calculate_sigmas(model.get_model_object("model_sampling"), scheduler, STEPS).cpu()
+    guider.set_cfg(cfg)
+    sigmas = samplers.calculate_sigmas(model.get_model_object("model_sampling"), scheduler, steps).cpu()
     return segmented.run_segmented(env["ncs"].Noise_RandomNoise(SEED), guider, samplers.sampler_object(sampler),
                                    sigmas, made.latent, NORMAL, made.job.segments, seeds=seeds,
                                    prompts=made.job.prompts, retakes=cache)
@@ -220,6 +220,18 @@ def test_a_retake_of_segment_2_samples_it_and_the_next_only(env, story, monkeypa
     assert torch.equal(a[:, :, :cut], b[:, :, :cut]) and not torch.equal(a[:, :, cut:], b[:, :, cut:])
     again = run(env, story, cache, seeds=(None, None, 777))          # nothing changed: everything reused
     assert [s.source for s in again.report.segments] == ["reused"] * 4 and identical(again, fresh)
+
+
+@pytest.mark.parametrize("steps", [4, 8])
+def test_a_turbo_schedule_retake_reuses_the_segments_before_it(env, story, tmp_path, steps):
+    """A turbo LoRA's schedule (4 or 8 steps at cfg 1; the LoRA itself: test_lora_paths): a retake of segment 2
+    reuses segments 0 and 1, samples 2 and 3, and equals a run without the cache bit for bit."""
+    cache = RetakeCache(64 * MIB, 0, tmp_path)
+    first = run(env, story, cache, steps=steps, cfg=1.0)
+    assert [s.source for s in first.report.segments] == ["sampled"] * 4
+    retake = run(env, story, cache, seeds=(None, None, 777), steps=steps, cfg=1.0)
+    assert [s.source for s in retake.report.segments] == ["reused", "reused", "sampled", "sampled"]
+    assert identical(retake, run(env, story, seeds=(None, None, 777), steps=steps, cfg=1.0))
 
 
 def test_a_changed_prompt_resamples_from_its_segment(env, story, tmp_path):
