@@ -296,15 +296,16 @@ def test_the_streamed_cast_asks_for_int8_weights_as_stocks_int8_layers_do(sample
     cast's keywords for a real INT8 layer of this ComfyUI, and none for a plain one."""
     import comfy.ops as ops
 
-    from longmedia.comfy.patching.block_patch import cast_options, casts_requantize
+    from longmedia.comfy.patching.block_patch import cast_options, requantized_type
 
-    assert casts_requantize(ops)
+    quantized = requantized_type(ops)
+    assert quantized is not None
     like = torch.randn(3, 8, dtype=torch.bfloat16)
     int8 = sampler_env["models"]["int8"].model.diffusion_model.blocks[0].attn.qkv_proj
     plain = sampler_env["models"]["fp32"].model.diffusion_model.blocks[0].attn.qkv_proj
-    assert cast_options(int8, like, True) == {"compute_dtype": torch.bfloat16, "want_requant": True}
-    assert cast_options(plain, like, True) == {}
-    assert cast_options(int8, like, False) == {}
+    assert cast_options(int8, like, quantized) == {"compute_dtype": torch.bfloat16, "want_requant": True}
+    assert cast_options(plain, like, quantized) == {}
+    assert cast_options(int8, like, None) == {}
 
 
 def test_a_lora_reaches_every_sequence_parallel_rank(sampler_env, loras):

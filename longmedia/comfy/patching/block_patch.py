@@ -82,12 +82,12 @@ def comfy_weights(observer: Observer = NO_OBSERVER):
     import comfy.ops as ops
 
     context = getattr(ops, "CastBiasWeightContext", None)
-    requant = casts_requantize(ops)
+    quantized = requantized_type(ops)
 
     @contextlib.contextmanager
     def cast(module, like):
         if context is not None:
-            ctx = context(module, like, offloadable=True, **cast_options(module, like, requant))
+            ctx = context(module, like, offloadable=True, **cast_options(module, like, quantized))
             stream = offload_stream_of(ctx.state)
             with reported(observer, module, ctx.state), ctx as pair:
                 try:
@@ -97,7 +97,7 @@ def comfy_weights(observer: Observer = NO_OBSERVER):
             return
         # named fallback: ComfyUI before CastBiasWeightContext
         weight, bias, state = ops.cast_bias_weight(module, like, offloadable=True,
-                                                   **cast_options(module, like, requant))
+                                                   **cast_options(module, like, quantized))
         try:
             with reported(observer, module, (weight, bias, state)):
                 yield weight, bias
@@ -108,37 +108,35 @@ def comfy_weights(observer: Observer = NO_OBSERVER):
     return owned(cast) if getattr(mm, "NUM_STREAMS", 2) == 1 else cast
 
 
-def casts_requantize(ops) -> bool:
-    """Does this ComfyUI's cast take `want_requant` (a quantized weight patched at cast time comes back
-    requantized, as its INT8 layers ask for)?"""
+def requantized_type(ops) -> type | None:
+    """The quantized-tensor type whose casts are asked to requantize (a quantized weight patched at cast time comes
+    back requantized, as ComfyUI's INT8 layers ask for); None where this ComfyUI's cast takes no `want_requant` or it
+    has no quantized tensors. Read once per weight access, not per cast."""
     import inspect
 
-    cast = getattr(ops, "cast_bias_weight", None)
     try:
-        return "want_requant" in inspect.signature(cast).parameters
+        if "want_requant" not in inspect.signature(getattr(ops, "cast_bias_weight", None)).parameters:
+            return None
     except (TypeError, ValueError):  # named reason: not a Python function here (no signature to read)
-        return False
+        return None
+    try:
+        from comfy.quant_ops import QuantizedTensor
+    except ImportError:  # named reason: a ComfyUI without quantized tensors has no quantized weight
+        return None
+    return QuantizedTensor
 
 
-def cast_options(module, like, requant: bool) -> dict:
-    """The cast's keywords for `module`, as stock's layer asks for its weight.
+def cast_options(module, like, quantized: type | None) -> dict:
+    """The cast's keywords for `module`, as stock's layer asks for its weight (`quantized`: `requantized_type`).
 
     A quantized weight (INT8) is cast the way ComfyUI's quantized Linear and `linear_input_act` cast it: a LoRA
     applied at cast time (comfy-aimdo streaming a weight through a cast buffer under Dynamic VRAM) is applied in
     the activations' dtype and the result requantized (`want_requant=True`, `compute_dtype`), so the streamed
     phase holds the INT8 weight stock's layer runs (INT8 bytes, INT8 arithmetic) instead of a dequantized bf16
     one. Plain weights are cast as before (stock's plain Linear asks for no requantization)."""
-    if not requant or not _is_quantized(getattr(module, "weight", None)):
+    if quantized is None or not isinstance(getattr(module, "weight", None), quantized):
         return {}
     return {"compute_dtype": like.dtype, "want_requant": True}
-
-
-def _is_quantized(weight) -> bool:
-    try:
-        from comfy.quant_ops import QuantizedTensor
-    except ImportError:  # named reason: a ComfyUI without quantized tensors has no quantized weight
-        return False
-    return isinstance(weight, QuantizedTensor)
 
 
 def order_after_compute(stream, like, mm) -> None:
