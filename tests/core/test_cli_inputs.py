@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from longmedia.cli import build_parser, main
+from longmedia.cli import main
+from longmedia.cli_args import build_parser
 from longmedia.errors import LongMediaInputError
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry

@@ -30,7 +30,7 @@ LIBRARY_MODULES = ("comfy_kitchen",)
 
 def _floor(module: str) -> str:
     floor = module.split(".")[1] if "." in module else module
-    return "cli" if floor == "__main__" else floor
+    return "cli" if floor in ("__main__", "cli_args") else floor   # the command line: one floor
 
 
 def _modules() -> list[str]:

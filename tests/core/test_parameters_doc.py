@@ -74,9 +74,9 @@ def test_guide_segment_ranges_are_the_planner_tiers(vram_gb):
 
 @pytest.mark.parametrize("vram_gb", CARDS)
 def test_guide_reference_job_table_matches_the_planner(vram_gb):
-    from longmedia import cli
+    from longmedia import cli, cli_args
 
-    plan = cli.plan_from_args(cli.build_parser().parse_args(["plan", "--vram-gb", str(vram_gb)]))
+    plan = cli.plan_from_args(cli_args.build_parser().parse_args(["plan", "--vram-gb", str(vram_gb)]))
     rows = [r for r in _guide_rows(f"{vram_gb} GB") if r[1] in ("normal", "low_vram", "ultra_low_vram")]
     assert len(rows) == 1, rows
     tip = plan.segment_suggestion
@@ -114,9 +114,9 @@ def test_guide_oom_phases_and_planner_constants_match_the_code():
         card = DeviceProfile.card(vram_gb=16, os_name=os_name)
         assert auto_reserve(card) - int(0.02 * card.vram_total_bytes) == base * 2 ** 20
         assert f"{base} MiB" in text
-    from longmedia import cli
+    from longmedia import cli, cli_args
 
-    cleanups = {v: cli.plan_from_args(cli.build_parser().parse_args(["plan", "--vram-gb", str(v)]))
+    cleanups = {v: cli.plan_from_args(cli_args.build_parser().parse_args(["plan", "--vram-gb", str(v)]))
                 .guards.step_boundary_cleanup_mb for v in (8, 16, 24)}
     assert f"to {cleanups[8]} on cards up to 8.5 GiB, {cleanups[16]} up to 18.5 GiB and {cleanups[24]} above" in text
 
