@@ -82,14 +82,14 @@ class LongMediaBenchSampler:
                              "inject_oom": ("STRING", {"default": ""}),
                              "interrupt_after_calls": ("INT", {"default": 0}),
                              "prefetch_off": ("BOOLEAN", {"default": False}),
-                             "read_ahead": ("BOOLEAN", {"default": False}),
+                             "read_ahead": ("INT", {"default": 0, "min": 0, "max": 8}),
                              "request_json": ("STRING", {"default": ""}),
                              "nan_probe": ("BOOLEAN", {"default": False}),
                              "weights": ("STRING", {"default": ""})}}
 
     def sample(self, noise, guider, sampler, sigmas, latent_image, memory_mode, attention_mode, card_gib,
                simulate="ballast", plan_after_boundary=False, job_seconds=0.0, segment_seconds=0.0, context_frames=5,
-               inject_oom="", interrupt_after_calls=0, prefetch_off=False, read_ahead=False, request_json="",
+               inject_oom="", interrupt_after_calls=0, prefetch_off=False, read_ahead=0, request_json="",
                nan_probe=False,
                weights=""):
         if plan_after_boundary:
@@ -127,12 +127,12 @@ def _text_rows(guider) -> int:
 
 def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, device_profile, *, job_seconds=0.0,
            segment_seconds=0.0, context_frames=5, inject_oom="", interrupt_after_calls=0, prefetch_off=False,
-           read_ahead=False,
+           read_ahead=0,
            controls: dict | None = None, nan_probe=False, weights=""):
     """run_sampler (or run_segmented for segment_seconds > 0) with the fault asked for injected around it;
     `prefetch_off`: ComfyUI's block prefetch turned off in every model call, as LongMedia did before it left
     the setting to ComfyUI when no weight streams (the control of that change); `read_ahead`: the Sampler reads the
-    next blocks' weights ahead from disk (`run_sampler(disk_prefetch=True)`; off by default); `controls`: manual
+    next `read_ahead` blocks' weights ahead from disk (`run_sampler(read_ahead_blocks=...)`; 0: as the plan says); `controls`: manual
     controls of the
     PlanRequest (field name -> value), as the Sampler node's inputs set them; `nan_probe`: print where the packed
     sequence first stops being finite and where each held weight came from (`probes.diagnostics`);
@@ -167,7 +167,7 @@ def sample(noise, guider, sampler, sigmas, latent, memory_mode, attention_mode, 
             return run_segmented(noise, guider, sampler, sigmas, latent, request, plan, device_profile=device_profile,
                                  observer=observer, weights=access)
         return run_sampler(noise, guider, sampler, sigmas, latent, request, device_profile=device_profile,
-                           observer=observer, weights=access, disk_prefetch=True if read_ahead else None)
+                           observer=observer, weights=access, read_ahead_blocks=read_ahead or None)
 
 
 def _prefetch_forced_off(guider):

@@ -13,7 +13,8 @@ GUARDS_OFF = {"inter_block_vram_guard_mb": 0, "inter_block_guard_emergency_mb": 
               "step_boundary_cleanup_mb": 0}
 CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMediaBenchSampler's extra inputs)
     "longmedia_prefetch_off": ("auto", {"prefetch_off": True}),
-    "longmedia_read_ahead": ("auto", {"read_ahead": True}),
+    "longmedia_read_ahead": ("auto", {"read_ahead": 2}),
+    "longmedia_read_ahead1": ("auto", {"read_ahead": 1}),
     "longmedia_guards_off": ("auto", {"request_json": json.dumps(GUARDS_OFF)}),
     "longmedia_no_release": ("auto", {"request_json": json.dumps({"inter_block_guard_emergency_mb": 0,
                                                                   "late_block_guard_target_mb": 0})}),
@@ -27,8 +28,9 @@ CONTROLS = {  # LongMedia run with one thing changed: (attention_mode, LongMedia
     "longmedia_sol_tau08": ("sol", {"request_json": json.dumps({"sol": {"tau_start": 0.8}})}),  # scheduled_sol's end
     "longmedia_scheduled_sol": ("scheduled_sol", {}),
 }
-CONTROLS_HELP = ("longmedia_read_ahead: the next blocks' weights read ahead from disk where they stream from it "
-                 "(posix_fadvise; off by default, measured slower); "
+CONTROLS_HELP = ("longmedia_read_ahead, longmedia_read_ahead1: the next 2 (1) blocks' weights read ahead from disk "
+                 "where they stream from it (posix_fadvise; off by default, measured slower with ComfyUI's block "
+                 "prefetch off); "
                  "longmedia_prefetch_off: ComfyUI's block prefetch forced off in every model call, as LongMedia's "
                  "plan did when every weight stays resident (the control of that change); longmedia_guards_off: "
                  "every block and step guard set to 0 (manual controls); longmedia_no_release: the two guards that "

@@ -47,7 +47,7 @@ def test_stock_blocks_reading_ahead_still_equal_stock_bit_for_bit(sampler_env):
     request = PlanRequest(memory_mode="normal", attention_mode="existing")
     (sv, sa), _ = [t["samples"].unbind() for t in sampler_env["ncs"].SamplerCustomAdvanced.execute(
         *sampler_job(sampler_env, "int8")).result]
-    result = sampler_env["core"].run_sampler(*sampler_job(sampler_env, "int8"), request, disk_prefetch=True)
+    result = sampler_env["core"].run_sampler(*sampler_job(sampler_env, "int8"), request, read_ahead_blocks=2)
     ov, oa = result.output["samples"].unbind()
     assert torch.equal(ov, sv) and torch.equal(oa, sa)
     host = result.report.host_ram

@@ -204,8 +204,15 @@ def test_host_ram_guard_reads_ahead_where_asked_and_holds_pins_only_under_dynami
     assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts).prefetch is not None
     assert host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts).prefetch is None   # the plan's default: off
     assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts).prefetch is None
-    assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts, prefetch=False).prefetch is None
-    assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts, prefetch=True).prefetch is not None
+    assert host_ram_guard(Plan(Host(GIB, True, 2)), blocks, facts, read_ahead_blocks=0).prefetch is None
+    assert host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts, read_ahead_blocks=2).prefetch is not None
+    one = host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts, read_ahead_blocks=1).prefetch
+    one.on_block(1)   # a depth of 1: block 2 only
+    one.close()
+    assert one.advised_blocks == 1
+    for bad in (-1, True):
+        with pytest.raises(ValueError, match="read_ahead_blocks"):
+            host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts, read_ahead_blocks=bad)
     assert host_ram_guard(object(), blocks, facts).pin_budget is None
     assert host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts).pin_budget == GIB
     # without dynamic VRAM ComfyUI's free_pins reaches no model: no budget to hold (the planner's pinning applies)

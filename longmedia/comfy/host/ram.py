@@ -25,7 +25,6 @@ from ...report.memory import RamFacts
 
 PIN_SUBSETS = ("weights", "weights-loaded")  # ComfyUI's per-module pin slots for weights (comfy/pinned_memory.py)
 PROC_IO = Path("/proc/self/io")
-READ_AHEAD_BLOCKS = 2  # where a caller asks for read-ahead the plan did not (the bench's longmedia_read_ahead row)
 
 
 def available_ram() -> int | None:
@@ -175,22 +174,25 @@ class HostRamGuard:
 
 
 def host_ram_guard(plan: Any, blocks: Sequence[Any], facts: RamFacts | None = None, *,
-                   prefetch: bool | None = None) -> HostRamGuard:
+                   read_ahead_blocks: int | None = None) -> HostRamGuard:
     """The pass's guard from its plan (`plan.host_ram`: the pin budget, whether weights stream from disk and how many
-    blocks to read ahead). prefetch None: read ahead where the plan asks for it (`plan.host_ram.prefetch_blocks`,
-    0 by default: on an H100 with 32 GiB of host RAM it made the step 4 % slower and read 1.6 GiB more per model
-    call, docs/lab/2026-12-07-host-ram.md); True: always (`READ_AHEAD_BLOCKS` blocks where the plan names none);
-    False: never."""
+    blocks to read ahead). read_ahead_blocks None: read ahead where the plan asks for it
+    (`plan.host_ram.prefetch_blocks`, 0 by default: on an H100 with 32 GiB of host RAM it made the step 4 % slower
+    and read 1.6 GiB more per model call, docs/lab/2026-12-07-host-ram.md); N: the next N blocks whatever the plan
+    says (0: never)."""
     facts = facts if facts is not None else comfy_ram_facts()
     host = getattr(plan, "host_ram", None)
     # the pin budget is ComfyUI's dynamic-VRAM pin cache (free_pins reaches only dynamic models); without dynamic
     # VRAM the planner's PinningDecision applies, on the clone (clone_install)
     budget = host.pin_budget_bytes if host is not None and host.dynamic_vram else None
-    planned = host is not None and host.streams_from_disk and host.prefetch_blocks > 0
+    if read_ahead_blocks is None:
+        planned = host is not None and host.streams_from_disk
+        read_ahead_blocks = host.prefetch_blocks if planned else 0
+    if isinstance(read_ahead_blocks, bool) or int(read_ahead_blocks) < 0:
+        raise ValueError(f"read_ahead_blocks is {read_ahead_blocks!r}: a count of blocks, 0 or more, or None")
     reader = None
-    if blocks and (prefetch is True or (prefetch is None and planned)):
-        ahead = host.prefetch_blocks if planned else READ_AHEAD_BLOCKS
-        reader = DiskPrefetch(lambda i: block_file_slices(blocks[i]), len(blocks), ahead)
+    if blocks and read_ahead_blocks > 0:
+        reader = DiskPrefetch(lambda i: block_file_slices(blocks[i]), len(blocks), int(read_ahead_blocks))
     return HostRamGuard(facts, budget, prefetch=reader)
 
 

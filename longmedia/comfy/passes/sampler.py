@@ -70,7 +70,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
                 weights: WeightAccess | None = None, stage: StagePass | None = None,
                 devices: str | None = None, ram_facts: RamFacts | None = None,
-                disk_prefetch: bool | None = None) -> SamplingResult:
+                read_ahead_blocks: int | None = None) -> SamplingResult:
     """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
     `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -85,8 +85,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     device. The workers live for this run (`sp.ranks`): started after the residency boundary, ended before it
     returns or raises; the plan is made again once they have measured their link (the cost model reads it).
     ram_facts: how host RAM is read and ComfyUI's pins freed (`host_ram.RamFacts`; None: ComfyUI's own); tests stand in
-    a small machine here. disk_prefetch: None reads the next blocks' weights ahead from disk where the plan asks for
-    it (not by default: measured slower); True always (the bench's control); False never."""
+    a small machine here. read_ahead_blocks: None reads the next blocks' weights ahead from disk where the plan asks
+    for it (not by default: measured slower); N the next N blocks (the bench's controls); 0 never."""
     from ..sp.run import sp_request, start_ranks
 
     check_runs = stage.check_runs if stage is not None else check_plan_runs
@@ -119,7 +119,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
         speeds = checked.request.attention_speeds  # probe_s: 0 when the disk cache served the timings
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
                          ranks, probe_s=speeds.probe_s if speeds is not None else 0.0, ram_facts=ram_facts,
-                         disk_prefetch=disk_prefetch)
+                         read_ahead_blocks=read_ahead_blocks)
         clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):
@@ -132,7 +132,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
 
 
 def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks, *,
-            probe_s: float = 0.0, ram_facts: RamFacts | None = None, disk_prefetch: bool | None = None):
+            probe_s: float = 0.0, ram_facts: RamFacts | None = None, read_ahead_blocks: int | None = None):
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -148,7 +148,8 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
     run.notes.extend(runs)  # a chosen mode that does not fit runs, with its warning
     if observer is None:
         observer = probes_from_env()
-    host = host_ram_guard(plan, g.model_patcher.model.diffusion_model.blocks, ram_facts, prefetch=disk_prefetch)
+    host = host_ram_guard(plan, g.model_patcher.model.diffusion_model.blocks, ram_facts,
+                          read_ahead_blocks=read_ahead_blocks)
     streamed = install_on_clone(g, plan, run, row_spans, observer or NO_OBSERVER, weights,
                                 prompt_seq_lens(guider, latent, plan) if run.cuda else (), ranks,
                                 read_ahead=host.on_block if host.prefetch is not None else None)
