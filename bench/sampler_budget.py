@@ -82,6 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.smoke:  # proves the script runs: one short job, one repeat
+        a.seconds, a.repeats = [2.0], 1
     device = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
     dims = H3Dims(hidden=128, heads=4, head_dim=32, ffn=256, rope_inv_freq_len=4, time_embed_dim=64) if a.smoke else H3_FULL
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16

@@ -1,7 +1,7 @@
 """Child process of test_decode_save's RAM test: one decode-and-save of a random AV latent, its peak RSS growth.
 
 argv: COMFYUI_ROOT OUT_DIR MODE(ours|stock) LATENT_T. Builds the tiny H3 video VAE (ComfyUI's class), a random
-[1, 24, T, 32, 32] latent (512x512 px) and a random stereo waveform of the video's length (what stock
+[1, 24, T, SIDE, SIDE] latent (SIDE 16: 256x256 px) and a random stereo waveform of the video's length (what stock
 VAEDecodeAudio hands on: the audio is decoded whole before the video, and on the CPU its decoder's working
 memory would be counted as if it were host RAM), resets the kernel's peak-RSS mark (VmHWM via
 /proc/self/clear_refs), runs Decode & Save's video decode and mux (ours) or stock VAEDecode ->
@@ -16,7 +16,7 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-SIDE = 32          # latent cells: 512x512 px
+SIDE = 16          # latent cells: 256x256 px
 
 
 def _status(field: str) -> int:

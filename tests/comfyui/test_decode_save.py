@@ -237,7 +237,7 @@ def test_ram_growth_is_bounded_by_one_chunk_not_the_video(comfyui_root, tmp_path
     On the CPU the decoder's per-chunk working memory (the GPU's, on a real run) is in RSS as well: it is the
     same at every length, so the bound shows as a ratio near 1.
     """
-    short_t, long_t = 17, 67              # 56 and 226 frames at 512x512: 176 MiB and 710 MiB of float32 frames
+    short_t, long_t = 17, 67              # 56 and 226 frames at 256x256: 44 MiB and 177 MiB of float32 frames
     ours_short = _child_growth(comfyui_root, tmp_path, "ours", short_t)
     ours_long = _child_growth(comfyui_root, tmp_path, "ours", long_t)
     stock_long = _child_growth(comfyui_root, tmp_path, "stock", long_t)
@@ -246,7 +246,7 @@ def test_ram_growth_is_bounded_by_one_chunk_not_the_video(comfyui_root, tmp_path
           f"(226 frames) = x{ours_long / ours_short:.2f}; stock VAEDecode+CreateVideo+save_to at 226 frames "
           f"{stock_long / mib:.0f} MiB")
     assert ours_long < 1.2 * ours_short
-    whole_video = 226 * 512 * 512 * 3 * 4
+    whole_video = 226 * 256 * 256 * 3 * 4
     assert stock_long - ours_long > 0.8 * whole_video, "stock should hold the whole video beyond what ours holds"
 
 

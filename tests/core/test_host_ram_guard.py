@@ -71,6 +71,36 @@ def test_a_short_free_is_noted():
     assert any("freed 1.00 of the" in n for n in guard.notes)
 
 
+def test_the_watch_frees_pins_when_ram_available_falls_below_half_the_floor():
+    """--fast-disk: ComfyUI's pin budget follows its pinned-memory limit, not RAM available, and its pins outgrew a
+    16 GiB limit on an H100 (the process was killed, docs/lab/2026-12-07-host-ram-limits.md). The watch frees pins at
+    a block start once RAM available is below half of ComfyUI's floor, back up to the floor; it leaves ComfyUI's own
+    steady state (just under its floor) alone, so no pin is freed to be read again."""
+    m = SmallMachine(available=int(1.8 * GIB), pinned=12 * GIB)
+    guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB, watch=True)
+    assert guard.hooks_blocks
+    guard.on_block(0)
+    assert m.asked == []                          # 1.8 GiB: ComfyUI's own steady state
+    low = RNG.randrange(GIB // 8, GIB - 1)
+    m.available, m.pinned = low, m.pinned - (int(1.8 * GIB) - low)   # ComfyUI pinned past its floor
+    guard.on_block(7)
+    assert m.asked == [2 * GIB - low] and m.available == 2 * GIB
+    m.available -= int(1.5 * GIB)
+    guard.on_block(8)
+    assert len(m.asked) == 2 and m.available == 2 * GIB
+    report = guard.finish(model_calls=1)
+    assert [e.what for e in report.events] == ["block 7: RAM available below half of ComfyUI's floor"]
+    assert any("at 2 block starts" in n and "--fast-disk" in n for n in report.notes)
+
+
+def test_without_the_watch_a_block_start_frees_nothing():
+    m = SmallMachine(available=GIB // 4, pinned=12 * GIB)
+    guard = HostRamGuard(m.facts(), pin_budget=None, floor=2 * GIB)
+    assert not guard.hooks_blocks
+    guard.on_block(3)
+    assert m.asked == []
+
+
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, int, int]] = []
@@ -214,6 +244,10 @@ def test_host_ram_guard_reads_ahead_where_asked_and_holds_pins_only_under_dynami
         with pytest.raises(ValueError, match="read_ahead_blocks"):
             host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts, read_ahead_blocks=bad)
     assert host_ram_guard(object(), blocks, facts).pin_budget is None
+    # RAM is watched where the plan streams weights from disk under dynamic VRAM, nowhere else
+    assert host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts).watch
+    assert not host_ram_guard(Plan(Host(GIB, False, 0)), blocks, facts).watch
+    assert not host_ram_guard(Plan(Host(0, True, 0, dynamic_vram=False)), blocks, facts).watch
     assert host_ram_guard(Plan(Host(GIB, True, 0)), blocks, facts).pin_budget == GIB
     # without dynamic VRAM ComfyUI's free_pins reaches no model: no budget to hold (the planner's pinning applies)
     assert host_ram_guard(Plan(Host(0, False, 0, dynamic_vram=False)), blocks, facts).pin_budget is None

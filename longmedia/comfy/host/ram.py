@@ -22,6 +22,7 @@ from ...execution.disk_prefetch import DiskPrefetch, FileSlice
 from ...planning.host_ram import PIN_BUDGET_FLOOR_BYTES
 from ...report.host_ram import HostRamReport, RoomEvent
 from ...report.memory import RamFacts
+from ...units import GIB
 
 PIN_SUBSETS = ("weights", "weights-loaded")  # ComfyUI's per-module pin slots for weights (comfy/pinned_memory.py)
 PROC_IO = Path("/proc/self/io")
@@ -119,14 +120,28 @@ def block_file_slices(block: Any) -> tuple[FileSlice, ...]:
 
 class HostRamGuard:
     """One pass's host RAM: `start()` brings ComfyUI's pins within the plan's budget, `make_room(bytes, what)` before
-    each large host allocation of ours, `on_block(i)` reads the next blocks ahead, `finish(calls)` the report."""
+    each large host allocation of ours, `on_block(i)` reads the next blocks ahead and, where `watch` is set, frees
+    pins when RAM available has fallen below half of ComfyUI's floor; `finish(calls)` the report.
+
+    The watch is a safety net, not a margin: ComfyUI pins down to its own floor during a pass and stops there, but
+    with `--fast-disk` its pin budget follows only its pinned-memory limit (a share of total RAM), and under a
+    16 GiB limit on a larger machine the process was killed (docs/lab/2026-12-07-host-ram-limits.md). Freeing only
+    below half the floor leaves ComfyUI's own steady state (about 1.8 GiB available) alone, so no pin is freed and
+    read again on every block."""
 
     def __init__(self, facts: RamFacts, pin_budget: int | None, *, floor: int = PIN_BUDGET_FLOOR_BYTES,
-                 prefetch: DiskPrefetch | None = None) -> None:
+                 prefetch: DiskPrefetch | None = None, watch: bool = False) -> None:
         self.facts, self.pin_budget, self.floor, self.prefetch = facts, pin_budget, floor, prefetch
+        self.watch = watch
         self.events: list[RoomEvent] = []
         self.notes: list[str] = []
         self._start: tuple[int | None, int | None, int | None] = (None, None, None)
+        self._watch_frees, self._watch_freed = 0, 0
+
+    @property
+    def hooks_blocks(self) -> bool:
+        """Whether the pass must tell `on_block` when each block starts."""
+        return self.prefetch is not None or self.watch
 
     def start(self) -> None:
         self._start = (self.facts.pinned(), self.facts.available(), self.facts.read_bytes())
@@ -159,11 +174,29 @@ class HostRamGuard:
     def on_block(self, index: int) -> None:
         if self.prefetch is not None:
             self.prefetch.on_block(index)
+        if self.watch:
+            self._watch_block(index)
+
+    def _watch_block(self, index: int) -> None:
+        available = self.facts.available()
+        if available is None or available >= self.floor // 2:
+            return
+        wanted = self.floor - available
+        freed = self.facts.free_pins(int(wanted))
+        if not self._watch_frees:   # the first as an event; the rest counted (a churning pass would list hundreds)
+            self.events.append(RoomEvent(f"block {index}: RAM available below half of ComfyUI's floor", int(wanted),
+                                         int(available), int(self.facts.available() or 0), int(freed)))
+        self._watch_frees += 1
+        self._watch_freed += int(freed)
 
     def finish(self, model_calls: int) -> HostRamReport:
         if self.prefetch is not None:
             self.prefetch.close()
             self.notes.extend(self.prefetch.failures[:3])
+        if self._watch_frees > 1:
+            self.notes.append(f"RAM available fell below half of ComfyUI's floor at {self._watch_frees} block starts: "
+                              f"{self._watch_freed / GIB:.2f} GiB of ComfyUI's pins freed in all (ComfyUI pinned "
+                              "beyond the RAM available; started with --fast-disk?)")
         pinned0, available0, read0 = self._start
         read1 = self.facts.read_bytes()
         read = None if read0 is None or read1 is None else max(0, read1 - read0)
@@ -193,7 +226,9 @@ def host_ram_guard(plan: Any, blocks: Sequence[Any], facts: RamFacts | None = No
     reader = None
     if blocks and read_ahead_blocks > 0:
         reader = DiskPrefetch(lambda i: block_file_slices(blocks[i]), len(blocks), int(read_ahead_blocks))
-    return HostRamGuard(facts, budget, prefetch=reader)
+    # RAM is watched at each block where the plan says it is short (weights stream from disk) under dynamic VRAM
+    watch = bool(blocks) and budget is not None and bool(getattr(host, "streams_from_disk", False))
+    return HostRamGuard(facts, budget, prefetch=reader, watch=watch)
 
 
 __all__ = ["HostRamGuard", "available_ram", "block_file_slices", "comfy_ram_facts", "host_ram_guard",

@@ -152,7 +152,7 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                           read_ahead_blocks=read_ahead_blocks)
     streamed = install_on_clone(g, plan, run, row_spans, observer or NO_OBSERVER, weights,
                                 prompt_seq_lens(guider, latent, plan) if run.cuda else (), ranks,
-                                read_ahead=host.on_block if host.prefetch is not None else None)
+                                block_start=host.on_block if host.hooks_blocks else None)
     host.start()  # ComfyUI's pins within the plan's budget before the pass
 
     samples = comfy.sample.fix_empty_latent_channels(g.model_patcher, latent["samples"],

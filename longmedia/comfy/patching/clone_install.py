@@ -110,13 +110,13 @@ def _needs_call_row_spans(plan: ExecutionPlan) -> bool:
 
 def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer: Observer = NO_OBSERVER,
                      weights: WeightAccess | None = None, seq_lens: tuple[int, ...] = (),
-                     ranks=None, read_ahead: Callable[[int], None] | None = None) -> tuple[int, ...]:
+                     ranks=None, block_start: Callable[[int], None] | None = None) -> tuple[int, ...]:
     """Install `plan` on the guider copy `g` (its cloned ModelPatcher and cloned model_options), recording notes,
     warm-up time and, through the hooks, peaks and steps in `run`; returns the indices of the streamed blocks.
 
     seq_lens: the prompts' packed lengths to compile Triton kernels for (`sampler.prompt_seq_lens`; empty off CUDA);
     ranks: the sequence-parallel workers (`sp.run.start_ranks`), or None for one device;
-    read_ahead: told the index of each block as it starts, where weights stream from disk (`host_ram.HostRamGuard`):
+    block_start: told the index of each block as it starts, where weights stream from disk (`host_ram.HostRamGuard`):
     streamed blocks tell it through their block hook, stock blocks through a replacement that runs them unchanged."""
     import comfy.patcher_extension as ext
     from comfy.model_patcher import set_model_options_patch_replace
@@ -129,7 +129,7 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
         comfy_interrupt,
         comfy_weights,
         outside_malloc_graph,
-        read_ahead_replacement,
+        block_start_replacement,
         streamed_replacement,
     )
 
@@ -164,7 +164,7 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
         run.notes.append(f"sequence parallel on {ranks.world} ranks ({', '.join(map(str, ranks.devices))}, "
                          f"{ranks.backend}); link measured at {ranks.link_gbps:.2f} GB/s")
     if not plan.chunks.is_stock and ranks is None:
-        factory, on_block = _attention_factory(plan, row_spans), _on_block(run, read_ahead)
+        factory, on_block = _attention_factory(plan, row_spans), _on_block(run, block_start)
         installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
         chained = 0
         for i, block in enumerate(blocks):
@@ -179,13 +179,14 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
             run.notes.append(f"{chained} double-block replacement(s) another node installed chained: each runs "
                              "first and its call of the original block runs LongMedia's streamed block")
         streamed = tuple(range(len(blocks)))
-    elif read_ahead is not None and ranks is None:  # stock blocks: told when each starts, run unchanged
+    elif block_start is not None and ranks is None:  # stock blocks: told when each starts, run unchanged
         installed = dict(opts["transformer_options"].get("patches_replace", {}).get("dit", {}))
         for i in range(len(blocks)):
-            fn = read_ahead_replacement(i, read_ahead, previous=chained_previous(installed.get(("double_block", i))))
+            fn = block_start_replacement(i, block_start, previous=chained_previous(installed.get(("double_block", i))))
             opts = set_model_options_patch_replace(opts, fn, "dit", "double_block", i)
-        run.notes.append("weights stream from disk: each stock block reads the next blocks' weights ahead "
-                         "(their values unchanged)")
+        run.notes.append("weights stream from disk: each stock block tells the host-RAM guard when it starts (it "
+                         "watches RAM available and reads the next blocks' weights ahead where asked; values "
+                         "unchanged)")
     if not plan.chunks.is_stock:
         # the final layer's whole-sequence temporaries would otherwise set the peak of a long pass
         final = g.model_patcher.model.diffusion_model.final_layer
@@ -245,11 +246,11 @@ def _warm_up(plan: ExecutionPlan, names: tuple[str, ...], device: torch.device, 
                   "; ".join(dict.fromkeys(w.note for w in done if w.note)))
 
 
-def _on_block(run: RunState, read_ahead: Callable[[int], None] | None = None):
+def _on_block(run: RunState, block_start: Callable[[int], None] | None = None):
     def hook(index: int, when: str) -> None:
         if when == "start":
-            if read_ahead is not None:
-                read_ahead(index)
+            if block_start is not None:
+                block_start(index)
             run.phase = "qkv"
             if run.cuda:  # close the stretch before this block, so the counter measures this block alone
                 run.step_peak = max(run.step_peak, torch.cuda.max_memory_allocated(run.device))
