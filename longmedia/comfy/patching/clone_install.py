@@ -125,11 +125,11 @@ def install_on_clone(g, plan: ExecutionPlan, run: RunState, row_spans, observer:
     from ...planning.around_blocks import FINAL_CHUNK_ROWS
     from .attention_override import ROW_SPANS_KEY
     from .block_patch import (
+        block_start_replacement,
         chained_previous,
         comfy_interrupt,
         comfy_weights,
         outside_malloc_graph,
-        block_start_replacement,
         streamed_replacement,
     )
 
