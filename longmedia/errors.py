@@ -16,6 +16,17 @@ class Suggestion:
 
 
 TITLE = "LongMedia input error"
+SHOWN_VALUE_CHARS = 80   # an error message quotes at most this much of the value it refuses
+
+
+def shown(value: object) -> str:
+    """`value` as an error message quotes it: its repr, cut to `SHOWN_VALUE_CHARS` with its full length said (a
+    megabyte of text refused must not come back as a megabyte of message)."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, (str, bytes)) else f"{len(text)} characters as text"
+    return f"{text[:SHOWN_VALUE_CHARS - 20]}... ({size})"
 
 
 def _titled(cls: type) -> type:
@@ -58,7 +69,7 @@ class LongMediaInputError(ValueError):
         self.allowed = allowed
         self.fix = fix
         self.suggestion = suggestion
-        super().__init__(f"{name}={value!r} is not allowed: expected {allowed}. {fix}")
+        super().__init__(f"{name}={shown(value)} is not allowed: expected {allowed}. {fix}")
 
 
 _titled(LongMediaInputError)

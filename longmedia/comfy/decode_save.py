@@ -17,8 +17,10 @@ whole-video tensor too (`tiled_scale_multidim`'s output), and the H3 VAE ignores
 The file matches stock CreateVideo + SaveVideo (`VideoFromComponents.save_to`): mp4 with faststart and
 metadata tags, h264 yuv420p (yuv420p10le at 10 bit), the same frame conversion, fps as a 1/1000 fraction,
 AAC audio cut to the video's length. Audio is decoded whole by stock's `vae_decode_audio` (small: 8 bytes
-a sample pair, 15 MiB a minute) and muxed chunk by chunk beside the video. The file is written under a
-`.partial` name and renamed when complete; a cancelled or failed run removes it.
+a sample pair, 15 MiB a minute) and muxed chunk by chunk beside the video. The file is written under a short
+hidden `.partial` name beside it (any prefix SaveVideo can write fits) and renamed when complete; a cancelled or
+failed run removes it, even when closing the writer fails too (a full disk). The prefix is checked before any
+decode, as ComfyUI's save nodes would refuse it after one: no NUL, no absolute path or `..`, a name that fits.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import math
 import os
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Callable
@@ -45,6 +48,8 @@ STOCK_DECODE = "stock_decode"       # named fallback: the VAE has no chunked io,
 BIT_DEPTHS = (8, 10)
 CRF_AUTO = -1.0
 PARTIAL_SUFFIX = ".partial"
+NAME_MAX_BYTES = 255                 # a file name's longest on Linux, macOS and Windows (NTFS: 255 UTF-16 units)
+COUNTER_SUFFIX = "_00001_.mp4"       # what SaveVideo's naming adds to the prefix's last part
 VIDEO_ALLOWED = "ComfyUI's MiniMax H3 video VAE (Load VAE: minimax_h3_video_vae_*.safetensors)"
 AUDIO_ALLOWED = "ComfyUI's MiniMax H3 audio VAE (Load VAE: minimax_h3_audio_vae_*.safetensors)"
 FPS_FIX = "Use 24, H3's frame rate (the audio is generated for 24 fps video)."
@@ -133,10 +138,29 @@ def check_decode_inputs(latent, video_vae, audio_vae, fps, bit_depth, crf, filen
     if not isinstance(filename_prefix, str) or not filename_prefix.strip():
         raise LongMediaInputError("filename_prefix", filename_prefix, "a non-empty name such as video/LongMedia",
                                   "Give the file a name; a folder before / is made inside ComfyUI's output.")
+    check_filename_prefix(filename_prefix)
     if video.shape[2] < 2:
         raise LongMediaInputError("latent", tuple(video.shape), "a video of at least 2 latent frames (5 frames)",
                                   "Decode a single picture with the stock VAEDecode.")
     return video, audio
+
+
+def check_filename_prefix(prefix: str) -> None:
+    """Refuse, before any decode, a prefix ComfyUI's save path would refuse after one (or fail on while writing)."""
+    allowed = "a name inside ComfyUI's output folder, such as video/LongMedia"
+    if "\x00" in prefix:
+        raise LongMediaInputError("filename_prefix", prefix, allowed + ", without NUL characters",
+                                  "Remove the NUL character from the name.")
+    parts = prefix.replace("\\", "/").split("/")
+    if os.path.isabs(prefix) or prefix.startswith(("/", "\\")) or ".." in parts:
+        raise LongMediaInputError("filename_prefix", prefix, allowed + " (no absolute path, no ..)",
+                                  "Give a name relative to the output folder; a folder before / is made inside it.")
+    longest = NAME_MAX_BYTES - len(COUNTER_SUFFIX)
+    for part in parts:
+        if len(part.encode("utf-8")) > longest:
+            raise LongMediaInputError("filename_prefix", prefix, f"each part of the name at most {longest} bytes "
+                                      "(the file system's 255, less SaveVideo's counter and .mp4)",
+                                      f"Shorten the name to {longest} characters or fewer.")
 
 
 # --- the sink stock decode writes into ----------------------------------------------------------------------------
@@ -390,7 +414,7 @@ def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_
     height, width = video.shape[3] * video_vae.upscale_ratio[1], video.shape[4] * video_vae.upscale_ratio[2]
     folder, file, subfolder = _output_path(filename_prefix, width, height, output_dir)
     final = os.path.join(folder, file)
-    partial = final + PARTIAL_SUFFIX
+    partial = os.path.join(folder, f".longmedia_{uuid.uuid4().hex[:16]}.mp4{PARTIAL_SUFFIX}")  # short: any name fits
     writer = Mp4Writer(partial, width=width, height=height, total_frames=frames, fps=fps, bit_depth=bit_depth,
                        crf=None if crf == CRF_AUTO else crf, audio=audio, metadata=metadata)
     bar = comfy.utils.ProgressBar(frames)
@@ -416,11 +440,13 @@ def save_streamed(video, video_vae, audio: dict | None, *, fps: float, filename_
         done = True
     finally:
         if not done:
-            ahead.discard()
-            writer.abort()
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
-            mm.soft_empty_cache()
+            try:
+                ahead.discard()
+                writer.abort()   # may fail again on a full disk: the file goes all the same
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(partial)
+                mm.soft_empty_cache()
     audio_bytes = 0 if audio is None else audio["waveform"].numel() * audio["waveform"].element_size()
     whole = frames * height * width * 3 * torch.tensor([], dtype=video_vae.vae_output_dtype()).element_size()
     notes = () if path == CHUNKED else (

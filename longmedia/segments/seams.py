@@ -160,11 +160,10 @@ def segment_seeds(count: int, seed: int, pinned: Sequence[int | None] | None = N
     if len(pinned) > count:
         raise LongMediaInputError(name, pinned, f"at most {count} pinned seeds (one per segment)",
                                   "Drop the extra seeds.")
-    for i, s in enumerate(pinned):
-        high = MAX_SEED if i == 0 else MAX_PASS_SEED
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= high):
-            raise LongMediaInputError(f"{name}[{i}]", s, f"an integer from 0 to {high}",
-                                      "Use ComfyUI seeds; a later pass's seed must leave room for ComfyUI's seed + 1.")
+    for i, s in enumerate(pinned):   # every pinned seed, the first pass's too: ComfyUI overflows on MAX_SEED there
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_PASS_SEED):
+            raise LongMediaInputError(f"{name}[{i}]", s, f"an integer from 0 to {MAX_PASS_SEED}",
+                                      "Use ComfyUI seeds; a pinned seed must leave room for ComfyUI's seed + 1.")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise LongMediaInputError("noise_seed", seed, f"an integer from 0 to {MAX_SEED}", "Use a RandomNoise seed.")
     derived = tuple(seed if i == 0 else (seed + i) % (MAX_PASS_SEED + 1) for i in range(count))
@@ -184,8 +183,11 @@ def parse_segment_seeds(text: str, name: str = "segment_seeds") -> tuple[int | N
     for i, token in enumerate(t for t in text.replace(",", " ").split() if t):
         if token.lower() in AUTO_SEED:
             out.append(None)
-        elif token.isdigit():
-            out.append(int(token))
+        elif token.isascii() and token.isdigit() and len(token) <= len(str(MAX_PASS_SEED)):
+            out.append(int(token))   # ASCII only: str.isdigit accepts "²", which int() refuses
+        elif token.isascii() and token.isdigit():   # past any seed (and int() refuses 4,300 digits)
+            raise LongMediaInputError(f"{name}[{i}]", token, f"a whole number from 0 to {MAX_PASS_SEED} or `auto`",
+                                      "Use ComfyUI seeds; a pinned seed must leave room for ComfyUI's seed + 1.")
         else:
             raise LongMediaInputError(f"{name}[{i}]", token, "a whole number from 0 or `auto`",
                                       "Type one seed or `auto` per segment, e.g. `auto, auto, 1234`.")

@@ -196,6 +196,58 @@ def test_failed_write_leaves_no_file(vaes, tmp_path, encode_ahead):
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [] and _no_writer_thread()
 
 
+@pytest.mark.parametrize("prefix", ["video/a\x00b", "../escape", "video/../../escape", "/tmp/absolute",
+                                    "video/" + "x" * 245])
+def test_a_prefix_comfyui_would_refuse_is_refused_before_any_decode(vaes, tmp_path, monkeypatch, prefix):
+    """Issue 49: NUL (raw ValueError, a complete mp4 left under a truncated name), traversal and absolute prefixes
+    (refused only by ComfyUI after the audio was decoded) and a name too long for the file system: refused by name
+    before the audio or any chunk is decoded; nothing written."""
+    from longmedia.comfy import decode_save
+    from longmedia.errors import LongMediaInputError
+
+    def never(*args, **kwargs):
+        raise AssertionError("decoding started")
+
+    monkeypatch.setattr(decode_save, "decode_audio", never)
+    with pytest.raises(LongMediaInputError) as info:
+        decode_save.decode_and_save(av_latent(seed=17), *vaes, filename_prefix=prefix, output_dir=str(tmp_path))
+    assert info.value.input_name == "filename_prefix" and len(str(info.value)) < 500
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_prefix_as_long_as_savevideo_writes_gets_its_file(vaes, tmp_path):
+    """A 240-character name: stock SaveVideo writes it; the temporary name used to fail ("File name too long")."""
+    from longmedia.comfy.decode_save import decode_and_save
+
+    result = decode_and_save(av_latent(seed=18, t=2), vaes[0], None, filename_prefix="video/" + "n" * 240,
+                             output_dir=str(tmp_path))
+    assert [p.name for p in (tmp_path / "video").iterdir()] == ["n" * 240 + "_00001_.mp4"]
+    assert Path(result.path).stat().st_size > 0
+
+
+def test_a_full_disk_while_closing_leaves_no_partial_file(vaes, tmp_path, monkeypatch):
+    """Disk full when the file is finished, and again when the writer is closed after it: the .partial goes too."""
+    import errno
+
+    from longmedia.comfy import decode_save
+
+    real_finish = decode_save.Mp4Writer.finish
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_at_the_end(self):   # the bytes are on disk, then the last write fails
+        real_finish(self)
+        full(self)
+
+    monkeypatch.setattr(decode_save.Mp4Writer, "finish", full_at_the_end)
+    monkeypatch.setattr(decode_save.Mp4Writer, "abort", full)
+    with pytest.raises(OSError, match="No space left"):
+        decode_save.decode_and_save(av_latent(seed=19, t=2), vaes[0], None, filename_prefix="video/full",
+                                    output_dir=str(tmp_path))
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [] and _no_writer_thread()
+
+
 def test_vae_without_chunked_io_takes_the_named_stock_fallback(comfy_inprocess, vaes, tmp_path):
     import comfy.sd
     from comfy.ldm.minimax import vae

@@ -291,6 +291,16 @@ def test_bad_direction_is_refused_before_any_sampling(env, story, monkeypatch):
     with pytest.raises(LongMediaInputError) as info:
         segmented.run_job(*args, made.job, segment_seeds="1 2 3 4 5")
     assert info.value.input_name == "segment_seeds"
+    # issue 49: a superscript digit, the top ComfyUI seed pinned on segment 0 (ComfyUI overflowed on it), a megabyte
+    for seeds, name in (("²", "segment_seeds[0]"), (f"{2 ** 64 - 1}", "segment_seeds[0]"),
+                        ("1" * 1_000_000, "segment_seeds[0]")):
+        with pytest.raises(LongMediaInputError) as info:
+            segmented.run_job(*args, made.job, segment_seeds=seeds)
+        assert info.value.input_name == name and len(str(info.value)) < 400
+    for wrong in ("x", 5):   # an API prompt's literal where the Retakes node's output belongs
+        with pytest.raises(LongMediaInputError, match="LongMedia Retakes") as info:
+            segmented.run_job(*args, made.job, retakes=wrong)
+        assert info.value.input_name == "retakes"
     other = samplers.CFGGuider(env["model"])
     other.set_conds(tc.encode_prompt(env["clip"], "something else"), made.negative)
     with pytest.raises(LongMediaInputError) as info:

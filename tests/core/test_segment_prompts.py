@@ -97,3 +97,26 @@ def test_segment_seeds_pin_any_segment():
     assert info.value.input_name == "segment_seeds[1]"
     with pytest.raises(LongMediaInputError, match="at most 2"):
         segment_seeds(2, 0, (None, None, 1), name="segment_seeds")
+
+
+@pytest.mark.parametrize("text, where", [("²", 0), ("auto ١٢", 1), ("7 ⁹", 1)])
+def test_segment_seeds_take_ascii_digits_only(text, where):
+    """Python's str.isdigit accepts superscripts and other scripts' digits; int() refuses some: a named error."""
+    with pytest.raises(LongMediaInputError) as info:
+        parse_segment_seeds(text)
+    assert info.value.input_name == f"segment_seeds[{where}]"
+
+
+def test_a_pinned_seed_stops_where_comfyui_runs():
+    assert segment_seeds(2, 0, (MAX_PASS_SEED,)) == (MAX_PASS_SEED, 1)
+    with pytest.raises(LongMediaInputError, match=str(MAX_PASS_SEED)) as info:
+        segment_seeds(2, 0, (MAX_PASS_SEED + 1,), name="segment_seeds")   # 2**64 - 1 overflowed in ComfyUI
+    assert info.value.input_name == "segment_seeds[0]"
+
+
+@pytest.mark.parametrize("text", ["1" * 1_000_000 + "x", "1" * 1_000_000, "9" * 21])
+def test_a_huge_refused_value_gives_a_short_message(text):
+    with pytest.raises(LongMediaInputError) as info:
+        segment_seeds(1, 0, parse_segment_seeds(text), name="segment_seeds")
+    assert info.value.input_name == "segment_seeds[0]" and len(str(info.value)) < 400
+    assert len(text) < 80 or f"{len(text)} characters" in str(info.value)

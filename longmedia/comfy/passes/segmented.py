@@ -290,6 +290,9 @@ def run_job(noise, guider, sampler, sigmas, latent, request: PlanRequest, job, *
             retakes: RetakeCache | None = None, devices: str | None = None) -> comfy_sampler.SamplingResult:
     """The Sampler node's run: Setup's segmented job pass by pass (its prompts, `segment_seeds`, `retakes`), else
     one pass (`segment_seeds`' one entry, when given, is its seed); `devices`: sequence parallelism (`run_sampler`)."""
+    if retakes is not None and not isinstance(retakes, RetakeCache):   # an API prompt can send any value here
+        raise LongMediaInputError("retakes", type(retakes).__name__, "the output of a LongMedia Retakes node",
+                                  "Connect LongMedia Retakes' retakes output, or leave the input empty.")
     pinned = seams.parse_segment_seeds(segment_seeds)
     if job is not None and job.segmented:
         seams.segment_seeds(job.segments.count, int(getattr(noise, "seed", 0) or 0), pinned, name="segment_seeds")
