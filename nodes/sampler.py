@@ -41,8 +41,9 @@ class LongMediaSampler(io.ComfyNode):
                                 tooltip="Sequence parallelism over several devices: a comma-separated list starting "
                                         "with the model's own device, as ComfyUI's device options name them "
                                         "(gpu:0,gpu:1 or cuda:0,cuda:1; cpu,cpu tests it on the CPU). Each extra "
-                                        "device runs a worker process that loads the same checkpoint. Empty: one "
-                                        "device."),
+                                        "device runs a worker process that loads the same checkpoint. Empty, or "
+                                        "the model's own device alone: one device (any other single entry is "
+                                        "refused)."),
             ],
             outputs=[
                 *latent_outputs(),

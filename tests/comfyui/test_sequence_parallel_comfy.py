@@ -225,6 +225,19 @@ def test_multi_host_env_launch_on_loopback(env, monkeypatch, comfyui_root):
     assert result.plan.sp.degree == 2
 
 
+@pytest.mark.parametrize("single", ["cuda:7", "2", "-1", "cuda:0", "gpu:0", 2])
+def test_a_single_devices_entry_is_refused_unless_it_is_the_model_s_own(comfy_inprocess, single):
+    """Issue 49: a single entry was ignored without a word. With ComfyUI's own resolver on this CPU host: the
+    model's device alone ('cpu', 'default') is one device; anything else is refused, naming `devices`."""
+    from longmedia.comfy.sp.devices import parse_devices
+    from longmedia.errors import LongMediaInputError
+
+    assert parse_devices("cpu", "cpu") == parse_devices("default", "cpu") == parse_devices("", "cpu") == ()
+    with pytest.raises(LongMediaInputError) as info:
+        parse_devices(single, "cpu")
+    assert info.value.input_name == "devices"
+
+
 def test_sampler_node_on_two_ranks_through_the_server(comfy_server):
     """The Sampler's devices input in a running ComfyUI server (workers spawned from main.py's process): the
     API prompt's latent equals SamplerCustomAdvanced's within 1e-5, and the report states the ranks."""

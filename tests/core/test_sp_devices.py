@@ -58,3 +58,19 @@ def test_the_host_s_own_gpus_and_cpu_ranks_still_resolve(monkeypatch):
     fake_comfy(monkeypatch, ["cpu"])
     assert parse_devices("cpu,cpu", "cpu") == (torch.device("cpu"), torch.device("cpu"))
     assert parse_devices("", "cpu") == ()
+
+
+@pytest.mark.parametrize("single", ["cuda:7", "2", "-1", "cuda:0", "gpu:1", 2])
+def test_a_single_entry_other_than_the_model_s_device_is_refused(monkeypatch, single):
+    """Issue 49: a single `devices` entry used to be ignored without a word (one device ran, the report silent)."""
+    fake_comfy(monkeypatch, ["cpu"])
+    with pytest.raises(LongMediaInputError) as info:
+        parse_devices(single, "cpu")
+    assert info.value.input_name == "devices"
+
+
+def test_the_model_s_own_device_alone_is_one_device(monkeypatch):
+    fake_comfy(monkeypatch, ["cuda:0", "cuda:1"])
+    assert parse_devices("gpu:0", "cuda:0") == parse_devices("cuda:0", "cuda:0") == parse_devices(" ", "cuda:0") == ()
+    with pytest.raises(LongMediaInputError, match="model's own device"):
+        parse_devices("gpu:1", "cuda:0")

@@ -41,17 +41,28 @@ def _host_gpus(mm) -> str:
     return ", ".join(f"gpu:{i}" for i in range(len(gpus))) if gpus else "none: CPU only, use 'cpu,cpu' to test there"
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a == b or (a.type == b.type == "cuda" and (a.index or 0) == (b.index or 0))
+
+
 def parse_devices(text: str | None, load_device, remote: bool = False) -> tuple[torch.device, ...]:
     """The ranks' devices, rank 0 first; () for one device (an empty list). remote: a multi-host launch (env://),
     where the entries after the first only count the other ranks (each picks its device on its own host)."""
+    if text is not None and not isinstance(text, str):   # an API prompt can send a number here
+        raise LongMediaInputError("devices", text, "text: a comma-separated device list, or empty", FIX)
     labels = [part.strip() for part in (text or "").split(",") if part.strip()]
-    if len(labels) <= 1:
+    if not labels:
         return ()
+    if len(labels) == 1:   # one device is the model's own; any other single entry was a mistake, not ignored
+        if remote or _same_device(_resolve(labels[0]), torch.device(load_device)):
+            return ()
+        raise LongMediaInputError("devices", text, f"empty, the model's own device ({torch.device(load_device)}) "
+                                  "alone, or two devices or more", FIX)
     if len(labels) > MAX_SP_DEGREE:
         raise LongMediaInputError("devices", text, f"at most {MAX_SP_DEGREE} devices", FIX)
     devices = tuple(_resolve(label) for label in labels)
     own = torch.device(load_device)
-    if devices[0] != own and not (devices[0].type == own.type == "cuda" and (devices[0].index or 0) == (own.index or 0)):
+    if not _same_device(devices[0], own):
         raise LongMediaInputError("devices", text, f"a list starting with the model's device ({own})", FIX)
     kinds = {d.type for d in devices}
     if len(kinds) != 1 or not kinds <= {"cpu", "cuda"}:
