@@ -24,6 +24,7 @@ from ..job.setup_plan import (
     check_soundtracks,
     plan_setup,
 )
+from ..limits import MAX_TEXT_TOKENS
 from ..report.oom import phase
 from ..segments.prompts import SegmentPrompts, parse_segment_prompts
 from .host.memory import comfy_reading
@@ -208,10 +209,17 @@ def _longest_prompt_tokens(clip, prompt: str, segment_prompts: str) -> int:
     """Tokens of the longest prompt a segment can get: every segment_prompts entry, and the prompt box when some
     segment may use it (no entries, or a schedule that starts after 0 s)."""
     entries = parse_segment_prompts(segment_prompts)
-    texts = [e.text for e in entries]
+    named = [(f"segment_prompts line {e.line}", e.text) for e in entries]
     if not entries or entries[0].seconds not in (None, 0.0):
-        texts.append(prompt)
-    return max(_prompt_tokens(clip, t) for t in texts)
+        named.append(("prompt", prompt))
+    longest = 0
+    for name, text in named:   # each prompt checked by name: the one to shorten is the one the message names
+        tokens = _prompt_tokens(clip, text)
+        if tokens > MAX_TEXT_TOKENS:
+            raise LongMediaInputError(name, f"{text[:40]}... ({len(text)} characters, {tokens} tokens)",
+                                      f"a prompt of at most {MAX_TEXT_TOKENS} tokens", "Shorten this prompt.")
+        longest = max(longest, tokens)
+    return longest
 
 
 class _PresentingClip:

@@ -279,6 +279,10 @@ def test_bad_direction_is_refused_before_any_sampling(env, story, monkeypatch):
     with pytest.raises(LongMediaInputError) as info:
         setup(env, prompts=("0s: snow", "2 sec: river"))
     assert info.value.input_name == "segment_prompts line 2"
+    # issue 49: a line past the text encoder's 32,768 tokens is named, and so is the line, in a short message
+    with pytest.raises(LongMediaInputError, match="tokens") as info:
+        setup(env, prompts=("snow", "river " * 40_000))
+    assert info.value.input_name == "segment_prompts line 2" and len(str(info.value)) < 400
     made = story
     samplers = env["samplers"]
     guider = samplers.CFGGuider(env["model"])
