@@ -15,6 +15,7 @@ every later segment and of none before it. A hit is served only while every obje
 from __future__ import annotations
 
 import hashlib
+import pickle
 import shutil
 import uuid
 import weakref
@@ -54,6 +55,18 @@ class RetakeReport:
     spilled: int = 0                      # entries moved to disk, over the cache's life
     evicted: int = 0                      # entries dropped for the bound, over the cache's life
     off_reason: str | None = None         # why this run could not use the cache (it sampled everything)
+    unreadable: int = 0                   # spill files missing or damaged: those segments sampled again
+    spill_error: str | None = None        # why spilling stopped (a full temp folder): those entries were dropped
+
+    def notes(self) -> tuple[str, ...]:
+        out = ()
+        if self.unreadable:
+            out += (f"retakes: {self.unreadable} spilled segment file(s) were missing or damaged in the temp "
+                    "folder; those segments were sampled again",)
+        if self.spill_error:
+            out += (f"retakes: could not spill to the temp folder ({self.spill_error}); segments past the RAM "
+                    "bound were dropped, not cached",)
+        return out
 
     def line(self) -> str:
         if self.off_reason and not self.reused:
@@ -98,6 +111,8 @@ class RetakeCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()   # least recently used first
         self.spilled = 0
         self.evicted = 0
+        self.unreadable = 0
+        self.spill_error: str | None = None   # set by the first failed spill: no further spill is tried
         if self.spill_dir is not None:
             weakref.finalize(self, shutil.rmtree, self.spill_dir, True)
 
@@ -121,8 +136,15 @@ class RetakeCache:
             self._drop(key)
             return None
         self._entries.move_to_end(key)
-        tensors = entry.tensors if entry.tensors is not None else tuple(torch.load(entry.path, weights_only=True))
-        return CachedSegment(tuple(t.clone() for t in tensors), entry.record)
+        if entry.tensors is not None:
+            return CachedSegment(tuple(t.clone() for t in entry.tensors), entry.record)
+        try:
+            tensors = tuple(torch.load(entry.path, weights_only=True))
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):  # named: a spill file deleted or cut short
+            self._drop(key)                                                 # outside LongMedia: sample it again
+            self.unreadable += 1
+            return None
+        return CachedSegment(tensors, entry.record)
 
     def put(self, key: str, tensors: tuple[torch.Tensor, ...], record: object,
             pins: tuple[weakref.ref, ...] = ()) -> None:
@@ -142,7 +164,8 @@ class RetakeCache:
     def report(self, reused: tuple[int, ...] = (), sampled: tuple[int, ...] = (),
                off_reason: str | None = None) -> RetakeReport:
         return RetakeReport(len(self._entries), self.ram_bytes, self.disk_bytes, self.ram_bound, self.disk_bound,
-                            reused, sampled, self.spilled, self.evicted, off_reason)
+                            reused, sampled, self.spilled, self.evicted, off_reason, self.unreadable,
+                            self.spill_error)
 
     def _drop(self, key: str) -> None:
         entry = self._entries.pop(key)
@@ -160,9 +183,16 @@ class RetakeCache:
                 continue
             if self.spill_dir is None or self.disk_bytes + entry.nbytes > self.disk_bound:
                 continue
-            self.spill_dir.mkdir(parents=True, exist_ok=True)
+            if self.spill_error is not None:
+                break
             path = self.spill_dir / f"{key}.pt"
-            torch.save(list(entry.tensors), path)
+            try:
+                self.spill_dir.mkdir(parents=True, exist_ok=True)
+                torch.save(list(entry.tensors), path)
+            except (OSError, RuntimeError) as error:  # named: a full or unwritable temp folder (torch's writer
+                path.unlink(missing_ok=True)         # raises RuntimeError): no partial file, no further spill
+                self.spill_error = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+                break
             entry.tensors, entry.path = None, path
             self.spilled += 1
         while self._entries and self.ram_bytes > self.ram_bound:   # nowhere to spill: drop the oldest in RAM

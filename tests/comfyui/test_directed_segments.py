@@ -222,6 +222,37 @@ def test_a_retake_of_segment_2_samples_it_and_the_next_only(env, story, monkeypa
     assert [s.source for s in again.report.segments] == ["reused"] * 4 and identical(again, fresh)
 
 
+def test_spill_files_deleted_or_damaged_are_sampled_again_and_a_full_temp_folder_is_survived(env, story, tmp_path,
+                                                                                              monkeypatch):
+    """Issue 49, in real ComfyUI: with every segment spilled to the temp folder (RAM bound 0), deleting one spill
+    file and cutting another short made every later retake fail; now those segments are sampled again and the
+    output equals a run without the cache. A temp folder that cannot be written no longer fails the prompt after
+    sampling: the run finishes, nothing partial stays, and the report says the segments were not cached."""
+    import pathlib
+
+    import longmedia.segments.retakes as retakes
+
+    cache = RetakeCache(0, 64 * MIB, tmp_path)
+    first = run(env, story, cache)
+    files = sorted(cache.spill_dir.glob("*.pt"))
+    assert len(files) == 4
+    files[0].unlink()
+    files[1].write_bytes(files[1].read_bytes()[:64])
+    again = run(env, story, cache)
+    assert identical(again, first) and again.report.retakes.unreadable == 2
+    assert any("missing or damaged" in line for line in again.report.summary_lines())
+
+    def full(obj, path):
+        pathlib.Path(path).write_bytes(b"PK")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(retakes.torch, "save", full)
+    other = RetakeCache(0, 64 * MIB, tmp_path / "full")
+    done = run(env, story, other)
+    assert identical(done, first) and len(other) == 0 and list((tmp_path / "full").rglob("*.pt")) == []
+    assert any("could not spill" in line for line in done.report.summary_lines())
+
+
 @pytest.mark.parametrize("steps", [4, 8])
 def test_a_turbo_schedule_retake_reuses_the_segments_before_it(env, story, tmp_path, steps):
     """A turbo LoRA's schedule (4 or 8 steps at cfg 1; the LoRA itself: test_lora_paths): a retake of segment 2

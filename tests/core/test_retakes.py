@@ -110,6 +110,48 @@ def test_the_cache_spills_past_its_ram_bound_and_drops_past_both(tmp_path):
     assert len(cache) == 0 and not spill.exists()
 
 
+def test_a_missing_or_damaged_spill_file_samples_that_segment_again(tmp_path):
+    """Issue 49: spill files deleted from ComfyUI's temp folder (raw FileNotFoundError) or cut short (raw OSError)
+    failed every later retake. Now that segment is a miss: dropped, counted, said in the report."""
+    g = torch.Generator().manual_seed(4)
+    tensors = [torch.randn(MIB // 4, generator=g) for _ in range(4)]
+    cache = RetakeCache(1 * MIB, 8 * MIB, tmp_path)
+    for i, t in enumerate(tensors):
+        cache.put(f"k{i}", (t,), i)
+    files = sorted(cache.spill_dir.glob("*.pt"))
+    assert len(files) == 3
+    (cache.spill_dir / "k0.pt").unlink()
+    damaged = cache.spill_dir / "k1.pt"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    assert cache.get("k0") is None and cache.get("k1") is None
+    assert torch.equal(cache.get("k2").tensors[0], tensors[2]) and len(cache) == 2
+    report = cache.report()
+    assert report.unreadable == 2 and "2 spilled segment file(s) were missing or damaged" in report.notes()[0]
+
+
+def test_a_full_temp_folder_drops_what_it_cannot_spill_instead_of_failing(tmp_path, monkeypatch):
+    """Issue 49: a full temp folder failed the prompt after sampling with torch's raw RuntimeError and left a
+    partial file. Now the spill stops, no partial file stays, the entries past the RAM bound are dropped, and the
+    report says why."""
+    import pathlib
+
+    import longmedia.segments.retakes as retakes
+
+    def full(obj, path):
+        pathlib.Path(path).write_bytes(b"PK partial")
+        raise RuntimeError("[enforce fail at inline_container.cc] . PytorchStreamWriter failed writing file data/0: "
+                           "file write failed")
+
+    monkeypatch.setattr(retakes.torch, "save", full)
+    cache = RetakeCache(1 * MIB, 8 * MIB, tmp_path)
+    for i in range(3):
+        cache.put(f"k{i}", (torch.randn(MIB // 4),), i)
+    assert len(cache) == 1 and cache.get("k2") is not None and cache.disk_bytes == 0
+    assert list(cache.spill_dir.glob("*")) == []
+    report = cache.report()
+    assert "PytorchStreamWriter failed" in report.spill_error and "could not spill" in report.notes()[0]
+
+
 def test_without_a_spill_folder_the_ram_bound_drops_the_oldest():
     cache = RetakeCache(1 * MIB, 8 * MIB, None)
     for i in range(3):
