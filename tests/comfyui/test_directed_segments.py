@@ -253,6 +253,21 @@ def test_spill_files_deleted_or_damaged_are_sampled_again_and_a_full_temp_folder
     assert any("could not spill" in line for line in done.report.summary_lines())
 
 
+def test_the_job_key_changes_with_the_device_list(env, story):
+    """Issue 49: a retake after changing `devices` reused the single-device segments, which differ from two ranks'
+    within float tolerance (2.1e-6), not bit for bit as the Retakes node promises: the device list is in the key."""
+    from longmedia.comfy.retakes import keys
+
+    samplers = env["samplers"]
+    guider = samplers.CFGGuider(env["model"])
+    guider.set_conds(story.positive, story.negative)
+    sigmas = samplers.calculate_sigmas(env["model"].get_model_object("model_sampling"), "simple", STEPS).cpu()
+    args = (guider, samplers.sampler_object("euler"), sigmas, NORMAL, story.latent, env["ncs"].Noise_RandomNoise(SEED),
+            story.job.segments, ("positive", "negative"))
+    one, two, spaced = (keys.job_digest(*args, devices=d)[0] for d in ("", "cpu,cpu", " cpu , cpu "))
+    assert one == keys.job_digest(*args)[0] and one != two and two == spaced
+
+
 @pytest.mark.parametrize("steps", [4, 8])
 def test_a_turbo_schedule_retake_reuses_the_segments_before_it(env, story, tmp_path, steps):
     """A turbo LoRA's schedule (4 or 8 steps at cfg 1; the LoRA itself: test_lora_paths): a retake of segment 2

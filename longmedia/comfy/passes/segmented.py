@@ -227,7 +227,8 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
     todo = resume.check_passes(plan, passes, done is not None)
-    chain = directing.job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys)
+    chain = directing.job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys,
+                                devices)
     result = denoised = None
     if done is not None:
         result, denoised = _job_latent(resume.resumed, plan, done)

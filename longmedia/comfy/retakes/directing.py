@@ -63,12 +63,13 @@ def longest_prompt(guider, prompts: SegmentPrompts | None):
 
 
 def job_chain(retakes: RetakeCache | None, guider, sampler, sigmas, request, latent, noise, plan,
-               context_keys) -> RetakeChain:
+              context_keys, devices: str | None = None) -> RetakeChain:
     """This run's walk through the retake cache (off without a cache, or when the job has no digest)."""
     if retakes is None:
         return RetakeChain(None, None)
     try:
-        digest, pins = keys.job_digest(guider, sampler, sigmas, request, latent, noise, plan, context_keys)
+        digest, pins = keys.job_digest(guider, sampler, sigmas, request, latent, noise, plan, context_keys,
+                                       devices or "")
     except keys.Uncacheable as error:  # named: a key part with no digest; the run samples every segment
         return RetakeChain(retakes, None, off_reason=str(error))
     return RetakeChain(retakes, digest, pins)

@@ -39,9 +39,11 @@ def _fingerprint() -> Fingerprint:
     return Fingerprint(special=_patcher)
 
 
-def job_digest(guider, sampler, sigmas, request, latent: dict, noise, plan, context_keys
+def job_digest(guider, sampler, sigmas, request, latent: dict, noise, plan, context_keys, devices: str = ""
                ) -> tuple[str, tuple[weakref.ref, ...]]:
-    """The digest of what every segment of the run shares, and the pins it made (raises Uncacheable)."""
+    """The digest of what every segment of the run shares, and the pins it made (raises Uncacheable). `devices`:
+    the Sampler's device list as typed, normalised (sequence-parallel ranks differ from one device within float
+    tolerance, not bit for bit, so a retake after changing it samples again)."""
     f = _fingerprint()
     own = {k: v for k, v in getattr(guider, "__dict__", {}).items() if k not in _GUIDER_OWN}
     noise_kind = {k: v for k, v in getattr(noise, "__dict__", {}).items() if k != "seed"}
@@ -49,7 +51,8 @@ def job_digest(guider, sampler, sigmas, request, latent: dict, noise, plan, cont
         "model": guider.model_patcher, "guider": (type(guider), own), "guider_options": guider.model_options,
         "sampler": sampler, "sigmas": sigmas, "request": request,
         "latent": {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")},
-        "noise": (type(noise), noise_kind), "plan": plan, "context_on": tuple(context_keys)})
+        "noise": (type(noise), noise_kind), "plan": plan, "context_on": tuple(context_keys),
+        "devices": ",".join(part.strip() for part in (devices or "").split(",") if part.strip())})
     return digest, tuple(f.pins)
 
 
