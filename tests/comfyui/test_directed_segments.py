@@ -253,6 +253,20 @@ def test_spill_files_deleted_or_damaged_are_sampled_again_and_a_full_temp_folder
     assert any("could not spill" in line for line in done.report.summary_lines())
 
 
+def test_retakes_on_a_one_pass_job_are_said_to_be_unused(env, tmp_path):
+    """Issue 49: a Retakes node connected to a one-pass job was silently unused; the report now says so."""
+    made = env["setup"].run_setup(None, env["neg"], width=W, height=H, seconds=1.0, segment_seconds=0.0,
+                                  context_frames=CONTEXT, clip=env["clip"], prompt="a river")
+    assert not made.job.segmented
+    samplers = env["samplers"]
+    guider = samplers.CFGGuider(env["model"])
+    guider.set_conds(made.positive, made.negative)
+    sigmas = samplers.calculate_sigmas(env["model"].get_model_object("model_sampling"), "simple", STEPS).cpu()
+    result = segmented.run_job(env["ncs"].Noise_RandomNoise(SEED), guider, samplers.sampler_object("euler"), sigmas,
+                               made.latent, NORMAL, made.job, retakes=RetakeCache(64 * MIB, 0, tmp_path))
+    assert any(n.startswith("retakes: not used: this job is one pass") for n in result.report.notes)
+
+
 def test_the_job_key_changes_with_the_device_list(env, story):
     """Issue 49: a retake after changing `devices` reused the single-device segments, which differ from two ranks'
     within float tolerance (2.1e-6), not bit for bit as the Retakes node promises: the device list is in the key."""

@@ -302,4 +302,9 @@ def run_job(noise, guider, sampler, sigmas, latent, request: PlanRequest, job, *
     seed = seams.segment_seeds(1, int(getattr(noise, "seed", 0) or 0), pinned, name="segment_seeds")[0]
     if pinned and pinned[0] is not None and seed != getattr(noise, "seed", None):
         noise = _seeded(noise, seed)
-    return comfy_sampler.run_sampler(noise, guider, sampler, sigmas, latent, request, devices=devices)
+    result = comfy_sampler.run_sampler(noise, guider, sampler, sigmas, latent, request, devices=devices)
+    if retakes is None:
+        return result
+    note = ("retakes: not used: this job is one pass (Setup's segment_seconds 0), and retakes keep finished "
+            "segments of a segmented job")
+    return dataclasses.replace(result, report=dataclasses.replace(result.report, notes=result.report.notes + (note,)))
