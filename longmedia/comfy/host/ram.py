@@ -59,6 +59,9 @@ def comfy_free_pins(wanted: int) -> int:
         takes_active = "evict_active" in inspect.signature(free_pins).parameters
     except (TypeError, ValueError):  # named reason: not introspectable
         takes_active = False
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()   # the active model's pins may feed copies still in flight on the offload stream
     freed = free_pins(int(wanted), evict_active=True) if takes_active else free_pins(int(wanted))
     return int(freed or 0)
 
