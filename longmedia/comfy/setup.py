@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import LongMediaInputError
 from ..h3.references import REFERENCE_BUDGETS
 from ..job.job import LongMediaJob
+from ..job.preflight import LATENT_SEGMENTS_KEY
 from ..job.setup_plan import (
     FAMILIES,
     SLOTS,
@@ -290,6 +291,8 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         clip = _PresentingClip(clip)
     with phase("job_latent", reader=comfy_reading()):   # counted above; RAM can still run out meanwhile
         latent, _ = h3._empty_av_latent(width, height, plan.total_frames)
+    if plan.segments is not None and plan.segments.count > 1:   # which job's segments: Hi-Res and the Refiner check
+        latent[LATENT_SEGMENTS_KEY] = plan.segments.signature()
     if family == "ref2va":
         # keywords: ComfyUI 0.38 made vae/audio_vae optional and moved them after ref_image_size
         cond = h3.MiniMaxH3ReferenceToVideo.execute(clip=clip, vae=vae, audio_vae=audio_vae, prompt=prompt, width=width,

@@ -121,6 +121,23 @@ def check_latent_matches_job(frames: int, video_shape: tuple[int, ...], audio_sh
                                   f"the job's {frames} frames ({want_t} video / {want_a} audio latent frames)", fix)
 
 
+LATENT_SEGMENTS_KEY = "longmedia_segments"   # Setup's segmented latent carries its plan's signature here
+
+
+def check_latent_segments(latent: Mapping, segments) -> None:
+    """A latent that carries a segment plan's signature (Setup put it there; ComfyUI's samplers and LongMedia's
+    passes keep a latent's other keys) must carry the job's: another Setup's job of the same length but other
+    segments would run per that job. A latent without one (made elsewhere) is checked by its length only."""
+    carried = latent.get(LATENT_SEGMENTS_KEY) if isinstance(latent, Mapping) else None
+    if carried is None or segments is None or carried == segments.signature():
+        return
+    raise LongMediaInputError("job", f"a job whose segments differ from the latent's ({carried} against "
+                                     f"{segments.signature()})",
+                              "the job of the Setup that made this latent",
+                              "Connect the job output of the Setup whose latent this is (same segment_seconds and "
+                              "context_frames).")
+
+
 def check_conditioning_widths(widths: Mapping[str, tuple[int, ...]], text_dim: int) -> None:
     """Every conditioning list's hidden width (its entries' last dim) must be the model's text_dim."""
     for name, found in widths.items():

@@ -21,6 +21,8 @@ Timeline (on the assembled result; pixel frames at 24 fps, video latents, audio 
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import asdict, dataclass
 
@@ -238,6 +240,12 @@ class SegmentPlan:
         props = [n for n, v in vars(SegmentPlan).items() if isinstance(v, property)]
         return {"kind": "segment_plan", **asdict(self), "segments": [s.to_dict() for s in self.segments],
                 **{n: getattr(self, n) for n in props}}
+
+    def signature(self) -> str:
+        """A short digest of the whole plan (every segment's place and size): what a latent carries to say which
+        job's segments it was made for (`LATENT_SEGMENTS_KEY`)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _requested_frames(total_seconds: float | None, total_frames: int | None) -> int:

@@ -225,6 +225,41 @@ def test_a_stage_job_of_another_length_is_refused_before_sampling(env, sampled, 
                                sampled.output, NORMAL, job=env["job"], upscaler=object())
 
 
+def test_another_setups_job_of_the_same_length_is_refused_by_name(env, sampled, monkeypatch):
+    """Issue 49: Hi-Res or the Refiner given another Setup's job of the same length but other segments ran per that
+    job without a word. Setup's latent carries its plan's signature, the Sampler's output keeps it, and the stages
+    refuse the other job by name before sampling; the right job still runs."""
+    from longmedia.comfy.setup import run_setup
+    from longmedia.errors import LongMediaInputError
+    from longmedia.job.preflight import LATENT_SEGMENTS_KEY
+
+    job = env["job"]
+    assert env["setup"].latent[LATENT_SEGMENTS_KEY] == job.segments.signature()
+    assert sampled.output[LATENT_SEGMENTS_KEY] == job.segments.signature()
+    other = run_setup(env["setup"].positive, env["setup"].negative, width=W, height=H, seconds=FRAMES / 24,
+                      segment_seconds=56 / 24, context_frames=CONTEXT).job
+    assert other.segmented and other.segments.pixel_frames == job.segments.pixel_frames
+    assert other.segments.signature() != job.segments.signature()
+
+    def never(*args, **kwargs):
+        raise AssertionError("sampling started")
+
+    monkeypatch.setattr(comfy_stages, "run_sampler", never)
+    with pytest.raises(LongMediaInputError, match="^job=") as info:
+        comfy_stages.run_hires(env["ncs"].Noise_RandomNoise(1), env["guider"], euler(env), sigmas(env, 4),
+                               sampled.output, NORMAL, job=other)
+    assert "segments differ" in str(info.value)
+    with pytest.raises(LongMediaInputError, match="^job="):
+        comfy_stages.run_refiner(env["ncs"].Noise_RandomNoise(1), env["guider"], euler(env), sampled.output, NORMAL,
+                                 job=other)
+    from longmedia.comfy.passes import segmented
+
+    monkeypatch.setattr(segmented, "run_segmented", never)
+    with pytest.raises(LongMediaInputError, match="^job="):   # the Sampler: Setup's latent, another Setup's job
+        segmented.run_job(env["ncs"].Noise_RandomNoise(1), env["guider"], euler(env), sigmas(env, 2),
+                          env["setup"].latent, NORMAL, other)
+
+
 class _OOMUpscaler:
     """A loaded latent upscaler (HunyuanVideo 1.5 SR's kind) whose every call runs out of memory."""
 

@@ -26,7 +26,7 @@ from ...errors import LongMediaInputError
 from ...execution.linear import WeightAccess
 from ...execution.probes import Observer
 from ...h3.profiles import DeviceProfile
-from ...job.preflight import check_latent_matches_job, check_plan_runs
+from ...job.preflight import check_latent_matches_job, check_latent_segments, check_plan_runs
 from ...planning.types import PlanRequest
 from ...report.memory import MemorySnapshot, Reader, read_memory
 from ...report.oom import phase
@@ -296,6 +296,7 @@ def run_job(noise, guider, sampler, sigmas, latent, request: PlanRequest, job, *
                                   "Connect LongMedia Retakes' retakes output, or leave the input empty.")
     pinned = seams.parse_segment_seeds(segment_seeds)
     if job is not None and job.segmented:
+        check_latent_segments(latent, job.segments)
         seams.segment_seeds(job.segments.count, int(getattr(noise, "seed", 0) or 0), pinned, name="segment_seeds")
         return run_segmented(noise, guider, sampler, sigmas, latent, request, job.segments, seeds=pinned,
                              prompts=job.prompts, retakes=retakes, devices=devices)

@@ -17,7 +17,7 @@ import torch
 from ...errors import LongMediaInputError, check_choice, check_float, check_int
 from ...h3 import lattice as L
 from ...h3.latent_resample import METHODS, resample_video, target_latent_size
-from ...job.preflight import StagePass, check_job_value, check_latent_matches_job
+from ...job.preflight import StagePass, check_job_value, check_latent_matches_job, check_latent_segments
 from ...planning.types import PlanRequest
 from ...report.oom import LongMediaOOM, OOMContext, phase
 from ..host.memory import comfy_reading
@@ -185,6 +185,7 @@ def _stage_job(job, latent: dict, stage: str) -> StagePass:
         video, audio = av_latents(latent)
         frames = job.segments.pixel_frames if job.segmented else job.geometry.total_frames or job.geometry.frames
         check_latent_matches_job(frames, tuple(video.shape), tuple(audio.shape))
+        check_latent_segments(latent, job.segments if job.segmented else None)
     return StagePass(stage, job)
 
 
