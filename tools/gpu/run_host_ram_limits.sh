@@ -16,15 +16,9 @@
 # Rows go to $W/lm/cards.jsonl as each ends (copied to $W/cards.jsonl), the table to $W/host_table.md.
 set -u
 unset OUT
-W=/tmp/lmh3
-M=/tmp/lmhost_models
-mkdir -p $W
-echo "host RAM limits: start $(date +%T)"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-grep -E "MemTotal|MemAvailable|SwapTotal" /proc/meminfo
+W=/tmp/lmh3 M=/tmp/lmhost_models WHO="host RAM limits"
+. tools/gpu/full_depth_start.sh
 A="--cards 16 --formats int8 --seconds 14.4 --blocks 50 --steps 2 --models $M --out $W/lm"
-python3 -m longmedia.testing.full_h3 $M --blocks 50 --variant int8   # while flash-attn-4's second part arrives
-FLASH4_WHO="host RAM limits" . tools/gpu/flash4_ready.sh
 row() {  # row SAMPLER RAM BUDGET [COMFY ARG]: one row, then the table
     echo "row $1 at $2 GiB ${4:-} $(date +%T)"
     python3 -m bench.cards $A --samplers "$1" --host-ram-gb "$2" --budget-s "$3" ${4:+--comfy-arg=$4}

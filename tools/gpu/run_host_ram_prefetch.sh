@@ -17,17 +17,11 @@
 # ends; the tables to $W/host_table.md and $W/lora_latents.md.
 set -u
 unset OUT
-W=/tmp/lmh2
-M=/tmp/lmhost_models
-mkdir -p $W
-echo "prefetch rows: start $(date +%T)"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-grep -E "MemTotal|MemAvailable|SwapTotal" /proc/meminfo
+W=/tmp/lmh2 M=/tmp/lmhost_models WHO="prefetch rows"
+. tools/gpu/full_depth_start.sh
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 big=72; [ "$total" -gt 130000 ] && big=120
 A="--formats int8 --seconds 14.4 --blocks 50 --steps 2 --models $M"
-python3 -m longmedia.testing.full_h3 $M --blocks 50 --variant int8   # while flash-attn-4's second part arrives
-FLASH4_WHO="prefetch rows" . tools/gpu/flash4_ready.sh
 echo "layer 4, the change's files $(date +%T)"
 OUT=$W bash tools/gpu/run_tests.sh tests/gpu/test_int8_lora_dynamic_vram.py tests/gpu/test_sampler_dynamic_vram.py \
     tests/gpu/test_executor_full_width.py > $W/layer4_change.log 2>&1
