@@ -16,7 +16,7 @@ class Suggestion:
 
 
 TITLE = "LongMedia input error"
-SHOWN_VALUE_CHARS = 80   # an error message quotes at most this much of the value it refuses
+SHOWN_VALUE_CHARS = 200  # an error message quotes at most this much of the value it refuses
 
 
 def shown(value: object) -> str:
