@@ -6,7 +6,8 @@ import json
 
 from comfy_api.latest import io, ui
 
-from ..longmedia.comfy.decode_save import CRF_AUTO, decode_and_save
+from ..longmedia.comfy.decode_inputs import CRF_AUTO
+from ..longmedia.comfy.decode_save import decode_and_save
 from .report_output import REPORT_INDENT
 
 
