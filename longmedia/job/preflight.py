@@ -129,10 +129,12 @@ def check_latent_segments(latent: Mapping, segments) -> None:
     passes keep a latent's other keys) must carry the job's: another Setup's job of the same length but other
     segments would run per that job. A latent without one (made elsewhere) is checked by its length only."""
     carried = latent.get(LATENT_SEGMENTS_KEY) if isinstance(latent, Mapping) else None
-    if carried is None or segments is None or carried == segments.signature():
+    if carried is None or segments is None:
         return
-    raise LongMediaInputError("job", f"a job whose segments differ from the latent's ({carried} against "
-                                     f"{segments.signature()})",
+    wanted = segments.signature()
+    if carried == wanted:
+        return
+    raise LongMediaInputError("job", f"a job whose segments differ from the latent's ({carried} against {wanted})",
                               "the job of the Setup that made this latent",
                               "Connect the job output of the Setup whose latent this is (same segment_seconds and "
                               "context_frames).")

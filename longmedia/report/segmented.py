@@ -128,7 +128,8 @@ class SegmentedReport:
                 "context_on": list(self.context_on), "notes": list(self.notes),
                 "measured_peak_bytes": self.measured_peak_bytes, "step_time_ratio": self.step_time_ratio,
                 "peak_ratio": self.peak_ratio, "baseline_spread_bytes": self.baseline_spread_bytes,
-                "retakes": (asdict(self.retakes) | {"line": self.retakes.line(), "notes": list(self.retakes.notes())}) if self.retakes is not None else None,
+                "retakes": (asdict(self.retakes) | {"line": self.retakes.line(), "notes": list(self.retakes.notes())})
+                if self.retakes is not None else None,
                 "prompts": list(self.prompts) if self.prompts is not None else None}
 
     def to_json(self) -> str:

@@ -235,8 +235,9 @@ def block_start_replacement(index: int, on_block: Callable[[int], None], *,
                             previous: Callable[[dict, dict], dict] | None = None):
     """A `patches_replace["dit"][("double_block", index)]` function for a stock block whose weights stream from
     disk: it tells `on_block(index)` that the block starts (the host-RAM guard reads the next blocks' file ranges
-    ahead, `execution/disk_prefetch.py`, and watches RAM available), then runs the block as ComfyUI would: `previous` (another node's replacement)
-    when there is one, else ComfyUI's own `original_block` with the same arguments. No value is changed."""
+    ahead, `execution/disk_prefetch.py`, and watches RAM available), then runs the block as ComfyUI would:
+    `previous` (another node's replacement) when there is one, else ComfyUI's own `original_block` with the same
+    arguments. No value is changed."""
 
     def replace(args: dict, extra: dict) -> dict:
         on_block(index)

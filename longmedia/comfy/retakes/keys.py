@@ -16,6 +16,7 @@ import weakref
 import torch
 
 from ...segments.fingerprint import ByIdentity, Fingerprint
+from ..sp.devices import device_labels
 
 __all__ = ["job_digest", "segment_digest"]
 
@@ -52,7 +53,7 @@ def job_digest(guider, sampler, sigmas, request, latent: dict, noise, plan, cont
         "sampler": sampler, "sigmas": sigmas, "request": request,
         "latent": {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")},
         "noise": (type(noise), noise_kind), "plan": plan, "context_on": tuple(context_keys),
-        "devices": ",".join(part.strip() for part in (devices or "").split(",") if part.strip())})
+        "devices": ",".join(device_labels(devices))})
     return digest, tuple(f.pins)
 
 

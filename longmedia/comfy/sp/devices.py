@@ -45,12 +45,17 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a == b or (a.type == b.type == "cuda" and (a.index or 0) == (b.index or 0))
 
 
+def device_labels(text: str | None) -> tuple[str, ...]:
+    """The entries of a `devices` text, stripped, empty ones dropped (the list as typed, normalised)."""
+    return tuple(part.strip() for part in (text or "").split(",") if part.strip())
+
+
 def parse_devices(text: str | None, load_device, remote: bool = False) -> tuple[torch.device, ...]:
     """The ranks' devices, rank 0 first; () for one device (an empty list). remote: a multi-host launch (env://),
     where the entries after the first only count the other ranks (each picks its device on its own host)."""
     if text is not None and not isinstance(text, str):   # an API prompt can send a number here
         raise LongMediaInputError("devices", text, "text: a comma-separated device list, or empty", FIX)
-    labels = [part.strip() for part in (text or "").split(",") if part.strip()]
+    labels = device_labels(text)
     if not labels:
         return ()
     if len(labels) == 1:   # one device is the model's own; any other single entry was a mistake, not ignored
