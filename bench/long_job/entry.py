@@ -14,6 +14,7 @@ from pathlib import Path
 
 from longmedia.units import GIB
 
+from ..cards.host_balloon import child_preexec, host_ram_value
 from . import vae_files
 from .job import FULL, SMOKE, STAGES, job_plan
 from .tables import PLAN_FILE, ROWS_FILE, read_rows, table
@@ -46,6 +47,11 @@ def parse(argv=None):
                         f"(default: all; the plan prints the calls at {PASSES_PER_PROCESS} passes per process)")
     p.add_argument("--prepare", action="store_true", help="only write the checkpoint (its own device call)")
     p.add_argument("--stage-budget-s", type=float, default=550.0, help="wall-time limit of one stage process")
+    p.add_argument("--host-ram-gb", type=host_ram_value, default=None, metavar="GIB",
+                   help="run the stages under this host RAM: a RAM balloon holds the rest until MemAvailable is the "
+                        "limit (bench/cards/host_balloon.py), the checkpoint's page cache dropped first; the plan "
+                        "is then made for a machine with this RAM (default: all, no balloon)")
+    p.add_argument("--host-row", default="{}", help=argparse.SUPPRESS)
     p.add_argument("--table", type=Path, help="only print the table of this long_job.jsonl")
     p.add_argument("--child", choices=(*STAGES, "vaes"), help=argparse.SUPPRESS)
     p.add_argument("--unet", default="", help=argparse.SUPPRESS)
@@ -118,6 +124,8 @@ def main(argv=None) -> int:
         return smoke(a)
     job = FULL
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.host_ram_gb is not None and a.ram_gib is None:
+        a.ram_gib = a.host_ram_gb          # the plan of a machine with that RAM
     if not _gpu_and_comfyui():
         (a.out / PLAN_FILE).write_text(json.dumps(print_plan(a, job), indent=1))     # of the INT8 preset
         print("bench.long_job: the stages need a CUDA GPU and a ComfyUI checkout (LONGMEDIA_COMFYUI_ROOT; on the lent "
@@ -143,14 +151,43 @@ def main(argv=None) -> int:
 
     ballast = _ballast(a.card)
     try:
+        balloon = _host_limit(a, unet)
+    except BaseException:
+        ballast.kill()
+        ballast.wait()
+        raise
+    try:
         code = run_stages(a, unet)
     finally:
         ballast.kill()
         ballast.wait()
+        if balloon is not None:
+            if balloon.poll() is not None:
+                print(f"host RAM {a.host_ram_gb:g} GiB: the RAM balloon had ended (exit {balloon.returncode}): the "
+                      "limit did not hold to the end", flush=True)
+            balloon.kill()
+            balloon.wait()
     text = table(read_rows(a.out / ROWS_FILE), plan)
     print(text)
     copy_out(a, text)
     return code
+
+
+def _host_limit(a, unet: str):
+    """With --host-ram-gb: the checkpoint's page cache dropped (the stages start cold) and the RAM balloon started;
+    its figures go to every stage's rows (a.host_row). Returns the balloon process, or None without a limit."""
+    from bench.disk_read import drop_page_cache
+
+    from ..cards.host_balloon import read_mem_available, start_balloon
+
+    if a.host_ram_gb is None:
+        a.host_row = json.dumps({"host_ram_gib": None, "mem_available_start_bytes": read_mem_available()})
+        return None
+    if unet and (a.models / unet).is_file():
+        drop_page_cache(a.models / unet)
+    balloon, host = start_balloon(a.host_ram_gb, REPO)
+    a.host_row = json.dumps(host.as_row())
+    return balloon
 
 
 def copy_out(a, text: str) -> None:
@@ -209,10 +246,11 @@ def run_stage(a, unet: str) -> int:
             return code
     cmd = [sys.executable, "-P", "-m", "bench.long_job", "--child", a.stage, "--passes", *map(str, passes),
            "--out", str(a.out), "--models", str(a.models), "--blocks", str(a.blocks), "--card", str(a.card),
-           "--unet", unet] + (["--smoke"] if a.smoke else [])
+           "--unet", unet, "--host-row", a.host_row] + (["--smoke"] if a.smoke else [])
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=a.stage_budget_s, env=comfy_process.child_env(REPO))
+        proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=a.stage_budget_s, env=comfy_process.child_env(REPO),
+                              preexec_fn=child_preexec(None) if a.host_ram_gb is not None else None)
         code = proc.returncode
     except subprocess.TimeoutExpired:
         code = 124

@@ -68,6 +68,9 @@ def stage_main(a) -> int:
     import execution
     import folder_paths
 
+    from longmedia.comfy.host.memory import pinned_ram_bytes
+
+    from ..cards.host_memory import HostMemory
     from ..cards.measure import executor_class
     from ..cards.prompts import Server
     from ..cards.step_clock import CudaMark
@@ -77,10 +80,14 @@ def stage_main(a) -> int:
     memory = comfy_process.DeviceMemory() if cuda else NoDeviceMemory()
     job = SMOKE if a.smoke else FULL
     base = {"stage": a.child, "passes": list(a.passes), "card_gib": a.card, "blocks": a.blocks, "smoke": a.smoke,
-            "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "job": job.to_dict()}
+            "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "job": job.to_dict(),
+            **json.loads(a.host_row)}   # the parent's host RAM limit (host_ram_gib None: all of it)
+
+    model_calls = []
 
     def emit(row: dict) -> None:
         row = base | row
+        model_calls.append(row.get("model_calls") or 0)
         append_row(a.out, row)
         print(json.dumps({k: row.get(k) for k in ("kind", "stage", "segment", "s_per_step", "process_peak_bytes",
                                                    "host_rss_peak_bytes", "result")}), flush=True)
@@ -101,12 +108,14 @@ def stage_main(a) -> int:
     executor = executor_class(execution)(Server(), cache_type=execution.CacheType.CLASSIC,
                                          cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
     stage_memory = comfy_process.DeviceMemory() if cuda else NoDeviceMemory()
+    host = HostMemory(pinned=pinned_ram_bytes)  # MemAvailable's minimum, pinned RAM and disk reads of the stage
     unet = a.unet
     reset_host_peak()
     rss_before, _ = host_rss()
     stage_memory.reset()
     for meter in stage_meters:
         meter.reset()
+    host.reset()
     t0 = time.perf_counter()
     executor.execute(stage_prompt(a, job, unet), f"long-job-{a.child}", {"client_id": "bench"}, ["run"])
     if cuda:
@@ -114,7 +123,13 @@ def stage_main(a) -> int:
     for r in recorders:
         r.finish()
     rss, rss_peak = host_rss()
-    row = {"kind": "stage", "wall_s": time.perf_counter() - t0, "host_rss_before_bytes": rss_before,
+    host_fields = host.fields(calls=1)
+    calls = sum(model_calls)
+    disk_read = host_fields["disk_read_bytes"]
+    row = {"kind": "stage", "model_calls": calls, "disk_read_bytes": disk_read,
+           "disk_read_per_call_bytes": disk_read // calls if disk_read is not None and calls else None,
+           "mem_available_min_bytes": host_fields["mem_available_min_bytes"],
+           "pinned_peak_bytes": host_fields["pinned_peak_bytes"], "wall_s": time.perf_counter() - t0, "host_rss_before_bytes": rss_before,
            "host_rss_peak_bytes": rss_peak, "host_rss_after_bytes": rss,
            "process_peak_bytes": stage_memory.peak().get("process_bytes"),
            "torch_peak_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
@@ -148,7 +163,7 @@ def stage_main(a) -> int:
     if ui.get("decode"):
         row["decode"] = ui["decode"][0]
     emit(row)
-    for closable in (memory, stage_memory, *meters, *stage_meters):
+    for closable in (memory, stage_memory, host, *meters, *stage_meters):
         closable.close()
     mm.unload_all_models()
     return 0 if executor.success else 1

@@ -32,6 +32,13 @@ def _s(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _host_ram(row: dict) -> str:
+    """The stage's host RAM: `all`, or the balloon's limit in GiB (rows from before the option: `-`)."""
+    if "host_ram_gib" not in row:
+        return "-"
+    return "all" if row["host_ram_gib"] is None else f"{row['host_ram_gib']:g} GiB"
+
+
 def table(rows: list[dict], plan: dict | None = None) -> str:
     """Per segment of each stage (its last run's rows): s/step (device), the pass's process peak (NVML), torch's
     peak, the plan's predicted peak, rows, mode, the seam at the join before it; then per stage: wall time, the
@@ -56,7 +63,8 @@ def table(rows: list[dict], plan: dict | None = None) -> str:
                      f"{_gib(d.get('predicted_peak_bytes'))} | "
                      f"{d.get('seq_len', '-')} | {d.get('memory_mode', '-')} | {seam}")
     lines += ["", "stage | passes | result | wall s | process peak GiB (NVML) | host RSS peak GiB (all / anon / file) "
-                  "| plan RAM GiB | plan est. s | seams inside (video / audio max)", "---|---|---|---|---|---|---|---|---"]
+                  "| plan RAM GiB | plan est. s | seams inside (video / audio max) | host RAM | MemAvailable min GiB "
+                  "| pinned peak GiB | disk read / model call GiB", "---|---|---|---|---|---|---|---|---|---|---|---|---"]
     for r in stages:
         p = plan.get(r["stage"], {})
         s = r.get("seams") or {}
@@ -65,7 +73,9 @@ def table(rows: list[dict], plan: dict | None = None) -> str:
                      f"{_s(r.get('wall_s'))} | {_gib(r.get('process_peak_bytes'))} | "
                      f"{_gib(r.get('host_rss_peak_bytes'))} / {_gib(r.get('host_anon_peak_bytes'))} / "
                      f"{_gib(r.get('host_file_peak_bytes'))} | {_gib(p.get('ram_need_bytes'))} | "
-                     f"{_s(p.get('estimated_s'))} | {inside}")
+                     f"{_s(p.get('estimated_s'))} | {inside} | {_host_ram(r)} | "
+                     f"{_gib(r.get('mem_available_min_bytes'))} | {_gib(r.get('pinned_peak_bytes'))} | "
+                     f"{_gib(r.get('disk_read_per_call_bytes'))}")
         if r.get("error"):
             lines.append(f"  error: {r['error'][:300]}")
     return "\n".join(lines)

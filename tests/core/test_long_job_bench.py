@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from bench.long_job import entry
 from bench.long_job.job import FULL, SMOKE, job_plan
@@ -42,7 +43,60 @@ def test_the_table_joins_pass_rows_stage_rows_and_seams():
                  "seams": {"video": [1.01], "audio": [0.93], "inside_video_max": 1.1, "inside_audio_max": 1.3}})
     text = table(rows, {"hires": {"ram_need_bytes": 24 << 30, "estimated_s": 3300.0}})
     assert "hires | 1 | 91.00 | 15.00 | 12.00 / 13.00 | 14.00 | 121116 | low_vram | 1.01 / 0.93" in text
-    assert "hires | 0..end | ok | 400.00 | 15.00 | 30.00 / 3.00 / 27.00 | 24.00 | 3300.00 | 1.10 / 1.30" in text
+    assert "hires | 0..end | ok | 400.00 | 15.00 | 30.00 / 3.00 / 27.00 | 24.00 | 3300.00 | 1.10 / 1.30 | - |" in text
+    rows[-1].update(host_ram_gib=32.0, mem_available_min_bytes=3 << 30, pinned_peak_bytes=20 << 30,
+                    disk_read_per_call_bytes=5 << 30)
+    assert "| 1.10 / 1.30 | 32 GiB | 3.00 | 20.00 | 5.00" in table(rows)
+    rows[-1]["host_ram_gib"] = None
+    assert "| 1.10 / 1.30 | all | 3.00 |" in table(rows)
+
+
+def test_a_host_ram_limit_plans_for_that_ram_balloons_and_reaches_every_stage(monkeypatch, tmp_path):
+    """--host-ram-gb 32: the plan is a 32 GiB machine's, the checkpoint's cache is dropped, the balloon runs for
+    the stages and is ended after them, and each stage process gets the balloon's row."""
+    import bench.cards.entry as cards_entry
+    import bench.cards.host_balloon as host_balloon
+    import bench.disk_read as disk_read
+
+    events = []
+
+    class Proc:
+        def __init__(self, name):
+            self.name, self.returncode = name, None
+
+        def kill(self):
+            events.append(("kill", self.name))
+
+        def wait(self):
+            pass
+
+        def poll(self):
+            return None
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "h3.safetensors").write_bytes(b"x")
+    plans = []
+    monkeypatch.setattr(entry, "_gpu_and_comfyui", lambda: True)
+    monkeypatch.setattr(entry, "checkpoint", lambda a: "h3.safetensors")
+    monkeypatch.setattr(entry, "print_plan", lambda a, job, checkpoint=None: plans.append(a.ram_gib) or {})
+    monkeypatch.setattr(cards_entry, "_ballast", lambda card: Proc("ballast"))
+    monkeypatch.setattr(disk_read, "drop_page_cache", lambda path: events.append(("drop", Path(path).name)))
+    monkeypatch.setattr(host_balloon, "start_balloon", lambda gib, cwd: (
+        events.append(("balloon", gib)) or Proc("balloon"),
+        host_balloon.HostLimit(host_ram_gib=gib, host_ram_limit="balloon", balloon_bytes=7,
+                               mem_available_start_bytes=32 << 30)))
+    monkeypatch.setattr(entry, "run_stages", lambda a, unet: events.append(("stages", json.loads(a.host_row))) or 0)
+    monkeypatch.setattr(entry, "table", lambda rows, plan=None: "")
+    monkeypatch.setattr(entry, "read_rows", lambda path: [])
+    assert entry.main(["--stages", "sampler", "--out", str(tmp_path), "--models", str(models),
+                       "--host-ram-gb", "32"]) == 0
+    assert plans == [32.0]
+    assert [e[0] for e in events] == ["drop", "balloon", "stages", "kill", "kill"]
+    assert events[2][1]["host_ram_gib"] == 32.0 and events[2][1]["mem_available_start_bytes"] == 32 << 30
+    events.clear()
+    assert entry.main(["--stages", "sampler", "--out", str(tmp_path), "--models", str(models)]) == 0
+    assert [e[0] for e in events] == ["stages", "kill"] and events[0][1]["host_ram_gib"] is None
 
 
 def test_stages_run_in_order_each_whole_and_the_first_failure_ends_the_run(monkeypatch, tmp_path):
