@@ -26,60 +26,24 @@ decode, as ComfyUI's save nodes would refuse it after one: no NUL, no absolute p
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
-from fractions import Fraction
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from ..media.chunk_sink import ChunkSink, ChunkWritten
+from ..media.encode_ahead import EncodeAhead
+from ..media.mp4_writer import Mp4Writer
+from ..report.decode_save import CHUNKED, STOCK_DECODE, DecodeSaveReport
 from ..report.memory import RamFacts
 from .decode_inputs import CRF_AUTO, check_decode_inputs
-from .encode_ahead import EncodeAhead
 from .host.ram import HostRamGuard, comfy_ram_facts
 
-CHUNKED = "chunked"                 # the H3 VAE's temporal chunks stream into the writer
-STOCK_DECODE = "stock_decode"       # named fallback: the VAE has no chunked io, VAE.decode holds the whole video
 PARTIAL_SUFFIX = ".partial"
-
-
-@dataclass(frozen=True)
-class DecodeSaveReport:
-    """What Decode & Save wrote and what it held in RAM (JSON for the node's `report` output)."""
-
-    filename: str
-    subfolder: str
-    frames: int
-    width: int
-    height: int
-    fps: float
-    bit_depth: int
-    crf: float
-    decode_path: str                 # CHUNKED or STOCK_DECODE
-    chunks: int                      # writes the decoder made (one per temporal chunk, plus the last overlap)
-    largest_chunk_frames: int
-    largest_chunk_bytes: int         # host bytes of the largest chunk of frames held at once
-    whole_video_bytes: int           # what stock VAEDecode holds: every frame as float32 in RAM
-    audio_samples: int               # per channel, after the cut to the video's length (0: no audio)
-    audio_bytes: int                 # the decoded waveform, whole, in RAM during the decode
-    seconds: float
-    notes: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        return asdict(self) | {"notes": list(self.notes)}
-
-    def summary_lines(self) -> list[str]:
-        mib = 2 ** 20
-        held = ("one chunk at a time" if self.decode_path == CHUNKED else "the whole video (stock decode fallback)")
-        return [f"saved {self.subfolder + '/' if self.subfolder else ''}{self.filename}: {self.frames} frames "
-                f"{self.width}x{self.height} at {self.fps:g} fps in {self.seconds:.1f} s",
-                f"RAM held {held}: largest {self.largest_chunk_frames} frames = "
-                f"{self.largest_chunk_bytes / mib:.0f} MiB (stock VAEDecode: {self.whole_video_bytes / mib:.0f} MiB); "
-                f"audio {self.audio_bytes / mib:.1f} MiB", *self.notes]
 
 
 @dataclass(frozen=True)
@@ -87,81 +51,6 @@ class DecodeSaveResult:
     path: str
     video: object                    # ComfyUI's VideoFromFile of the written file (None on a host without it)
     report: DecodeSaveReport
-
-
-@dataclass(frozen=True)
-class ChunkWritten:
-    """One chunk the decoder finished: frames [start, stop) of `total`."""
-
-    start: int
-    stop: int
-    total: int
-    host_bytes: int
-
-
-# --- the sink stock decode writes into ----------------------------------------------------------------------------
-
-class ChunkSink:
-    """Stands where `VAE.decode` passes its preallocated video: [1, 3, T, H, W], written in order, chunk by chunk.
-
-    Each write is converted to `dtype` on the host (stock's `copy_` into its buffer on the intermediate device)
-    and handed to `consume` as frames [n, H, W, 3] (stock's `movedim(1, -1)`); nothing is kept after it.
-    """
-
-    def __init__(self, shape, dtype: torch.dtype, consume: Callable[[torch.Tensor], None],
-                 on_chunk: Callable[[ChunkWritten], None], check_cancel: Callable[[], None],
-                 ready: Callable[[], None] = lambda: None, room: Callable[[int], object] = lambda n: None):
-        self.shape = torch.Size(shape)
-        self.dtype = dtype
-        self._consume, self._on_chunk, self._check_cancel, self._ready = consume, on_chunk, check_cancel, ready
-        self._room = room  # called with a chunk's host bytes before it is copied there (host_ram: pins freed)
-        self.written = 0
-        self.chunks = 0
-        self.largest_frames = 0
-        self.largest_bytes = 0
-
-    def __getitem__(self, index) -> "_Window":
-        if not (isinstance(index, tuple) and len(index) == 5 and all(isinstance(s, slice) for s in index)
-                and all(s == slice(None) for i, s in enumerate(index) if i != 2) and index[2].step is None):
-            raise TypeError(f"ChunkSink takes [:, :, a:b, :, :] writes, as MiniMaxH3VideoVAE.decode_temporal makes; "
-                            f"got {index!r}")
-        start, stop, _ = index[2].indices(self.shape[2])
-        return _Window(self, start, stop)
-
-    def copy_(self, src: torch.Tensor) -> "ChunkSink":
-        self.write(0, src)
-        return self
-
-    def write(self, start: int, src: torch.Tensor) -> None:
-        if start != self.written:
-            raise RuntimeError(f"the VAE wrote frames from {start} after {self.written} were written: its chunked io "
-                               "no longer writes in order, which Decode & Save relies on")
-        if src.ndim != 5 or src.shape[0] != 1 or tuple(src.shape[3:]) != tuple(self.shape[3:]):
-            raise RuntimeError(f"the VAE wrote a {tuple(src.shape)} chunk into a {tuple(self.shape)} video")
-        self._check_cancel()
-        self._ready()                  # the chunk before is written: one chunk of frames in RAM, never two
-        self._room(src.numel() * torch.tensor([], dtype=self.dtype).element_size())
-        host = src.to(device="cpu", dtype=self.dtype)
-        n = host.shape[2]
-        self.chunks += 1
-        self.largest_frames = max(self.largest_frames, n)
-        self.largest_bytes = max(self.largest_bytes, host.numel() * host.element_size())
-        self._consume(host[0].movedim(0, -1))
-        self.written += n
-        self._on_chunk(ChunkWritten(start, self.written, self.shape[2], host.numel() * host.element_size()))
-        del host
-
-
-class _Window:
-    def __init__(self, sink: ChunkSink, start: int, stop: int):
-        self._sink, self._start, self._stop = sink, start, stop
-        self.shape = torch.Size((*sink.shape[:2], stop - start, *sink.shape[3:]))
-
-    def copy_(self, src: torch.Tensor) -> "_Window":
-        if src.shape[2] != self._stop - self._start:
-            raise RuntimeError(f"the VAE wrote {src.shape[2]} frames into a window of {self._stop - self._start}")
-        self._sink.write(self._start, src)
-        return self
 
 
 def _check_cancel() -> None:
@@ -207,79 +96,6 @@ def decode_video_chunks(vae, video_latent: torch.Tensor, consume: Callable[[torc
     if sink.written != sink.shape[2]:
         raise RuntimeError(f"the VAE wrote {sink.written} of {sink.shape[2]} frames")
     return CHUNKED, sink
-
-
-# --- the mp4 writer (stock VideoFromComponents.save_to, frame by frame) --------------------------------------------
-
-class Mp4Writer:
-    """An mp4 as stock `VideoFromComponents.save_to` writes it, fed frames as they are decoded."""
-
-    def __init__(self, path: str, *, width: int, height: int, total_frames: int, fps: float, bit_depth: int,
-                 crf: float | None, audio: dict | None, metadata: dict | None):
-        import av
-
-        self._av = av
-        self.is_10bit = bit_depth >= 10
-        self.pix_fmt = "yuv420p10le" if self.is_10bit else "yuv420p"
-        self.frame_rate = Fraction(round(fps * 1000), 1000)
-        # save_to's open: mp4 (named: the .partial name has no extension), faststart, metadata tags
-        self.container = av.open(path, mode="w", format="mp4",
-                                 options={"movflags": "use_metadata_tags+faststart"})
-        for key, value in (metadata or {}).items():
-            self.container.metadata[key] = json.dumps(value)
-        self.video = self.container.add_stream("h264", rate=self.frame_rate)
-        self.video.width, self.video.height, self.video.pix_fmt = width, height, self.pix_fmt
-        if crf is not None:
-            self.video.options = {"crf": str(crf)}
-        self.audio_stream = None
-        self.frames_written = 0
-        self.samples_written = 0
-        self.waveform = None
-        if audio is not None:
-            self.sample_rate = int(audio["sample_rate"])
-            wave = audio["waveform"]
-            self.waveform = wave[0, :, :math.ceil((self.sample_rate / self.frame_rate) * total_frames)]
-            self.layout = {1: "mono", 2: "stereo", 6: "5.1"}.get(self.waveform.shape[0], "stereo")
-            self.audio_stream = self.container.add_stream("aac", rate=self.sample_rate, layout=self.layout)
-
-    def write_frames(self, frames: torch.Tensor) -> None:
-        """Frames [n, H, W, 3] in [0, 1], converted as save_to converts them; then the audio up to their end."""
-        av = self._av
-        for frame in frames:
-            if self.is_10bit:
-                img = (frame.float() * 65535).clamp(0, 65535).cpu().numpy().astype("uint16")
-                vf = av.VideoFrame.from_ndarray(img, format="rgb48le")
-            else:
-                img = (frame * 255).clamp(0, 255).byte().cpu().numpy()
-                vf = av.VideoFrame.from_ndarray(img, format="rgb24")
-            self.container.mux(self.video.encode(vf.reformat(format=self.pix_fmt)))
-            self.frames_written += 1
-        self._write_audio(math.ceil((self.sample_rate / self.frame_rate) * self.frames_written)
-                          if self.waveform is not None else 0)
-
-    def _write_audio(self, until: int) -> None:
-        if self.waveform is None:
-            return
-        until = min(until, self.waveform.shape[1])
-        if until <= self.samples_written:
-            return
-        piece = self.waveform[:, self.samples_written:until]
-        af = self._av.AudioFrame.from_ndarray(piece.float().cpu().contiguous().numpy(), format="fltp",
-                                              layout=self.layout)
-        af.sample_rate = self.sample_rate
-        af.pts = self.samples_written
-        self.container.mux(self.audio_stream.encode(af))
-        self.samples_written = until
-
-    def finish(self) -> None:
-        self.container.mux(self.video.encode(None))
-        if self.audio_stream is not None:
-            self._write_audio(self.waveform.shape[1])
-            self.container.mux(self.audio_stream.encode(None))
-        self.container.close()
-
-    def abort(self) -> None:
-        self.container.close()
 
 
 # --- the whole node ------------------------------------------------------------------------------------------------

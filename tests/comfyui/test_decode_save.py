@@ -51,7 +51,8 @@ def stock_images(video_vae, latent) -> torch.Tensor:
 
 
 def streamed_frames(video_vae, latent) -> tuple[torch.Tensor, list]:
-    from longmedia.comfy.decode_save import CHUNKED, decode_video_chunks
+    from longmedia.comfy.decode_save import decode_video_chunks
+    from longmedia.report.decode_save import CHUNKED
 
     parts, chunks = [], []
     video = latent["samples"].unbind()[0]
@@ -230,8 +231,9 @@ def test_a_full_disk_while_closing_leaves_no_partial_file(vaes, tmp_path, monkey
     import errno
 
     from longmedia.comfy import decode_save
+    from longmedia.media.mp4_writer import Mp4Writer
 
-    real_finish = decode_save.Mp4Writer.finish
+    real_finish = Mp4Writer.finish
 
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -240,8 +242,8 @@ def test_a_full_disk_while_closing_leaves_no_partial_file(vaes, tmp_path, monkey
         real_finish(self)
         full(self)
 
-    monkeypatch.setattr(decode_save.Mp4Writer, "finish", full_at_the_end)
-    monkeypatch.setattr(decode_save.Mp4Writer, "abort", full)
+    monkeypatch.setattr(Mp4Writer, "finish", full_at_the_end)
+    monkeypatch.setattr(Mp4Writer, "abort", full)
     with pytest.raises(OSError, match="No space left"):
         decode_save.decode_and_save(av_latent(seed=19, t=2), vaes[0], None, filename_prefix="video/full",
                                     output_dir=str(tmp_path))
@@ -252,7 +254,8 @@ def test_vae_without_chunked_io_takes_the_named_stock_fallback(comfy_inprocess, 
     import comfy.sd
     from comfy.ldm.minimax import vae
 
-    from longmedia.comfy.decode_save import CHUNKED, STOCK_DECODE, decode_and_save
+    from longmedia.comfy.decode_save import decode_and_save
+    from longmedia.report.decode_save import CHUNKED, STOCK_DECODE
     from longmedia.testing.tiny_vae import tiny_video_vae
 
     plain = tiny_video_vae(comfy.sd, vae, seed=1)               # the fixture's video VAE, weight for weight

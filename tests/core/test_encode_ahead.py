@@ -1,4 +1,4 @@
-"""Decode & Save's writer runs one chunk behind the VAE on its own thread (longmedia.comfy.encode_ahead): the
+"""Decode & Save's writer runs one chunk behind the VAE on its own thread (longmedia.media.encode_ahead): the
 hand-over returns while the previous chunk is still being written, never more than one chunk waits, chunks arrive
 in order and unchanged, and the writer's errors reach the caller."""
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from longmedia.comfy.encode_ahead import EncodeAhead
+from longmedia.media.encode_ahead import EncodeAhead
 
 
 def _worker_threads() -> list[threading.Thread]:

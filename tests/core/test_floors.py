@@ -1,7 +1,7 @@
 """The package's floors: ComfyUI only behind `longmedia/comfy/`, and no floor importing one above it.
 
 Floors, lowest first (docs/ARCHITECTURE.md): `units` < `errors`/`limits` (shared vocabulary) < `h3` and `kernels`
-(facts and math, independent of each other) < `segments`, `attention` < `execution` < `parallel` < `planning` < `job` <
+(facts and math, independent of each other) < `segments`, `attention` < `execution`, `media` < `parallel` < `planning` < `job` <
 `report` < `testing`, `cli` < `comfy` < `nodes`. A module may import its own floor and any floor below.
 """
 
@@ -20,7 +20,7 @@ import longmedia
 
 ROOT = Path(longmedia.__file__).resolve().parent
 
-RANK = {"units": -1, "errors": 0, "limits": 0, "h3": 1, "kernels": 1, "segments": 2, "attention": 2, "execution": 3,
+RANK = {"units": -1, "errors": 0, "limits": 0, "h3": 1, "kernels": 1, "segments": 2, "attention": 2, "execution": 3, "media": 3,
         "parallel": 3.5, "planning": 4, "job": 5, "report": 6, "testing": 7, "cli": 7, "comfy": 8}
 HOST_MODULES = ("comfy", "comfy_api", "comfy_extras", "comfy_execution", "comfy_aimdo", "comfy_kitchen",
                 "latent_preview", "folder_paths", "node_helpers", "nodes", "execution", "server")
