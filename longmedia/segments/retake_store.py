@@ -22,7 +22,7 @@ import torch
 
 from .record_codec import RecordCodecError, decode_record
 
-__all__ = ["RetakeStore", "code_fingerprint", "STORE_FOLDER", "UnreadableEntry"]
+__all__ = ["RetakeStore", "code_fingerprint", "clear_store", "STORE_FOLDER", "UnreadableEntry"]
 
 STORE_FOLDER = "longmedia_retakes"
 FORMAT = 1
@@ -30,6 +30,11 @@ FORMAT = 1
 
 class UnreadableEntry(Exception):
     """A stored segment that cannot be read back (cut short, another format, a record of another shape)."""
+
+
+def clear_store(parent: Path | str) -> None:
+    """Remove every stored segment under `parent` (ComfyUI's free-memory request: `comfy/retakes/free_request.py`)."""
+    shutil.rmtree(Path(parent) / STORE_FOLDER, ignore_errors=True)
 
 
 def code_fingerprint() -> str:
@@ -130,8 +135,8 @@ class RetakeStore:
         self.path(key).unlink(missing_ok=True)
 
     def clear(self) -> None:
-        """Every stored segment, of any fingerprint (ComfyUI's free-memory request)."""
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Every stored segment, of any fingerprint."""
+        clear_store(self.root.parent)
 
     def _files(self, pattern: str) -> list[Path]:
         try:

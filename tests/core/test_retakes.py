@@ -3,6 +3,7 @@ property that a run resamples exactly the first segment no earlier run shared a 
 
 from __future__ import annotations
 
+import copy
 import gc
 import hashlib
 
@@ -224,11 +225,18 @@ def test_fingerprints_read_values_and_pin_what_they_know_by_identity():
             self.cfg = cfg
 
     assert Fingerprint().digest(Opts(3.0)) == Fingerprint().digest(Opts(3.0)) != Fingerprint().digest(Opts(4.0))
-    module = torch.nn.Linear(2, 2)
+    module = torch.nn.Linear(1024, 4097)                                 # over 16 MiB: a model's weights
     f = Fingerprint()
     digest = f.digest({"model": module, "weights": ByIdentity(module)})
     assert len(f.pins) == 2 and all(p() is module for p in f.pins)
     assert digest != Fingerprint().digest({"model": torch.nn.Linear(2, 2), "weights": 0})
+    small = torch.nn.Linear(2, 2)                                        # a small module (a model_sampling patch):
+    f = Fingerprint()                                                    # by value, no pin
+    assert f.digest(small) == Fingerprint().digest(copy.deepcopy(small)) and f.pins == []
+    changed = copy.deepcopy(small)
+    with torch.no_grad():
+        changed.bias += 1
+    assert Fingerprint().digest(changed) != f.digest(small)
 
 
 def test_a_dead_pin_is_never_served():
