@@ -355,6 +355,29 @@ def test_the_same_checkpoint_loaded_again_is_the_same_model_and_a_rewritten_one_
     assert any("by identity, not by content" in n for n in unknown.report.retakes.notes())
 
 
+def test_a_sigma_shifted_model_reloaded_keys_the_same_without_pins(env, story):
+    """The stock MiniMaxH3SigmaShift patches a new model_sampling module onto a clone: a small module, known by its
+    class and values (no pin), so the job's key of a model loaded again and shifted again is the same, and another
+    shift is another key."""
+    import comfy_extras.nodes_minimax_h3 as h3n
+
+    from longmedia.comfy.retakes import keys
+
+    samplers = env["samplers"]
+
+    def digest(shift_video):
+        model = env["sd"].load_diffusion_model(env["path"])
+        shifted = h3n.MiniMaxH3SigmaShift.execute(model, shift_video, 3.0).result[0]
+        guider = samplers.CFGGuider(shifted)
+        guider.set_conds(story.positive, story.negative)
+        sigmas = samplers.calculate_sigmas(shifted.get_model_object("model_sampling"), "simple", STEPS).cpu()
+        return keys.job_digest(guider, samplers.sampler_object("euler"), sigmas, NORMAL, story.latent,
+                               env["ncs"].Noise_RandomNoise(SEED), story.job.segments, ("positive", "negative"))
+
+    (a, pins_a), (b, pins_b), (c, _) = digest(12.0), digest(12.0), digest(8.0)
+    assert pins_a == pins_b == () and a == b != c
+
+
 def test_bad_direction_is_refused_before_any_sampling(env, story, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("sampling started")
