@@ -2,6 +2,7 @@
 
 from comfy_api.latest import ComfyExtension, io
 
+from ..longmedia.comfy.retakes.free_request import watch_free_requests
 from .decode_save import LongMediaDecodeSave
 from .hires import LongMediaHiRes
 from .refiner import LongMediaRefiner
@@ -11,6 +12,9 @@ from .setup import LongMediaSetup
 
 
 class LongMediaExtension(ComfyExtension):
+    async def on_load(self) -> None:
+        watch_free_requests()   # ComfyUI's free-memory request clears the retake store
+
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         return [LongMediaSetup, LongMediaSampler, LongMediaHiRes, LongMediaRefiner, LongMediaDecodeSave,
                 LongMediaRetakes]

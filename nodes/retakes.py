@@ -22,11 +22,12 @@ class LongMediaRetakes(io.ComfyNode):
                         "equals a full rerun bit for bit.",
             inputs=[
                 io.Int.Input("ram_mb", default=DEFAULT_RAM_MB, min=0, max=MAX_CACHE_MB, step=256,
-                             tooltip="Finished segments kept in RAM, in MB; past it the oldest go to ComfyUI's "
-                                     "temp folder."),
+                             tooltip="The most recent finished segments also kept in RAM, in MB (every segment is in "
+                                     "ComfyUI's temp folder as well)."),
                 io.Int.Input("disk_mb", default=DEFAULT_DISK_MB, min=0, max=MAX_CACHE_MB, step=1024,
-                             tooltip="Finished segments kept in ComfyUI's temp folder, in MB; past it the oldest "
-                                     "are dropped."),
+                             tooltip="Finished segments kept in ComfyUI's temp folder, in MB, across queues and other "
+                                     "prompts; past it the least recently used are dropped. Free model and node "
+                                     "cache empties it."),
             ],
             outputs=[Retakes.Output(display_name="retakes", tooltip="For LongMedia Sampler's retakes input.")],
         )

@@ -25,10 +25,11 @@ import torch
 
 from ..units import MIB
 
-__all__ = ["Fingerprint", "ByIdentity", "Uncacheable", "MAX_DEPTH", "MAX_HASH_BYTES"]
+__all__ = ["Fingerprint", "ByIdentity", "Uncacheable", "MAX_DEPTH", "MAX_HASH_BYTES", "MAX_MODULE_VALUE_BYTES"]
 
 MAX_DEPTH = 8                    # nesting read as values; deeper objects are known by identity
 MAX_HASH_BYTES = 256 * MIB       # a larger tensor is known by identity (its bytes are not hashed each run)
+MAX_MODULE_VALUE_BYTES = 16 * MIB   # a larger torch module (a model's weights) is known by identity
 
 
 class Uncacheable(Exception):
@@ -78,7 +79,8 @@ class Fingerprint:
         if isinstance(value, torch.Tensor):
             self._tensor(h, value)
             return
-        if isinstance(value, torch.nn.Module) or depth > MAX_DEPTH or id(value) in self._active:
+        if depth > MAX_DEPTH or id(value) in self._active or (isinstance(value, torch.nn.Module)
+                                                               and _module_bytes(value) > MAX_MODULE_VALUE_BYTES):
             self._pin(h, value)
             return
         if self.special is not None:
@@ -201,6 +203,11 @@ class Fingerprint:
         h.update(f"tensor:{t.dtype}:{tuple(t.shape)};".encode())
         if flat.numel():
             h.update(memoryview(flat.numpy()))
+
+
+def _module_bytes(module: torch.nn.Module) -> int:
+    """A module's parameters and buffers, in bytes."""
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
 def _plain_subclass(t: torch.Tensor) -> bool:

@@ -38,6 +38,7 @@ def env(comfy_inprocess, tiny_checkpoints):
     clip = tc.tiny_text_encoder(TINY_DIMS, seed=0)
     return {"samplers": comfy.samplers, "ncs": ncs, "clip": clip, "setup": comfy_setup, "sd": comfy.sd,
             "neg": tc.encode_prompt(clip, ""), "path": str(tiny_checkpoints["fp32"]),
+            "other_path": str(tiny_checkpoints["bf16"]),
             "model": comfy.sd.load_diffusion_model(str(tiny_checkpoints["fp32"]))}
 
 
@@ -311,7 +312,7 @@ def test_model_patches_sampler_and_sigmas_invalidate_every_segment(env, story, t
     assert [s.source for s in same.report.segments] == ["reused"] * 4
     kw = {}
     if change == "model":
-        kw["model"] = env["sd"].load_diffusion_model(env["path"])    # the same file, loaded again: another model
+        kw["model"] = env["sd"].load_diffusion_model(env["other_path"])   # another checkpoint file
     elif change == "lora":
         patched = env["model"].clone()
         key = next(k for k in patched.model.state_dict() if k.endswith("blocks.0.attn.to_q.weight")
@@ -326,6 +327,55 @@ def test_model_patches_sampler_and_sigmas_invalidate_every_segment(env, story, t
         kw["scheduler"] = "beta"
     result = run(env, story, cache, **kw)
     assert [s.source for s in result.report.segments] == ["sampled"] * 4, change
+
+
+def test_the_same_checkpoint_loaded_again_is_the_same_model_and_a_rewritten_one_is_not(env, story, tmp_path):
+    """Issue 49: the model was known by identity, so a retake after ComfyUI dropped and reloaded it (any other
+    prompt does) sampled every segment again. Core loaders record the file on the patcher (`cached_patcher_init`):
+    the same file loaded again is the same model, a file rewritten since (size or modification time) is not, and
+    a model with no such record (a custom loader) is known by identity and the report says so."""
+    import os
+    import shutil
+
+    path = tmp_path / "unet.safetensors"
+    shutil.copyfile(env["path"], path)
+    cache = RetakeCache(64 * MIB, 64 * MIB, tmp_path / "temp")
+    first = run(env, story, cache, model=env["sd"].load_diffusion_model(str(path)))
+    assert first.report.retakes.in_memory_only is None and not first.report.retakes.notes()
+    again = run(env, story, cache, model=env["sd"].load_diffusion_model(str(path)))     # dropped and reloaded
+    assert [s.source for s in again.report.segments] == ["reused"] * 4 and identical(again, first)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))            # the file rewritten
+    rewritten = run(env, story, cache, model=env["sd"].load_diffusion_model(str(path)))
+    assert [s.source for s in rewritten.report.segments] == ["sampled"] * 4
+    custom = env["sd"].load_diffusion_model(str(path))
+    custom.cached_patcher_init = None                                                    # a custom loader
+    unknown = run(env, story, cache, model=custom)
+    assert [s.source for s in unknown.report.segments] == ["sampled"] * 4
+    assert any("by identity, not by content" in n for n in unknown.report.retakes.notes())
+
+
+def test_a_sigma_shifted_model_reloaded_keys_the_same_without_pins(env, story):
+    """The stock MiniMaxH3SigmaShift patches a new model_sampling module onto a clone: a small module, known by its
+    class and values (no pin), so the job's key of a model loaded again and shifted again is the same, and another
+    shift is another key."""
+    import comfy_extras.nodes_minimax_h3 as h3n
+
+    from longmedia.comfy.retakes import keys
+
+    samplers = env["samplers"]
+
+    def digest(shift_video):
+        model = env["sd"].load_diffusion_model(env["path"])
+        shifted = h3n.MiniMaxH3SigmaShift.execute(model, shift_video, 3.0).result[0]
+        guider = samplers.CFGGuider(shifted)
+        guider.set_conds(story.positive, story.negative)
+        sigmas = samplers.calculate_sigmas(shifted.get_model_object("model_sampling"), "simple", STEPS).cpu()
+        return keys.job_digest(guider, samplers.sampler_object("euler"), sigmas, NORMAL, story.latent,
+                               env["ncs"].Noise_RandomNoise(SEED), story.job.segments, ("positive", "negative"))
+
+    (a, pins_a), (b, pins_b), (c, _) = digest(12.0), digest(12.0), digest(8.0)
+    assert pins_a == pins_b == () and a == b != c
 
 
 def test_bad_direction_is_refused_before_any_sampling(env, story, monkeypatch):

@@ -314,6 +314,41 @@ def test_t2va_story_retake_reuses_the_segments_before_the_retake(comfy_server):
     assert torch.equal(a["video"][:, :, :22], c["video"][:, :, :22]) and not torch.equal(a["video"], c["video"])
 
 
+def test_a_retake_survives_an_unrelated_prompt_and_comfyui_s_free_memory_request_clears_it(comfy_server):
+    """Issue 49: any other prompt queued between two retakes made ComfyUI 0.33's output cache drop the Retakes node's
+    output and the reloaded model was another object, so every segment was sampled again. Now the segments are in
+    ComfyUI's temp folder under keys that know the model by its file: the story queued, an unrelated prompt (another
+    model), then the retake of segment 2 reuses segments 0 and 1 and equals a run without the cache bit for bit;
+    ComfyUI's "free model and node cache" request (POST /free) empties the store, and the next retake samples
+    everything."""
+    retake = tiny_rewrite(load_example("t2va_story_retake"), "wf_survive_retake.safetensors")
+    sampler, retakes = node_id(retake, "LongMediaSampler"), node_id(retake, "LongMediaRetakes")
+    retake[node_id(retake, "RandomNoise")]["inputs"]["noise_seed"] = 4242     # a job no other test queued
+    first = copy.deepcopy(retake)
+    first[sampler]["inputs"]["segment_seeds"] = ""
+    first["save"]["inputs"]["filename"] = "wf_survive_first.safetensors"
+    report = comfy_server.run(first, timeout=400)["outputs"][sampler]["longmedia_report"][0]
+    assert [s["source"] for s in report["segments"]] == ["sampled"] * 3
+    comfy_server.run(harness.t2va_prompt("tiny_h3_bf16.safetensors", "wf_survive_unrelated.safetensors"),
+                     timeout=300)
+    report = comfy_server.run(retake, timeout=400)["outputs"][sampler]["longmedia_report"][0]
+    assert [s["source"] for s in report["segments"]] == ["reused", "reused", "sampled"], report["retakes"]
+    assert report["retakes"]["in_memory_only"] is None and report["retakes"]["notes"] == []
+    fresh = copy.deepcopy(retake)
+    del fresh[sampler]["inputs"]["retakes"], fresh[retakes]
+    fresh["save"]["inputs"]["filename"] = "wf_survive_fresh.safetensors"
+    comfy_server.run(fresh, timeout=400)
+    a, b = (saved(comfy_server, f"wf_survive_{n}.safetensors") for n in ("retake", "fresh"))
+    assert all(torch.equal(a[k], b[k]) for k in ("video", "audio"))
+    store = comfy_server.base / "temp" / "longmedia_retakes"
+    assert len(list(store.rglob("*.pt"))) >= 4
+    comfy_server.request("POST", "/free", {"unload_models": True, "free_memory": True})
+    assert not store.exists()
+    retake[retakes]["inputs"]["ram_mb"] = 1024      # a new cache whatever the worker has reset by now
+    report = comfy_server.run(retake, timeout=400)["outputs"][sampler]["longmedia_report"][0]
+    assert [s["source"] for s in report["segments"]] == ["sampled"] * 3
+
+
 def test_segmented_progress_rises_monotonically_through_the_api(comfy_server):
     """A 3-pass job: the Sampler's websocket `progress` events form one bar over passes x steps, never going back."""
     prompt = tiny_rewrite(load_example("t2va_30s_segmented"), "wf_progress.safetensors")

@@ -3,6 +3,7 @@ property that a run resamples exactly the first segment no earlier run shared a 
 
 from __future__ import annotations
 
+import copy
 import gc
 import hashlib
 
@@ -89,18 +90,19 @@ def test_chain_keys_depend_on_every_earlier_segment():
     assert a == chain_key(chain_key(None, "j", "s0"), "j", "s1")
 
 
-def test_the_cache_spills_past_its_ram_bound_and_drops_past_both(tmp_path):
+def test_every_segment_is_stored_at_once_the_newest_kept_in_ram_and_the_oldest_dropped_past_the_disk_bound(
+        tmp_path):
     g = torch.Generator().manual_seed(3)
-    tensors = [torch.randn(MIB // 4, generator=g) for _ in range(6)]    # 1 MiB each (float32)
-    cache = RetakeCache(2 * MIB, 3 * MIB, tmp_path)
+    tensors = [torch.randn(MIB // 4, generator=g) for _ in range(6)]    # 1 MiB each (float32), a little more on disk
+    cache = RetakeCache(2 * MIB, 4 * MIB, tmp_path)
     for i, t in enumerate(tensors):
         cache.put(f"k{i}", (t,), i)
-        assert cache.ram_bytes <= 2 * MIB and cache.disk_bytes <= 3 * MIB
-    assert len(cache) == 5 and cache.get("k0") is None                  # the oldest dropped
+        assert cache.ram_bytes <= 2 * MIB and cache.disk_bytes <= 4 * MIB
+    assert len(cache) == 3 and cache.get("k0") is None                  # the three oldest dropped
     report = cache.report()
-    assert report.ram_bytes == 2 * MIB and report.disk_bytes == 3 * MIB and report.evicted == 1
-    assert report.spilled == 4 and len(list(cache.spill_dir.glob("*.pt"))) == 3   # k0 spilled, then dropped
-    for i in range(1, 6):                                                # spilled ones come back bit for bit
+    assert report.ram_bytes == 2 * MIB and 3 * MIB < report.disk_bytes <= 4 * MIB and report.evicted == 3
+    assert report.spilled == 6 and sorted(p.stem for p in cache.spill_dir.glob("*.pt")) == ["k3", "k4", "k5"]
+    for i in range(3, 6):                                                # stored ones come back bit for bit
         hit = cache.get(f"k{i}")
         assert hit.record == i and torch.equal(hit.tensors[0], tensors[i])
     hit.tensors[0].add_(1.0)                                             # a served copy, never the stored one
@@ -108,6 +110,45 @@ def test_the_cache_spills_past_its_ram_bound_and_drops_past_both(tmp_path):
     spill = cache.spill_dir
     cache.clear()
     assert len(cache) == 0 and not spill.exists()
+
+
+def test_a_later_cache_over_the_same_folder_serves_what_an_earlier_one_stored(tmp_path):
+    """Issue 49: a prompt between two retakes made ComfyUI drop the Retakes node's output (this object) and every
+    segment was sampled again. The segments are in the durable store, found by any later cache by key."""
+    g = torch.Generator().manual_seed(6)
+    tensors = [torch.randn(64, generator=g) for _ in range(3)]
+    first = RetakeCache(64 * MIB, 64 * MIB, tmp_path)
+    records = [{"index": i, "seconds": float("inf") if i else 1.5, "range": (i, i + 1)} for i in range(3)]
+    for i, t in enumerate(tensors):
+        first.put(f"k{i}", (t, t * 2), records[i])
+    del first
+    gc.collect()
+    later = RetakeCache(0, 64 * MIB, tmp_path)                          # the next queue's fresh cache
+    assert len(later) == 3
+    for i in range(3):
+        hit = later.get(f"k{i}")
+        assert hit.record == records[i] and torch.equal(hit.tensors[1], tensors[i] * 2)
+    assert later.report().reused == () and later.report().entries == 3
+    other_code = RetakeCache(64 * MIB, 64 * MIB, tmp_path, fingerprint="other")   # another LongMedia: never read
+    assert other_code.get("k0") is None and len(other_code) == 0 and not later.spill_dir.exists()
+
+
+def test_a_key_with_identity_parts_stays_in_its_cache_and_its_files_go_with_it(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    f = Fingerprint()
+    key = chain_key(None, f.digest(ByIdentity(model)), "s")
+    cache = RetakeCache(0, 64 * MIB, tmp_path)
+    cache.put(key, (torch.ones(MIB // 4),), "r", tuple(f.pins))
+    assert list(cache.spill_dir.glob("*.pt")) == [] and len(list(cache.spill_dir.glob("*.private"))) == 1
+    assert cache.get(key).record == "r" and cache.disk_bytes == MIB
+    assert RetakeCache(0, 64 * MIB, tmp_path).get(key) is None           # an id is no key for another cache
+    chain = RetakeChain(cache, "job", tuple(f.pins))
+    chain.store(chain.key("s0"), (torch.ones(2),), "r")
+    assert "knows a Linear by identity" in chain.report().notes()[0]
+    folder = cache.spill_dir
+    del cache, chain
+    gc.collect()
+    assert list(folder.glob("*.private")) == []
 
 
 def test_a_missing_or_damaged_spill_file_samples_that_segment_again(tmp_path):
@@ -119,14 +160,14 @@ def test_a_missing_or_damaged_spill_file_samples_that_segment_again(tmp_path):
     for i, t in enumerate(tensors):
         cache.put(f"k{i}", (t,), i)
     files = sorted(cache.spill_dir.glob("*.pt"))
-    assert len(files) == 3
+    assert len(files) == 4
     (cache.spill_dir / "k0.pt").unlink()
     damaged = cache.spill_dir / "k1.pt"
     damaged.write_bytes(damaged.read_bytes()[:100])
     assert cache.get("k0") is None and cache.get("k1") is None
     assert torch.equal(cache.get("k2").tensors[0], tensors[2]) and len(cache) == 2
     report = cache.report()
-    assert report.unreadable == 2 and "2 spilled segment file(s) were missing or damaged" in report.notes()[0]
+    assert report.unreadable == 2 and "2 stored segment file(s) were missing or damaged" in report.notes()[0]
 
 
 def test_a_full_temp_folder_drops_what_it_cannot_spill_instead_of_failing(tmp_path, monkeypatch):
@@ -184,11 +225,18 @@ def test_fingerprints_read_values_and_pin_what_they_know_by_identity():
             self.cfg = cfg
 
     assert Fingerprint().digest(Opts(3.0)) == Fingerprint().digest(Opts(3.0)) != Fingerprint().digest(Opts(4.0))
-    module = torch.nn.Linear(2, 2)
+    module = torch.nn.Linear(1024, 4097)                                 # over 16 MiB: a model's weights
     f = Fingerprint()
     digest = f.digest({"model": module, "weights": ByIdentity(module)})
     assert len(f.pins) == 2 and all(p() is module for p in f.pins)
     assert digest != Fingerprint().digest({"model": torch.nn.Linear(2, 2), "weights": 0})
+    small = torch.nn.Linear(2, 2)                                        # a small module (a model_sampling patch):
+    f = Fingerprint()                                                    # by value, no pin
+    assert f.digest(small) == Fingerprint().digest(copy.deepcopy(small)) and f.pins == []
+    changed = copy.deepcopy(small)
+    with torch.no_grad():
+        changed.bias += 1
+    assert Fingerprint().digest(changed) != f.digest(small)
 
 
 def test_a_dead_pin_is_never_served():
@@ -229,3 +277,35 @@ def test_a_segment_without_a_digest_samples_it_and_every_later_one_and_says_why(
     assert "later segments not cached (a Slotted value in segment 1)" in line
     off = RetakeChain(cache, None, off_reason="no digest for the model")
     assert off.key("s0") is None and off.report().line().startswith("retakes: not used this run (no digest")
+
+
+def test_a_record_round_trips_through_its_json_form_and_names_only_longmedia_classes():
+    """What the durable store writes beside a segment: LongMedia's frozen dataclasses of plain values (the run
+    report), read back equal; a class outside LongMedia is neither written nor read (no file builds one)."""
+    import dataclasses
+    import enum
+
+    from longmedia.planning.types import PlanRequest, SolSettings
+    from longmedia.segments.record_codec import RecordCodecError, decode_record, encode_record
+
+    request = PlanRequest(memory_mode="low_vram", mlp_chunk_tokens=4096, sol=SolSettings())
+    record = {"request": request, "dtype": torch.bfloat16, "peaks": (1, float("inf")), ("a", 2): [None, True],
+              "nan": float("nan")}
+    back = decode_record(encode_record(record))
+    assert back["request"] == request and back["dtype"] is torch.bfloat16 and back[("a", 2)] == [None, True]
+    assert back["peaks"] == (1, float("inf")) and back["nan"] != back["nan"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Foreign:
+        x: int = 1
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    for value in (Foreign(), Colour.RED, object()):
+        with pytest.raises(RecordCodecError):
+            encode_record(value)
+    for text in ('{"dataclass":"os:system","fields":{}}', '{"enum":"subprocess:Popen","value":1}',
+                 '{"dataclass":"longmedia.segments.retakes:chain_key","fields":{}}'):
+        with pytest.raises(RecordCodecError):
+            decode_record(text)
