@@ -342,7 +342,7 @@ def test_a_retake_survives_an_unrelated_prompt_and_comfyui_s_free_memory_request
     assert all(torch.equal(a[k], b[k]) for k in ("video", "audio"))
     store = comfy_server.base / "temp" / "longmedia_retakes"
     assert len(list(store.rglob("*.pt"))) >= 4
-    comfy_server.request("POST", "/free", {"unload_models": True, "free_memory": True})
+    comfy_server.request("POST", "/api/free", {"unload_models": True, "free_memory": True})   # as the frontend asks
     assert not store.exists()
     retake[retakes]["inputs"]["ram_mb"] = 1024      # a new cache whatever the worker has reset by now
     report = comfy_server.run(retake, timeout=400)["outputs"][sampler]["longmedia_report"][0]

@@ -1,4 +1,4 @@
-"""ComfyUI's free-memory request clears the retake store: a middleware on ComfyUI's web server watches `POST /free`.
+"""ComfyUI's free-memory request clears the retake store: a middleware on ComfyUI's web server watches `POST /free` (and `/api/free`).
 
 ComfyUI's "free model and node cache" (the /free endpoint with `free_memory`) sets a flag that its prompt worker
 reads between prompts (`executor.reset()`: the node output cache, the Retakes node's cache with it, is dropped);
@@ -20,6 +20,7 @@ from ...segments.retake_store import clear_store
 __all__ = ["watch_free_requests", "clear_retakes"]
 
 _MARK = "_longmedia_clears_retakes"
+FREE_PATHS = ("/free", "/api/free")   # ComfyUI serves each route bare and under /api (its frontend calls /api/free)
 
 
 def clear_retakes() -> None:
@@ -46,7 +47,7 @@ def watch_free_requests(app=None) -> bool:
 
     @web.middleware
     async def clear_retakes_on_free(request, handler):
-        if request.method != "POST" or request.path != "/free":
+        if request.method != "POST" or request.path not in FREE_PATHS:
             return await handler(request)
         try:
             body = await request.json()   # read once; aiohttp keeps the body for ComfyUI's handler
