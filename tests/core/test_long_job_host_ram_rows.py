@@ -1,0 +1,72 @@
+"""The 60 s job's Sampler stage under 32 GiB of host RAM on an H100 (docs/lab/data/2026-12-07-h100-long-job-60s-32gib
+.jsonl; tools/gpu/run_long_job_host_ram.sh), read back: the figures the docs quote, and the plan's host-RAM
+arithmetic against what the stage measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+from longmedia.h3.profiles import DeviceProfile, pinned_ram_budget
+from longmedia.job.geometry import build_geometry
+from longmedia.planning.host_ram import pass_latent_bytes, plan_host_ram, stage_latent_bytes
+from longmedia.units import GIB
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "lab" / "data"
+ROWS = [json.loads(line) for line in (DATA / "2026-12-07-h100-long-job-60s-32gib.jsonl").read_text().splitlines()]
+ALL_RAM = [json.loads(line) for line in (DATA / "2026-12-06-h100-long-job-60s.jsonl").read_text().splitlines()]
+PLAN = json.loads((DATA / "2026-12-07-h100-long-job-60s-32gib-plan.json").read_text())
+CHECKPOINT = 47_012_852_744   # the stage's model (its safetensors header), 43.78 GiB
+
+
+def _passes(rows) -> dict[int, list[float]]:
+    return {r["segment"]: r["call_s"] for r in rows if r.get("kind") == "pass" and r["stage"] == "sampler"}
+
+
+def _stage(rows) -> dict:
+    return next(r for r in rows if r.get("kind") == "stage" and r["stage"] == "sampler")
+
+
+def _low_vram_median(rows) -> float:
+    return statistics.median(s for i in range(1, 6) for s in _passes(rows)[i])
+
+
+def test_the_stage_completed_under_32_gib_and_the_figures_the_docs_quote():
+    stage = _stage(ROWS)
+    assert stage["result"] == "ok" and stage["host_ram_gib"] == 32.0 and stage["host_ram_limit"] == "balloon"
+    assert stage["process_peak_bytes"] < 16 * GIB and len(_passes(ROWS)) == 7
+    assert round(stage["wall_s"], 2) == 423.45 and round(_stage(ALL_RAM)["wall_s"], 2) == 279.35
+    fast, slow = _low_vram_median(ALL_RAM), _low_vram_median(ROWS)
+    assert (round(fast, 1), round(slow, 1), round(slow / fast, 2)) == (22.6, 28.3, 1.25)
+    assert round(stage["disk_read_per_call_bytes"] / GIB, 2) == 18.48 and stage["model_calls"] == 14
+    assert round(stage["mem_available_min_bytes"] / GIB, 2) == 1.77
+    perf = (ROOT / "docs" / "PERFORMANCE.md").read_text()
+    assert "28.3 s a model call against 22.6 s" in perf and "1.25x" in perf and "--host-ram-gb 32" in perf
+
+
+def test_the_plan_of_the_row_s_machine_follows_the_stage():
+    """RSS within 10 %, disk read per model call within 15 % (the plan of the machine the balloon ran on: RAM
+    available when the stage started, ComfyUI's pinned limit of 128 GiB of total RAM)."""
+    stage = _stage(ROWS)
+    machine = dataclasses.replace(DeviceProfile.card(16, 128), ram_available_bytes=stage["mem_available_start_bytes"],
+                                  pinned_budget_bytes=pinned_ram_budget(126 * GIB, "linux"))
+    g = build_geometry(1344, 768, seconds=60, segment_seconds=10, context_frames=22, text_tokens=128)
+    hr = plan_host_ram(machine, CHECKPOINT, CHECKPOINT // 50, stage_latent_bytes(g), own_alloc_bytes=pass_latent_bytes(g),
+                       overlapped=True)
+    assert abs(hr.rss_bytes - stage["host_rss_peak_bytes"]) <= 0.10 * stage["host_rss_peak_bytes"]
+    measured = stage["disk_read_per_call_bytes"]
+    assert abs(hr.disk_bytes_per_call - measured) <= 0.15 * measured
+    # the headroom goal: missed here as in the 14.4 s rows (ComfyUI pins down to its own floor)
+    assert stage["mem_available_min_bytes"] < hr.headroom_bytes
+
+
+def test_a_real_32_gb_machine_pins_less_than_the_balloon_machine_did():
+    """The rows' plan (a real 32 GB machine: ComfyUI's pinned limit from 32 GB of total RAM) pins 16 GiB where the
+    balloon machine pinned 28: it streams more per call, and says it fits."""
+    hr = PLAN["sampler"]["host_ram"]
+    assert hr["fits"] and hr["streams_from_disk"] and hr["pin_budget_bytes"] == 16 * GIB
+    assert _stage(ROWS)["pinned_peak_bytes"] > 27 * GIB
+    assert hr["disk_bytes_per_call"] > _stage(ROWS)["disk_read_per_call_bytes"]
