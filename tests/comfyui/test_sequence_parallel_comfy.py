@@ -311,14 +311,15 @@ def test_a_single_devices_entry_is_refused_unless_it_is_the_model_s_own(comfy_in
     assert info.value.input_name == "devices"
 
 
-def server_prompt(out_name, **sampler_inputs):
-    """The tiny t2va API prompt: SamplerCustomAdvanced, or with `sampler_inputs` the LongMedia Sampler."""
+def server_prompt(out_name, seed: int = 42, **sampler_inputs):
+    """The tiny t2va API prompt: SamplerCustomAdvanced, or with `sampler_inputs` the LongMedia Sampler (a seed of
+    its own keeps ComfyUI's cache from serving another test's sampled latent)."""
     from harness import t2va_prompt
 
     from longmedia.testing.tiny_h3 import TINY_DIMS
 
     p = t2va_prompt("tiny_h3_fp32.safetensors", out_name, width=WIDTH, height=HEIGHT, length=LENGTH,
-                    text_dim=TINY_DIMS.text_dim)
+                    text_dim=TINY_DIMS.text_dim, seed=seed)
     if sampler_inputs:
         inputs = dict(p["sample"]["inputs"])
         inputs["latent"] = inputs.pop("latent_image")
@@ -357,11 +358,12 @@ def test_cancel_through_the_server_with_two_ranks_ends_the_prompt_within_a_secon
 
     server = comfy_server.process.pid
     baseline = frozenset(p.pid for p in live_children((), server))
-    sp_inputs = dict(memory_mode="normal", attention_mode="existing", devices="cpu,cpu")
+    sp_inputs = dict(seed=7, memory_mode="normal", attention_mode="existing", devices="cpu,cpu")
     prompt_id = comfy_server.submit(server_prompt("sp_cancelled.safetensors", **sp_inputs))
     deadline = time.monotonic() + 180
     while not live_children(baseline, server):  # the loaders run first; then the Sampler spawns its workers
-        assert time.monotonic() < deadline and comfy_server.process.poll() is None, comfy_server.log_tail()
+        assert time.monotonic() < deadline and comfy_server.process.poll() is None, (
+            f"no worker started within 180 s:\n{comfy_server.log_tail()}")
         time.sleep(0.01)
     at = time.time()  # the server's clock too: its history stamps each message with time.time()
     comfy_server.request("POST", "/interrupt", {"prompt_id": prompt_id})
@@ -372,7 +374,7 @@ def test_cancel_through_the_server_with_two_ranks_ends_the_prompt_within_a_secon
     took = stamps[0] / 1000 - at
     assert live_children(baseline, server) == [], [(p.pid, p.cmdline()) for p in live_children(baseline, server)]
     assert took < CANCEL_BOUND_S, f"Cancel through the server with two ranks took {took:.2f} s to end the prompt"
-    comfy_server.run(server_prompt("sp_stock_after_cancel.safetensors"), timeout=180)
+    comfy_server.run(server_prompt("sp_stock_after_cancel.safetensors", seed=7), timeout=180)
     comfy_server.run(server_prompt("sp_after_cancel.safetensors", **sp_inputs), timeout=240)
     stock = load_file(str(comfy_server.output_path("sp_stock_after_cancel.safetensors")))
     ours = load_file(str(comfy_server.output_path("sp_after_cancel.safetensors")))
