@@ -18,11 +18,13 @@ import io
 import pickle
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 BACKENDS = ("gloo", "nccl")
+POLL_S = 0.02  # how often a polled wait (`RankGroup.any_rank`'s poll) looks up from its collective
 
 
 @dataclass
@@ -68,12 +70,19 @@ class RankGroup:
         self.data.allgather([outs], [t]).wait()
         return outs
 
-    def any_rank(self, flag: bool) -> bool:
-        """True on every rank when `flag` is True on any rank (one small all-reduce on the control group)."""
+    def any_rank(self, flag: bool, poll: Callable[[], None] | None = None) -> bool:
+        """True on every rank when `flag` is True on any rank (one small all-reduce on the control group).
+
+        poll: called every `POLL_S` while the peers have not answered (a rank waiting for its peers to load a
+        model, say); it may raise to stop waiting (rank 0's Cancel), after which the caller ends the group."""
         t = torch.tensor([1 if flag else 0], dtype=torch.int32)
         opts = dist.AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
-        self.control.allreduce([t], opts).wait()
+        work = self.control.allreduce([t], opts)
+        while poll is not None and not work.is_completed():
+            poll()
+            time.sleep(POLL_S)
+        work.wait()
         return bool(t.item())
 
     def broadcast_object(self, obj=None, root: int = 0):

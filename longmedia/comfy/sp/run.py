@@ -31,12 +31,15 @@ def sp_request(request: PlanRequest, devices_text: str | None, load_device):
 def start_ranks(devices, patcher, plan: ExecutionPlan) -> SPRanks:
     import os
 
+    from ..patching.block_patch import comfy_interrupt
+
     init = os.environ.get(INIT_ENV) or None
-    ranks = SPRanks(devices, backend_for(devices), init_method=init, timed=os.environ.get(TIMING_ENV) == "1")
+    ranks = SPRanks(devices, backend_for(devices), init_method=init, timed=os.environ.get(TIMING_ENV) == "1",
+                    cancel=comfy_interrupt)  # ComfyUI's Cancel while the workers start ends the start
     try:
         return ranks.start(patcher, plan.chunks, plan.attention.query_chunk_tokens)
     except BaseException:
-        ranks.close()
+        ranks.close(clean=False)  # a start cut short (Cancel, a failure): the workers may be mid-load, never messaged
         raise
 
 
