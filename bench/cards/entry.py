@@ -20,6 +20,7 @@ from .host_balloon import (
     BalloonError,
     HostLimit,
     child_preexec,
+    end_balloon,
     host_ram_value,
     make_cgroup,
     remove_cgroup,
@@ -282,11 +283,7 @@ def _card_under_host_limit(a, card: float, limit: float | None, cmd: list[str], 
                   "left", flush=True)
     finally:
         if balloon is not None:
-            if balloon.poll() is not None:
-                print(f"{where}: the RAM balloon had ended (exit {balloon.returncode}): the limit did not hold "
-                      "to the end", flush=True)
-            balloon.kill()
-            balloon.wait()
+            end_balloon(balloon, where)
         if cgroup is not None:
             remove_cgroup(cgroup)
 

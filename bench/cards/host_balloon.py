@@ -133,6 +133,15 @@ def start_balloon(limit_gib: float, cwd: str | os.PathLike) -> tuple[subprocess.
                            mem_available_start_bytes=reached)
 
 
+def end_balloon(balloon: subprocess.Popen, where: str) -> None:
+    """End a balloon after the processes it limited; say so when it had ended before them (the limit did not hold)."""
+    if balloon.poll() is not None:
+        print(f"{where}: the RAM balloon had ended (exit {balloon.returncode}): the limit did not hold to the end",
+              flush=True)
+    balloon.kill()
+    balloon.wait()
+
+
 def make_cgroup(limit_gib: float, name: str, root: Path = CGROUP_ROOT) -> tuple[Path | None, str]:
     """A cgroup v2 child of `root` with memory.max = the limit (and no swap): its folder, or None and why not."""
     controllers = root / "cgroup.controllers"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from longmedia.units import GIB
 
-from ..cards.host_balloon import child_preexec, host_ram_value
+from ..cards.host_balloon import child_preexec, end_balloon, host_ram_value
 from . import vae_files
 from .job import FULL, SMOKE, STAGES, job_plan
 from .tables import PLAN_FILE, ROWS_FILE, read_rows, table
@@ -162,11 +162,7 @@ def main(argv=None) -> int:
         ballast.kill()
         ballast.wait()
         if balloon is not None:
-            if balloon.poll() is not None:
-                print(f"host RAM {a.host_ram_gb:g} GiB: the RAM balloon had ended (exit {balloon.returncode}): the "
-                      "limit did not hold to the end", flush=True)
-            balloon.kill()
-            balloon.wait()
+            end_balloon(balloon, f"host RAM {a.host_ram_gb:g} GiB")
     text = table(read_rows(a.out / ROWS_FILE), plan)
     print(text)
     copy_out(a, text)
