@@ -68,7 +68,8 @@ def classify_validation(result: Result, reply: dict) -> None:
                 clear = PACK_ERROR_TITLE in message or "not allowed" in message or len(message) <= MAX_MESSAGE_CHARS
                 result.outcome = "refused_clear" if clear and len(message) <= MAX_MESSAGE_CHARS else "unclear"
                 return
-            if _is_pack(ctype) and "exception" in result.error_type:
+            if _is_pack(ctype) and result.error_type == "exception_during_validation":
+                # our validate_inputs raised (exception_during_inner_validation is ComfyUI resolving a link)
                 result.outcome = "unclear"
                 return
     error = reply.get("error") or {}
@@ -154,6 +155,8 @@ def check_files(result: Result, before: dict, after: dict, reported: list[str], 
         if before.get(rel) == stat:
             continue
         path = Path(rel)
+        if path in own:
+            continue   # a reported output (its name may start with a dot: the prefix the user gave)
         base_rel = path.relative_to("base") if path.parts[:1] == ("base",) else None
         if path.name.endswith(".partial") or (path.name.startswith(".") and base_rel is not None
                                               and base_rel.parts[:1] in (("output",), ("temp",))):
@@ -161,9 +164,8 @@ def check_files(result: Result, before: dict, after: dict, reported: list[str], 
         elif base_rel is None:
             result.problem("outside", rel)
         elif base_rel.parts[:1] == ("output",):
-            if path not in own:
-                result.problem("stray", rel)
-                own.append(path)
+            result.problem("stray", rel)
+            own.append(path)
         elif base_rel.parts[:2] == RETAKE_STORE.parts:
             continue
         elif base_rel.parts[:1] == ("temp",):

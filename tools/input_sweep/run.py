@@ -24,6 +24,7 @@ from .outcome import OUTCOMES, Result, check_files, classify_history, classify_v
 
 INTERRUPT_GRACE_S = 30.0
 CHILD_GRACE_S = 15.0
+RESOURCE_TRACKER = "multiprocessing.resource_tracker"
 FATAL = ("unclear", "crash")
 FATAL_PROBLEMS = ("partial", "stray", "outside", "leftover", "lost", "stale")
 
@@ -78,10 +79,21 @@ def children(server: harness.ComfyServer) -> list[psutil.Process]:
         return []
 
 
+def _worker(process: psutil.Process) -> bool:
+    """A child of the server that should be gone after a prompt: anything but Python's own resource tracker (which
+    multiprocessing starts once, the first time a process spawns, and which lives as long as the server)."""
+    try:
+        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return not any(RESOURCE_TRACKER in part for part in process.cmdline())
+    except psutil.NoSuchProcess:   # named: it ended while we looked
+        return False
+
+
 def leftover_processes(server: harness.ComfyServer) -> list[str]:
     deadline = time.monotonic() + CHILD_GRACE_S
     while True:
-        left = [p for p in children(server) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = [p for p in children(server) if _worker(p)]
         if not left or time.monotonic() > deadline:
             return [f"pid {p.pid}: {' '.join(p.cmdline())[:200]}" for p in left]
         time.sleep(0.5)
