@@ -65,8 +65,7 @@ def classify_validation(result: Result, reply: dict) -> None:
             result.node, result.message = f"{nid} ({ctype})", message
             result.error_type = error.get("type", "")
             if _is_pack(ctype) and result.error_type == "custom_validation_failed":
-                clear = PACK_ERROR_TITLE in message or "not allowed" in message or len(message) <= MAX_MESSAGE_CHARS
-                result.outcome = "refused_clear" if clear and len(message) <= MAX_MESSAGE_CHARS else "unclear"
+                result.outcome = "refused_clear" if len(message) <= MAX_MESSAGE_CHARS else "unclear"
                 return
             if _is_pack(ctype) and result.error_type == "exception_during_validation":
                 # our validate_inputs raised (exception_during_inner_validation is ComfyUI resolving a link)
