@@ -1,6 +1,6 @@
 """Input sweep (issue 49): bad and unusual API prompts against a real ComfyUI server, every outcome classified.
 
-Run from the repository root (never in CI; about 15 minutes on two CPU cores)::
+Run from the repository root (never in CI; about 90 s of prompts on two CPU cores, plus the server start)::
 
     OMP_NUM_THREADS=1 LONGMEDIA_COMFYUI_ROOT=/path/to/ComfyUI python -m tools.input_sweep [--only REGEX] [--list]
         [--json out.json] [--keep]
