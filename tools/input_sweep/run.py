@@ -172,18 +172,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    root = harness.comfyui_root()
+    if root is None and not args.list:
+        print(f"set {harness.ENV_VAR} to a ComfyUI checkout", file=sys.stderr)
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="longmedia_sweep_"))
-    cases = [c for c in all_cases(workdir) if not args.only or re.search(args.only, f"{c.category} {c.name}")]
+    try:
+        cases = [c for c in all_cases(workdir) if not args.only or re.search(args.only, f"{c.category} {c.name}")]
+    except BaseException:   # named: any failure building the cases leaves no empty work folder behind
+        shutil.rmtree(workdir)
+        raise
     if args.list:
         for case in cases:
             print(f"{case.category:<22} {case.expect or '-':<8} {case.name[:120]!r}")
         print(f"{len(cases)} cases")
         shutil.rmtree(workdir)
         return 0
-    root = harness.comfyui_root()
-    if root is None:
-        print(f"set {harness.ENV_VAR} to a ComfyUI checkout", file=sys.stderr)
-        return 2
     base = harness.prepare_base_directory(workdir / "base", variants=("fp32",))
     json_path = args.json or workdir / "input_sweep.json"
     server = start(root, base)
