@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..errors import LongMediaInputError
 from ..limits import MAX_SOL_MIN_TOKENS
 
 CURVES = ("linear", "cosine", "sqrt", "smoothstep", "exponential", "step")
@@ -28,13 +29,17 @@ class SolSettingsError(ValueError):
     """A Sol setting, sigma table or row-span table is outside its allowed range."""
 
 
+class SolInputError(SolSettingsError, LongMediaInputError):
+    """A Sol setting out of range: one of the nodes' sol_* inputs, refused as LongMedia's input error (named, its
+    range and a fix; a NaN passes ComfyUI's own range check and lands here)."""
+
+
 def _check_tau(name: str, value: object) -> float:
     lo, hi = TAU_RANGE
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not lo <= value <= hi:
-        raise SolSettingsError(
-            f"{name} must be a finite number in [{lo:g}, {hi:g}] (lower keeps more key blocks exact, "
-            f"-100 is dense exact attention), got {value!r}; pick a value like 0.8-1.3")
+        raise SolInputError(name, value, f"a finite number from {lo:g} to {hi:g} (lower keeps more key blocks "
+                            "exact, -100 is dense exact attention)", "Pick a value like 0.8-1.3.")
     return float(value)
 
 
@@ -61,20 +66,18 @@ class SolSettings:
         _check_tau("sol_tau_start", self.tau_start)
         _check_tau("sol_tau_end", self.tau_end)
         if self.curve not in CURVES:
-            raise SolSettingsError(f"sol_curve must be one of {', '.join(CURVES)}, got {self.curve!r}")
+            raise SolInputError("sol_curve", self.curve, f"one of {', '.join(CURVES)}", "Pick one of these curves.")
         m = self.min_tokens
         if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_SOL_MIN_TOKENS:
-            raise SolSettingsError(
-                f"sol_min_tokens must be an integer from 0 to {MAX_SOL_MIN_TOKENS} (shorter sequences run exact; "
-                f"0 = always Sol), got {m!r}")
+            raise SolInputError("sol_min_tokens", m, f"an integer from 0 to {MAX_SOL_MIN_TOKENS} (shorter sequences "
+                                "run exact; 0 = always Sol)", "Leave it at 16384, or 0 to run Sol at any length.")
         d = self.dense_percent
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or not 0.0 <= d <= 1.0:
-            raise SolSettingsError(
-                f"sol_dense_percent must be a fraction in [0, 1] (0.2 = the first 20 % of steps run exact), "
-                f"got {d!r}; for 20 % write 0.2, not 20")
+            raise SolInputError("sol_dense_percent", d, "a fraction from 0 to 1 (0.2 = the first 20 % of steps run "
+                                "exact)", "For 20 % write 0.2, not 20.")
         if self.sink_conditioning not in SINK_MODES:
-            raise SolSettingsError(
-                f"sol_sink_conditioning must be one of {', '.join(SINK_MODES)}, got {self.sink_conditioning!r}")
+            raise SolInputError("sol_sink_conditioning", self.sink_conditioning, f"one of {', '.join(SINK_MODES)}",
+                                "Pick one of these modes.")
 
     @property
     def sinks_keys(self) -> bool:

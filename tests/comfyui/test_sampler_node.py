@@ -66,3 +66,13 @@ def test_streamed_prompt_matches_stock_within_tolerance(comfy_server):
 def test_out_of_range_control_is_rejected_before_running(comfy_server):
     with pytest.raises(ComfyHarnessError, match="mlp_chunk_tokens"):
         comfy_server.submit(_prompt("never.safetensors", mlp_chunk_tokens=-5))
+
+
+@pytest.mark.parametrize("name", ["sol_tau_start", "sol_tau_end", "sol_dense_percent"])
+def test_a_nan_sol_setting_is_refused_as_a_longmedia_input_error(comfy_server, name):
+    """Issue 49's input sweep (tools/input_sweep): NaN passes ComfyUI's own range check (no comparison with NaN is
+    true), so the Sol settings refuse it themselves, as LongMedia's input error (titled, named, with its range and
+    a fix) rather than a bare ValueError titled by the pack's file path."""
+    with pytest.raises(ComfyHarnessError, match=rf"failed: LongMedia input error: {name}=nan is not allowed: expected "):
+        comfy_server.run(_prompt(f"nan_{name}.safetensors", memory_mode="auto", attention_mode="auto",
+                                   **{name: float("nan")}), timeout=180)
