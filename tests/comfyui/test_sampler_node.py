@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness import ComfyHarnessError, t2va_prompt
+from harness import ComfyHarnessError, raise_on_error, t2va_prompt
 from safetensors.torch import load_file
 
 from longmedia.planning.types import MANUAL_FIELDS
@@ -73,6 +73,11 @@ def test_a_nan_sol_setting_is_refused_as_a_longmedia_input_error(comfy_server, n
     """Issue 49's input sweep (tools/input_sweep): NaN passes ComfyUI's own range check (no comparison with NaN is
     true), so the Sol settings refuse it themselves, as LongMedia's input error (titled, named, with its range and
     a fix) rather than a bare ValueError titled by the pack's file path."""
-    with pytest.raises(ComfyHarnessError, match=rf"failed: LongMedia input error: {name}=nan is not allowed: expected "):
-        comfy_server.run(_prompt(f"nan_{name}.safetensors", memory_mode="auto", attention_mode="auto",
-                                   **{name: float("nan")}), timeout=180)
+    prompt_id = comfy_server.submit(_prompt(f"nan_{name}.safetensors", memory_mode="auto", attention_mode="auto",
+                                            **{name: float("nan")}))
+    try:
+        with pytest.raises(ComfyHarnessError, match=rf"failed: LongMedia input error: {name}=nan is not allowed: "
+                                                    "expected "):
+            raise_on_error(comfy_server.wait(prompt_id, timeout=180))
+    finally:   # a NaN in the server's history is JSON no browser parses: the frontend's jobs list would fail on it
+        comfy_server.request("POST", "/history", {"delete": [prompt_id]})

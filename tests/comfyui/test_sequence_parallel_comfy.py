@@ -116,21 +116,6 @@ def test_a_killed_worker_fails_the_prompt_cleanly_and_the_next_prompt_runs(env):
     assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
-def test_cancel_stops_every_rank(env):
-    import comfy.model_management as mm
-
-    request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
-                          mlp_chunk_tokens=64)
-    cancel = _AtPhase(2, lambda: mm.interrupt_current_processing(True))  # in the first call's second block
-    try:
-        with pytest.raises(mm.InterruptProcessingException):
-            env["core"].run_sampler(*job(env), request, devices="cpu,cpu", observer=cancel)
-    finally:
-        mm.interrupt_current_processing(False)
-    assert cancel.fired and not mm.processing_interrupted()  # the interrupt was taken, as ComfyUI's own nodes take it
-    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
-
-
 CANCEL_BOUND_S = 1.0  # issue 49: Cancel with two ranks ends the prompt within 1 s (one device: under 0.12 s)
 
 
@@ -156,7 +141,8 @@ def when_a_worker_runs(live, act):
 def test_cancel_with_two_ranks_ends_the_prompt_within_a_second(env, when, monkeypatch):
     """Issue 49: ComfyUI's Cancel with two ranks ends the prompt within 1 s, measured from the interrupt to the
     prompt's end (its workers ended), while the workers start (it took the whole start, 5 to 10 s on CPU), while
-    they load the model (rank 0 has sent them what to load) or mid-run; no worker is left, and the next prompt
+    they load the model (rank 0 has sent them what to load) or mid-run (the interrupt taken, as ComfyUI's own nodes
+    take it); no worker is left, and after the Cancel that left workers mid-collective (loading) the next prompt
     equals the single process."""
     import time
 
@@ -166,7 +152,6 @@ def test_cancel_with_two_ranks_ends_the_prompt_within_a_second(env, when, monkey
 
     request = PlanRequest(memory_mode="low_vram", attention_mode="existing", sol_qkv_chunk_tokens=64,
                           mlp_chunk_tokens=64)
-    sv, sa = single(env, request)
     at: list[float] = []
 
     def interrupt():
@@ -190,18 +175,21 @@ def test_cancel_with_two_ranks_ends_the_prompt_within_a_second(env, when, monkey
         with pytest.raises(mm.InterruptProcessingException):
             env["core"].run_sampler(*job(env), request, devices="cpu,cpu", observer=cancel)
         ended = time.monotonic()
+        taken = not mm.processing_interrupted()
     finally:
         if watch is not None:
             watch[1].set()
             watch[0].join()
         mm.interrupt_current_processing(False)
         monkeypatch.undo()
-    assert at and children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
+    assert at and taken and children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
     took = ended - at[0]
     assert took < CANCEL_BOUND_S, f"Cancel with two ranks ({when}) took {took:.2f} s from the interrupt to the end"
-    ov, oa = env["core"].run_sampler(*job(env), request, devices="cpu,cpu").output["samples"].unbind()
-    assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5, (rel(ov, sv), rel(oa, sa))
-    assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
+    if when == "loading":   # the workers were ended inside a collective: the next prompt must still run whole
+        sv, sa = single(env, request)
+        ov, oa = env["core"].run_sampler(*job(env), request, devices="cpu,cpu").output["samples"].unbind()
+        assert rel(ov, sv) <= 1e-5 and rel(oa, sa) <= 1e-5, (rel(ov, sv), rel(oa, sa))
+        assert children(env) == [], [(p.pid, p.cmdline()) for p in children(env)]
 
 
 @pytest.mark.parametrize("world", [2, 4])
