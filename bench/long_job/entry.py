@@ -45,6 +45,10 @@ def parse(argv=None):
     p.add_argument("--passes", type=int, nargs=2, metavar=("FIRST", "STOP"), default=None,
                    help="run passes [FIRST, STOP) of the stage; a later process continues from the saved latents "
                         f"(default: all; the plan prints the calls at {PASSES_PER_PROCESS} passes per process)")
+    p.add_argument("--seeded-input", action="store_true",
+                   help="a DiT stage whose input latent (the previous stage's) is not in --out starts from a seeded "
+                        "random latent of that shape instead, and its rows say so (seeded_input): for measuring a "
+                        "stage's time and memory without running the stages before it; its output is no video")
     p.add_argument("--prepare", action="store_true", help="only write the checkpoint (its own device call)")
     p.add_argument("--stage-budget-s", type=float, default=550.0, help="wall-time limit of one stage process")
     p.add_argument("--host-ram-gb", type=host_ram_value, default=None, metavar="GIB",
@@ -242,7 +246,8 @@ def run_stage(a, unet: str) -> int:
             return code
     cmd = [sys.executable, "-P", "-m", "bench.long_job", "--child", a.stage, "--passes", *map(str, passes),
            "--out", str(a.out), "--models", str(a.models), "--blocks", str(a.blocks), "--card", str(a.card),
-           "--unet", unet, "--host-row", a.host_row] + (["--smoke"] if a.smoke else [])
+           "--unet", unet, "--host-row", a.host_row] + (["--smoke"] if a.smoke else []) + (
+               ["--seeded-input"] if a.seeded_input else [])
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=a.stage_budget_s, env=comfy_process.child_env(REPO),

@@ -36,6 +36,17 @@ def load_latents(path: Path) -> dict:
     return torch.load(path, weights_only=True)
 
 
+SEEDED_INPUT_SEED = 45   # --seeded-input: the random latent a stage starts from when its input is missing
+
+
+def seeded_latent(streams, seed: int) -> tuple:
+    """Standard normal streams of the given streams' shapes (float32 on the CPU), from `seed`."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(t.shape, generator=g, dtype=torch.float32) for t in streams)
+
+
 def _nested(streams):
     import comfy.nested_tensor
 
@@ -59,10 +70,11 @@ def make_nodes(recorder_for) -> dict:
                                  "job_json": ("STRING", {"default": "{}"}), "card_gib": ("FLOAT", {"default": 16.0}),
                                  "work_dir": ("STRING", {"default": ""}),
                                  "pass_first": ("INT", {"default": 0, "min": 0, "max": 10000}),
-                                 "pass_stop": ("INT", {"default": 0, "min": 0, "max": 10000})}}
+                                 "pass_stop": ("INT", {"default": 0, "min": 0, "max": 10000}),
+                                 "seeded_input": ("BOOLEAN", {"default": False})}}
 
         def run(self, noise, guider, sampler, sigmas, positive, negative, stage, job_json, card_gib, work_dir,
-                pass_first, pass_stop):
+                pass_first, pass_stop, seeded_input=False):
             import comfy.model_patcher
             import torch
 
@@ -82,7 +94,9 @@ def make_nodes(recorder_for) -> dict:
             job = setup.job
             stop = pass_stop or job.segments.count
             latent = setup.latent
-            if INPUT_STAGE[stage] is not None:
+            if INPUT_STAGE[stage] is not None and seeded_input and not (work / f"{INPUT_STAGE[stage]}.pt").is_file():
+                latent = _nested(seeded_latent(latent["samples"].unbind(), SEEDED_INPUT_SEED))
+            elif INPUT_STAGE[stage] is not None:
                 given = load_latents(work / f"{INPUT_STAGE[stage]}.pt")
                 if given["passes_done"] != job.segments.count:
                     raise ValueError(f"{INPUT_STAGE[stage]}.pt holds passes up to {given['passes_done']} of "

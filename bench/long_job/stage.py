@@ -52,7 +52,8 @@ def stage_prompt(a, job, unet: str) -> dict:
         "run": {"class_type": "LongMediaLongJobStage", "inputs": {
             "noise": ["noise", 0], "guider": ["guider", 0], "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
             "positive": ["pos", 0], "negative": ["neg", 0], "stage": a.child, "job_json": json.dumps(job.to_dict()),
-            "card_gib": a.card, "work_dir": work, "pass_first": a.passes[0], "pass_stop": a.passes[1]}},
+            "card_gib": a.card, "work_dir": work, "pass_first": a.passes[0], "pass_stop": a.passes[1],
+            "seeded_input": a.seeded_input}},
     }
 
 
@@ -81,7 +82,7 @@ def stage_main(a) -> int:
     job = SMOKE if a.smoke else FULL
     base = {"stage": a.child, "passes": list(a.passes), "card_gib": a.card, "blocks": a.blocks, "smoke": a.smoke,
             "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "job": job.to_dict(),
-            **json.loads(a.host_row)}   # the parent's host RAM limit (host_ram_gib None: all of it)
+            "seeded_input": a.seeded_input and a.child != "decode", **json.loads(a.host_row)}   # the parent's host RAM limit (host_ram_gib None: all of it)
 
     model_calls = []
 

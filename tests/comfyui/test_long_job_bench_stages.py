@@ -43,3 +43,34 @@ def test_the_smoke_runs_every_stage_and_writes_its_rows(comfyui_root, tmp_path):
     assert decode["frames"] == 56 and (decode["width"], decode["height"]) == (96, 96)
     assert (out / decode["subfolder"] / decode["filename"]).is_file()
     assert "stage | seg | s/step (device)" in proc.stdout and "every stage ran on the CPU" in proc.stdout
+
+
+def test_a_stage_with_seeded_input_starts_from_a_seeded_latent_and_says_so(comfyui_root, tmp_path):
+    """--seeded-input: Hi-Res without the Sampler's latent in --out runs on a seeded random latent of the Sampler's
+    output shape, and its rows carry seeded_input (without the flag the stage refuses: `nodes.load_latents`)."""
+    import json
+
+    from bench.long_job.entry import parse, run_stage
+    from longmedia.testing.tiny_h3 import write_tiny_h3
+
+    def hires(out: Path) -> int:
+        a = parse(["--smoke", "--out", str(out), "--seeded-input"])
+        a.models = tmp_path / "models"
+        a.models.mkdir(exist_ok=True)
+        a.host_row = json.dumps({"host_ram_gib": None})
+        a.stage, a.passes = "hires", None
+        old = os.environ.get("LONGMEDIA_COMFYUI_ROOT")
+        os.environ["LONGMEDIA_COMFYUI_ROOT"] = str(comfyui_root)
+        try:
+            return run_stage(a, write_tiny_h3(a.models, variant="fp32").name)
+        finally:
+            if old is None:
+                os.environ.pop("LONGMEDIA_COMFYUI_ROOT")
+            else:
+                os.environ["LONGMEDIA_COMFYUI_ROOT"] = old
+
+    out = tmp_path / "seeded"
+    assert hires(out) == 0
+    rows = read_rows(out / ROWS_FILE)
+    assert [r["kind"] for r in rows] == ["pass", "pass", "stage"] and all(r["seeded_input"] is True for r in rows)
+    assert rows[-1]["result"] == "ok" and (out / "hires.pt").is_file() and not (out / "sampler.pt").exists()
