@@ -40,7 +40,7 @@ class _Spy:
             return None
         return MeasuredSpeeds(device="Spy GPU sm90", head_dim=head_dim, dtype="bfloat16",
                               length_class=length_class(seq_len), rows=4096, heads=8,
-                              seconds=(("sdpa", 0.02), ("sdpa_efficient", 0.01)), probe_s=self.probe_s)
+                              seconds=(("sdpa", 0.01), ("sdpa_efficient", 0.02)), probe_s=self.probe_s)
 
 
 def test_the_check_times_nothing_and_a_forecast_reads_the_cache_only(env, monkeypatch):
@@ -84,3 +84,23 @@ def test_the_sampler_times_the_speeds_after_the_boundary_and_plans_with_them(env
     assert any("measured on Spy GPU sm90" in r for r in result.plan.attention.reasons)
     assert result.report.probe_s == spy.probe_s
     assert f"the attention speed probe ran before it in {spy.probe_s:.2f} s" in result.report.time_lines()[0]
+
+
+def test_a_card_is_refused_with_the_cached_speeds_and_planned_again_with_new_ones(env):
+    """A fixed card is planned before the boundary with what the disk cache holds (the spy's cache: nothing), nothing
+    timed there; after the boundary the probe times the speeds and the card is planned again with them."""
+    from longmedia.h3.profiles import DeviceProfile
+
+    events: list = []
+
+    def reader(device):
+        events.append("memory read")
+        return read_memory(device)
+    spy = _Spy(events, random.uniform(5.0, 20.0))
+    job = tiny_sampler_job(env["model"], seed=random.randrange(1000))
+    with torch.inference_mode():
+        result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto"), DeviceProfile.card(16, 64),
+                                         memory_reader=reader, speed_probe=spy)
+    assert events == ["cached read", "memory read", "memory read", "probe"]
+    assert any("measured on Spy GPU sm90" in r for r in result.plan.attention.reasons)
+    assert result.report.probe_s == spy.probe_s

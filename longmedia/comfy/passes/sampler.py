@@ -76,9 +76,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     """Check every input, run the residency boundary, measure the attention speeds, plan from the memory measured
     after the boundary, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does.
 
-    device_profile: a fixed profile (e.g. a card to plan for: a plan that cannot run is refused before the
-    boundary), a probe called after the boundary, or None to plan from the boundary's own reading of the load device
-    after it ran. The pass is planned after the boundary and the speed probe, with the measured speeds.
+    device_profile: a fixed profile (a card to plan for: planned before the boundary with the speeds the disk cache
+    holds and refused there if it cannot run; planned again after the probe only where it timed new speeds), a probe
+    called after the boundary, or None to plan from the boundary's own reading of the load device after it ran.
     memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
     torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
     streamed phases and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
@@ -100,23 +100,23 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     sp_checked, sp_devices = sp_request(checked.request, devices, load_device)
     checked = dataclasses.replace(checked, request=sp_checked)
     row_spans = list(checked.row_spans)
-    card = isinstance(device_profile, DeviceProfile)
-    if card:  # a card to plan for: refused before the boundary, with the speeds the disk cache holds (nothing timed)
-        pre = plan_pass(measure_speeds(checked, load_device, speed_probe, measure=False), device_profile)
-        check_runs(pre)
-        required = pre.memory.predicted_peak_bytes + pre.activation_reserve_bytes
-    else:  # planned after the boundary, from the memory it leaves
-        required = stock_pass_bytes(checked.profile, checked.geometry)
+    known = None
+    if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned with the speeds the disk cache holds
+        known = measure_speeds(checked, load_device, speed_probe, measure=False)  # (nothing timed), refused here
+        plan = plan_pass(known, device_profile)
+        runs = check_runs(plan)
+        required = plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes
+    else:  # planned once, after the boundary, from the memory it leaves
+        plan, required = None, stock_pass_bytes(checked.profile, checked.geometry)
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
                                   memory_required=required)
     checked = measure_speeds(checked, load_device, speed_probe)  # GPU work (timing), after the boundary
-    if card:
-        device = device_profile
-    else:
-        device = device_profile() if device_profile is not None else load_device_profile(load_device, boundary.after)
-    plan = plan_pass(checked, device)  # the pass's plan, with the measured speeds
-    runs = check_runs(plan)
+    if plan is None or checked.request.attention_speeds != known.request.attention_speeds:  # timed what it lacked
+        device = device_profile if isinstance(device_profile, DeviceProfile) else (
+            device_profile() if device_profile is not None else load_device_profile(load_device, boundary.after))
+        plan = plan_pass(checked, device)
+        runs = check_runs(plan)
     ranks, clean = None, False
     if sp_devices:
         ranks = start_ranks(sp_devices, guider.model_patcher, plan)
