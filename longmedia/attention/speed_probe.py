@@ -7,7 +7,8 @@ fused projection buffer, at the rows of the job's length class (speeds.LENGTH_CL
 
 Results are cached on disk per device, torch and CUDA version (`SpeedCache`: one JSON file in a directory its owner
 names; longmedia/comfy/host/attention_speeds.py owns it in ComfyUI). A backend installed after a probe (flash-attn-4, say)
-is timed on the next run and merged in; one that failed stays skipped with its reason. Nothing here is module state.
+is timed on the next run and merged in; one that failed stays skipped with its reason. `cached_speeds` reads what a
+probe would return without timing anything (a forecast's plan). Nothing here is module state.
 """
 
 from __future__ import annotations
@@ -202,6 +203,38 @@ class SpeedCache:
         os.replace(tmp, self.path)
 
 
+def _lookup(registry: BackendRegistry, cache: SpeedCache | None, device: torch.device, *, head_dim: int,
+            dtype: torch.dtype, cls: str, label: str | None, capability: tuple[int, int] | None,
+            available: Collection[str] | None):
+    """(label, candidates, passed over, cached entry or None, the candidates it lacks): what a probe would time.
+    Reads the device's name and capability and the disk, never times anything."""
+    label = device_label(device) if label is None else label
+    capability = torch.cuda.get_device_capability(device) if capability is None and device.type == "cuda" else capability
+    avail = registry.available_names() if available is None else frozenset(available)
+    specs, passed = candidates(registry, avail, head_dim=head_dim, dtype=dtype, capability=capability,
+                               rows=probe_rows(cls))
+    cached = cache.read(label, head_dim, str(dtype).removeprefix("torch."), cls) if cache is not None else None
+    known = set() if cached is None else {n for n, _ in cached.seconds} | {n for n, _ in cached.skipped}
+    return label, specs, passed, cached, [s for s in specs if s.name not in known]
+
+
+def cached_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device: torch.device | str, head_dim: int,
+                  dtype: torch.dtype, seq_len: int, label: str | None = None,
+                  capability: tuple[int, int] | None = None, available: Collection[str] | None = None
+                  ) -> MeasuredSpeeds | None:
+    """What `probe_speeds` would return without timing anything: the cache's entry where it holds every candidate,
+    else None (a probe would time some); on CPU the same refusal. No GPU work: a forecast plans with it.
+    label / capability / available: as `probe_speeds`' (a test's label stands in a device on CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda" and label is None:
+        return MeasuredSpeeds.none("no CUDA device: the probe times CUDA kernels only", head_dim=head_dim,
+                                   dtype=str(dtype).removeprefix("torch."), seq_len=seq_len)
+    _, _, _, cached, missing = _lookup(registry, cache, device, head_dim=head_dim, dtype=dtype,
+                                       cls=length_class(seq_len), label=label, capability=capability,
+                                       available=available)
+    return cached if cached is not None and not missing else None
+
+
 def probe_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device: torch.device | str, head_dim: int,
                  dtype: torch.dtype, seq_len: int, timer: Timer | None = None, label: str | None = None,
                  capability: tuple[int, int] | None = None, available: Collection[str] | None = None,
@@ -219,14 +252,9 @@ def probe_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device:
     if device.type != "cuda" and timer is None:
         return MeasuredSpeeds.none("no CUDA device: the probe times CUDA kernels only", head_dim=head_dim,
                                    dtype=dtype_name, seq_len=seq_len)
-    label = device_label(device) if label is None else label
-    capability = torch.cuda.get_device_capability(device) if capability is None and device.type == "cuda" else capability
-    avail = registry.available_names() if available is None else frozenset(available)
-    specs, passed = candidates(registry, avail, head_dim=head_dim, dtype=dtype, capability=capability,
-                               rows=probe_rows(cls))
-    cached = cache.read(label, head_dim, dtype_name, cls) if cache is not None else None
+    label, _, passed, cached, missing = _lookup(registry, cache, device, head_dim=head_dim, dtype=dtype, cls=cls,
+                                                label=label, capability=capability, available=available)
     known = set() if cached is None else {n for n, _ in cached.seconds} | {n for n, _ in cached.skipped}
-    missing = [s for s in specs if s.name not in known]
     if cached is not None and not missing:
         return cached
     started = wall()

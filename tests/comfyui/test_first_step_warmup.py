@@ -28,9 +28,9 @@ def test_prompt_lengths_are_the_cond_and_uncond_calls(env):
 
 
 def test_the_report_names_the_speed_probe_run_before_the_first_step(env):
-    """The probe runs in the Sampler before the first model call (pass_plan.check_pass, on CUDA): the report keeps
-    its seconds apart from the first step and says so. On the CPU no probe runs, so the test hands in the speeds the
-    probe would have returned."""
+    """The probe runs in the Sampler before the first model call (pass_plan.measure_speeds after the residency
+    boundary, on CUDA): the report keeps its seconds apart from the first step and says so. On the CPU no probe
+    runs, so the test hands in the speeds the probe would have returned."""
     import random
 
     import torch

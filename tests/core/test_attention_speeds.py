@@ -14,7 +14,7 @@ from attention_fakes import fake_spec
 
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.registry import BackendRegistry
-from longmedia.attention.speed_probe import NO_ROOM, SpeedCache, probe_speeds
+from longmedia.attention.speed_probe import NO_ROOM, SpeedCache, cached_speeds, probe_speeds
 from longmedia.attention.speeds import MeasuredSpeeds, length_class, probe_rows
 from longmedia.comfy.host.attention_speeds import attention_speeds
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
@@ -235,6 +235,53 @@ def test_the_cache_keeps_each_head_dim_and_each_code_version_apart(tmp_path, mon
     upgraded = _probe_dim(reg, new_code, clock, 32)
     assert not upgraded.cached and sorted(clock.timed) == ["alpha", "beta", "gamma"]
     assert upgraded.order == ("beta", "alpha", "gamma")
+
+
+def test_a_key_holds_the_head_dim_and_the_code_fingerprint(tmp_path):
+    """head_dim 64's key is not 128's, another code fingerprint's key is not this one's, and an entry written under
+    another fingerprint (or for another head_dim) is never served: not read back, not handed to a forecast."""
+    rng = random.Random()
+    seconds = (("alpha", rng.uniform(0.01, 0.05)), ("beta", rng.uniform(0.01, 0.05)))
+    old_code, new_code = SpeedCache(tmp_path, fingerprint="kernels-v1"), SpeedCache(tmp_path, fingerprint="kernels-v2")
+    cls = length_class(40000)
+    assert old_code.key(LABEL, 64, "float32", cls) != old_code.key(LABEL, 128, "float32", cls)
+    assert old_code.key(LABEL, 64, "float32", cls) != new_code.key(LABEL, 64, "float32", cls)
+    written = _speeds(seconds, head_dim=64)
+    old_code.write(written)
+    assert old_code.read(LABEL, 64, "float32", cls).seconds == written.seconds
+    assert old_code.read(LABEL, 128, "float32", cls) is None
+    assert new_code.read(LABEL, 64, "float32", cls) is None
+    reg = _registry([])
+
+    def known(cache, head_dim):
+        return cached_speeds(reg, cache, device="cpu", head_dim=head_dim, dtype=torch.float32, seq_len=40000,
+                             label=LABEL, capability=SM86, available=("alpha", "beta"))
+    assert known(old_code, 64).cached and known(old_code, 64).seconds == written.seconds
+    assert known(old_code, 128) is None and known(new_code, 64) is None
+
+
+def test_the_cached_read_times_nothing_and_serves_only_a_whole_entry(tmp_path, monkeypatch):
+    """`cached_speeds` (a forecast's read) is what `probe_speeds` would return, without a probe: None where the cache
+    lacks a candidate (a probe would time it), the entry where it holds all; on CPU the probe's refusal."""
+    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    monkeypatch.setattr("longmedia.attention.speed_probe.measure_speeds",
+                        lambda *a, **kw: pytest.fail("a cached read must not time anything"))
+    reg, cache = _registry([]), SpeedCache(tmp_path)
+
+    def known(available):
+        return cached_speeds(reg, cache, device="cpu", head_dim=32, dtype=torch.float32, seq_len=40000, label=LABEL,
+                             capability=SM86, available=available)
+    assert known(reg.names) is None and not cache.path.exists()
+    rng = random.Random()
+    cache.write(_speeds([("alpha", rng.uniform(0.01, 0.05)), ("beta", rng.uniform(0.01, 0.05))]))
+    got = known(("alpha", "beta"))
+    assert got.cached and got.probe_s == 0.0 and set(got.order) == {"alpha", "beta"}
+    assert known(("alpha", "beta", "gamma")) is None   # gamma untimed: a probe would time it
+    refused = cached_speeds(reg, cache, device="cpu", head_dim=32, dtype=torch.float32, seq_len=40000)
+    assert "no CUDA device" in refused.refused
+    off = attention_speeds("cuda:0", attention_mode="auto", head_dim=128, seq_len=1000, cache=cache, measure=False,
+                           environ={"LONGMEDIA_SPEED_PROBE": "off"})
+    assert off.refused == "LONGMEDIA_SPEED_PROBE=off"
 
 
 def test_the_code_fingerprint_reads_the_kernels_sources(tmp_path, monkeypatch):

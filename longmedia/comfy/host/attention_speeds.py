@@ -4,7 +4,8 @@ The probe itself is `attention/speed_probe.py`; this module owns its disk cache:
 attention_speeds.json` (kept across restarts, unlike ComfyUI's temp directory), one entry per GPU, torch and CUDA
 version, head_dim, dtype, length class and the timed code's fingerprint (`speed_probe.code_fingerprint`).
 `LONGMEDIA_SPEED_PROBE=off` refuses the probe (auto then orders the exact backends by the static rank, and says so
-in the plan's reasons). Only an auto or Sol job on a CUDA device probes.
+in the plan's reasons). Only an auto or Sol job on a CUDA device probes, after the pass's residency boundary
+(`pass_plan.measure_speeds`); a forecast reads the cache only (`measure=False`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Mapping
 
 import torch
 
-from ...attention.speed_probe import SpeedCache, probe_speeds
+from ...attention.speed_probe import SpeedCache, cached_speeds, probe_speeds
 from ...attention.speeds import MeasuredSpeeds
 
 ENV_VAR = "LONGMEDIA_SPEED_PROBE"
@@ -32,9 +33,12 @@ def speed_cache() -> SpeedCache:
 
 def attention_speeds(load_device, *, attention_mode: str, head_dim: int, seq_len: int,
                      dtype: torch.dtype = torch.bfloat16, cache: SpeedCache | None = None,
-                     environ: Mapping[str, str] | None = None) -> MeasuredSpeeds | None:
+                     environ: Mapping[str, str] | None = None, measure: bool = True) -> MeasuredSpeeds | None:
     """The speeds auto orders the exact backends by; None for `existing` (nothing to order). A refused probe (the
-    environment switch, CPU) is a `MeasuredSpeeds` carrying only why, so the plan's reasons can say it."""
+    environment switch, CPU) is a `MeasuredSpeeds` carrying only why, so the plan's reasons can say it.
+
+    measure: time what the cache lacks on the device (GPU work: run it after the residency boundary, `pass_plan.
+    measure_speeds`); False reads the cache only, and None where it lacks a candidate (a forecast's plan)."""
     if attention_mode not in PROBED_MODES:
         return None
     dtype_name = str(dtype).removeprefix("torch.")
@@ -43,6 +47,9 @@ def attention_speeds(load_device, *, attention_mode: str, head_dim: int, seq_len
         return MeasuredSpeeds.none(f"{ENV_VAR}={env}", head_dim=head_dim, dtype=dtype_name, seq_len=seq_len)
     from ...attention.backends import default_registry
 
+    if not measure:
+        return cached_speeds(default_registry(), speed_cache() if cache is None else cache, device=load_device,
+                             head_dim=head_dim, dtype=dtype, seq_len=seq_len)
     speeds = probe_speeds(default_registry(), speed_cache() if cache is None else cache, device=load_device,
                           head_dim=head_dim, dtype=dtype, seq_len=seq_len)
     if speeds.seconds and not speeds.cached:  # timed now: hand the probe's freed blocks back before models load

@@ -1,9 +1,11 @@
-"""Checking and planning one pass before it runs: every input checked (before any GPU work), the pass's geometry
-read from its longest model call's packed row spans, the host's attention and the exact backends' speeds read into
-the request, and the plan made for a device profile.
+"""Checking and planning one pass before it runs: every input checked (no GPU work), the pass's geometry read from
+its longest model call's packed row spans, the host's attention read into the request; the exact backends' speeds
+measured in a step of their own (`measure_speeds`: GPU work, after the residency boundary); the plan made for a
+device profile.
 
-`sampler.run_sampler` checks a pass here, then plans it from the memory the residency boundary leaves
-(`load_device_profile`); a segmented job's forecast plans each pass here without running it (`plan_for`).
+`sampler.run_sampler` checks a pass here, runs the residency boundary, measures the speeds, then plans the pass from
+the memory the boundary leaves (`load_device_profile`); a segmented job's forecast plans each pass here without
+running it (`plan_for`: the speeds the disk cache holds, nothing timed).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...attention.speeds import MeasuredSpeeds
 from ...h3.geometry import Geometry
 from ...h3.profiles import DeviceProfile, ModelProfile
 from ...job.preflight import StagePass, check_conditioning_widths, check_pass_rows
@@ -28,6 +31,10 @@ from ..host.patches import model_patch_bytes
 from ..patching.sparse_attention_node import block_sparse_evidence
 from ..patching.sparse_attention_node import reconcile as reconcile_block_sparse
 from . import sampler_inputs
+
+SpeedProbe = Callable[..., MeasuredSpeeds | None]
+"""`host.attention_speeds.attention_speeds`' signature: (load_device, *, attention_mode, head_dim, seq_len,
+measure=True) -> the exact backends' speeds (None: nothing to order)."""
 
 
 def _conditionings(guider) -> list:
@@ -61,8 +68,8 @@ def longest_row_spans(guider, video, audio, keyframes: tuple | None = None):
 @dataclass(frozen=True)
 class CheckedPass:
     """One pass's inputs, checked before anything runs: the loaded model's profile, the pass's geometry and its
-    packed row spans (its longest model call's), the request (with the host's attention read in) and what
-    BlockSparseAttention left on it."""
+    packed row spans (its longest model call's), the request (with the host's attention read in; the speeds
+    `measure_speeds` adds) and what BlockSparseAttention left on it."""
 
     profile: ModelProfile
     geometry: Geometry
@@ -74,7 +81,8 @@ class CheckedPass:
 
 def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | None = None,
                stage: StagePass | None = None) -> CheckedPass:
-    """Check every input of one pass (before any GPU work) and read its geometry; nothing is planned yet.
+    """Check every input of one pass and read its geometry; nothing is planned or measured yet (no GPU work: the
+    request keeps the attention speeds it carries, or none; `measure_speeds` times them after the boundary).
 
     keyframes: the H3 guides to count instead of the conditioning's own (a segment's context guide), or None.
     stage: a Hi-Res or Refiner pass (`job.preflight.StagePass`): refusals name that node's inputs.
@@ -98,10 +106,6 @@ def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | 
         request = dataclasses.replace(request, host_attention=host_attention(
             getattr(guider, "model_options", None), getattr(guider.model_patcher, "model_options", None),
             diffusion_model=model))
-    if request.attention_speeds is None:  # the exact backends' speed on this device (probed once, cached on disk)
-        request = dataclasses.replace(request, attention_speeds=attention_speeds(
-            guider.model_patcher.load_device, attention_mode=request.attention_mode, head_dim=profile.dims.head_dim,
-            seq_len=geometry.seq_len))
     if request.pinned_memory and not pinned_memory_enabled():   # ComfyUI's --disable-pinned-memory: no pin cache
         request = dataclasses.replace(request, pinned_memory=False)
     evidence = block_sparse_evidence(guider.model_patcher, getattr(guider, "model_options", {}))
@@ -109,6 +113,23 @@ def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | 
     if patches.present and request.patch_host_bytes == 0:
         request = dataclasses.replace(request, patch_host_bytes=patches.host_bytes)
     return CheckedPass(profile, geometry, tuple(row_spans), request, evidence, patches)
+
+
+def measure_speeds(checked: CheckedPass, load_device, probe: SpeedProbe | None = None, *,
+                   measure: bool = True) -> CheckedPass:
+    """The attention speed probe, a step of its own: `checked` with the exact backends' speeds on `load_device` in
+    its request (timed once per device, torch and CUDA version and code, then read from the disk cache). The timing
+    is GPU work (CUDA events, then the allocator's cache emptied): the Sampler runs it after the residency boundary.
+    A request that carries speeds keeps them.
+
+    probe: the timing (None: `host.attention_speeds.attention_speeds`); measure: False reads the disk cache only,
+    timing nothing (a forecast's plan)."""
+    if checked.request.attention_speeds is not None:
+        return checked
+    speeds = (attention_speeds if probe is None else probe)(
+        load_device, attention_mode=checked.request.attention_mode, head_dim=checked.profile.dims.head_dim,
+        seq_len=checked.geometry.seq_len, measure=measure)
+    return dataclasses.replace(checked, request=dataclasses.replace(checked.request, attention_speeds=speeds))
 
 
 def plan_pass(checked: CheckedPass, device: DeviceProfile) -> ExecutionPlan:
@@ -123,8 +144,10 @@ def plan_for(guider, latent, sigmas, request: PlanRequest,
              device_profile: DeviceProfile | Callable[[], DeviceProfile] | None = None, keyframes: tuple | None = None,
              stage: StagePass | None = None):
     """Check and plan one pass without running it (a segmented job's forecast); returns (plan, row_spans).
-    Whether the plan can run is `job.preflight.check_plan_runs(plan)`."""
-    checked = check_pass(guider, latent, sigmas, request, keyframes, stage)
+    Whether the plan can run is `job.preflight.check_plan_runs(plan)`. Nothing is timed: the plan orders the exact
+    backends by the speeds the disk cache holds for the pass (`measure_speeds(measure=False)`), else the static rank."""
+    checked = measure_speeds(check_pass(guider, latent, sigmas, request, keyframes, stage),
+                             guider.model_patcher.load_device, measure=False)
     if isinstance(device_profile, DeviceProfile):
         device = device_profile
     else:
@@ -168,4 +191,5 @@ def load_device_profile(load_device, measured: MemorySnapshot | None = None) -> 
 
 
 
-__all__ = ["CheckedPass", "check_pass", "load_device_profile", "longest_row_spans", "plan_for", "plan_pass"]
+__all__ = ["CheckedPass", "SpeedProbe", "check_pass", "load_device_profile", "longest_row_spans", "measure_speeds",
+           "plan_for", "plan_pass"]

@@ -1,8 +1,10 @@
-"""Running one pass, the Sampler's ComfyUI side: checks (`pass_plan`) -> residency boundary -> plan -> patched
-copy of the guider (`clone_install`) -> ComfyUI's own sampling -> report.
+"""Running one pass, the Sampler's ComfyUI side: checks (`pass_plan`) -> residency boundary -> attention speed
+probe (`pass_plan.measure_speeds`) -> plan -> patched copy of the guider (`clone_install`) -> ComfyUI's own
+sampling -> report.
 
-The residency boundary runs before the plan reads the device, so what an earlier run left behind is
-released before free memory is measured (a seed-only rerun plans from the same state). The guider is copied
+The checks do no GPU work. The residency boundary runs before the speed probe times anything and before the plan
+reads the device, so what an earlier run left behind is released before free memory is measured (a seed-only
+rerun plans from the same state). The guider is copied
 with a cloned ModelPatcher and a cloned `model_options`, and only the copy is patched. An allocation failure
 outside the streamed phases is named by the phase it happened in; the output is checked to be finite.
 """
@@ -35,7 +37,7 @@ from ..patching.residency import residency_boundary
 from ..probes_env import probes_from_env
 from . import sampler_inputs
 from .oom_phase import traced_phase
-from .pass_plan import check_pass, load_device_profile, plan_pass
+from .pass_plan import SpeedProbe, check_pass, load_device_profile, measure_speeds, plan_pass
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
                 weights: WeightAccess | None = None, stage: StagePass | None = None,
                 devices: str | None = None, ram_facts: RamFacts | None = None,
-                read_ahead_blocks: int | None = None) -> SamplingResult:
-    """Check every input, run the residency boundary, plan from the memory measured after it, patch a copy of
-    `guider`, and sample exactly as SamplerCustomAdvanced does.
+                read_ahead_blocks: int | None = None, speed_probe: SpeedProbe | None = None) -> SamplingResult:
+    """Check every input, run the residency boundary, measure the attention speeds, plan from the memory measured
+    after the boundary, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does.
 
-    device_profile: a fixed profile (planned once, e.g. a card to plan for), a probe called after the boundary,
-    or None to plan from the boundary's own reading of the load device after it ran.
+    device_profile: a fixed profile (a card to plan for: planned before the boundary with the speeds the disk cache
+    holds and refused there if it cannot run; planned again after the probe only where it timed new speeds), a probe
+    called after the boundary, or None to plan from the boundary's own reading of the load device after it ran.
     memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
     torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
     streamed phases and held weights (`execution/probes.py`); None: the probes LONGMEDIA_PROBES names, usually none.
@@ -86,17 +89,21 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     returns or raises; the plan is made again once they have measured their link (the cost model reads it).
     ram_facts: how host RAM is read and ComfyUI's pins freed (`host_ram.RamFacts`; None: ComfyUI's own); tests stand in
     a small machine here. read_ahead_blocks: None reads the next blocks' weights ahead from disk where the plan asks
-    for it (not by default: measured slower); N the next N blocks (the bench's controls); 0 never."""
+    for it (not by default: measured slower); N the next N blocks (the bench's controls); 0 never.
+    speed_probe: the attention speed probe, run after the boundary where the request carries no speeds
+    (`pass_plan.measure_speeds`; None: `host.attention_speeds.attention_speeds`)."""
     from ..sp.run import sp_request, start_ranks
 
     check_runs = stage.check_runs if stage is not None else check_plan_runs
-    checked = check_pass(guider, latent, sigmas, request, stage=stage)  # every input checked first
+    checked = check_pass(guider, latent, sigmas, request, stage=stage)  # every input checked first: no GPU work
     load_device = guider.model_patcher.load_device
     sp_checked, sp_devices = sp_request(checked.request, devices, load_device)
     checked = dataclasses.replace(checked, request=sp_checked)
     row_spans = list(checked.row_spans)
-    if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned once, refused before the boundary
-        plan = plan_pass(checked, device_profile)
+    known = None
+    if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned with the speeds the disk cache holds
+        known = measure_speeds(checked, load_device, speed_probe, measure=False)  # (nothing timed), refused here
+        plan = plan_pass(known, device_profile)
         runs = check_runs(plan)
         required = plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes
     else:  # planned once, after the boundary, from the memory it leaves
@@ -104,8 +111,10 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
                                   memory_required=required)
-    if plan is None:
-        device = device_profile() if device_profile is not None else load_device_profile(load_device, boundary.after)
+    checked = measure_speeds(checked, load_device, speed_probe)  # GPU work (timing), after the boundary
+    if plan is None or checked.request.attention_speeds != known.request.attention_speeds:  # timed what it lacked
+        device = device_profile if isinstance(device_profile, DeviceProfile) else (
+            device_profile() if device_profile is not None else load_device_profile(load_device, boundary.after))
         plan = plan_pass(checked, device)
         runs = check_runs(plan)
     ranks, clean = None, False
