@@ -28,7 +28,9 @@ def fake_pass(context: torch.Tensor | None, seed: int, prompt: int) -> torch.Ten
 
 
 def run(inputs, cache, job="job"):
-    """One job of len(inputs) segments through a RetakeChain as comfy/passes/segmented.py walks it."""
+    """One job of len(inputs) segments through a RetakeChain's calls (key, lookup, store on a miss) with a fake pass:
+    the chain's keys under test, not the product's loop, which is held to the same rule by
+    tests/comfyui/test_directed_segments.py (`run_segmented` on the tiny checkpoints, over a history of edits)."""
     chain = RetakeChain(cache, job)
     outs = []
     for i, (seed, prompt) in enumerate(inputs):
