@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import random
 
 import pytest
 import torch
@@ -314,7 +313,7 @@ def test_our_override_chains_with_bsas_in_both_orders(comfy_inprocess, order):
         install_attention_override(topts, choice, registry=registry)
         assert isinstance(topts[OVERRIDE_KEY], LongMediaAttentionOverride)
         assert topts[OVERRIDE_KEY].previous.__module__ == bsa.__name__
-    g = torch.Generator().manual_seed(random.randrange(1 << 30))
+    g = torch.Generator().manual_seed(317)
     q, k, v = (torch.randn(1, heads, seq, dim, generator=g) for _ in range(3))
     box = getattr(attn, "AttentionTensorContainer", lambda t: t)
     out = attn.optimized_attention(box(q), box(k), box(v), heads, mask=None, skip_reshape=True,

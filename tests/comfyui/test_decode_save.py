@@ -181,6 +181,65 @@ def test_cancel_mid_decode_leaves_no_file(vaes, tmp_path, encode_ahead):
     assert _no_writer_thread()
 
 
+def unchecked_decoder(minimax_vae, shapes_from, seed: int):
+    """A decoder of ComfyUI's H3 video VAE class (Decode & Save takes no other) whose decode is plain torch: no
+    ComfyUI op runs in it, so ComfyUI's per-op interrupt check (`comfy.ops.run_every_op`) never does. It writes
+    seeded random pixels in 17-frame chunks, in order, into the buffer it is handed, as
+    `MiniMaxH3VideoVAE.decode_temporal` does; its output shape is `shapes_from`'s (the tiny VAE's)."""
+
+    class UncheckedDecoder(minimax_vae.MiniMaxH3VideoVAE):
+        comfy_has_chunked_io = True
+
+        def __init__(self):
+            torch.nn.Module.__init__(self)          # no layers: its decode below uses none
+            self.chunks_decoded = 0
+
+        def decode_output_shape(self, input_shape):
+            return shapes_from.decode_output_shape(input_shape)
+
+        def decode(self, z, output_buffer=None):
+            g = torch.Generator().manual_seed(seed)
+            _, channels, frames, height, width = output_buffer.shape
+            for a in range(0, frames, 17):
+                part = torch.rand(1, channels, min(a + 17, frames) - a, height, width, generator=g)
+                self.chunks_decoded += 1
+                output_buffer[:, :, a:a + part.shape[2], :, :].copy_(part)
+
+    return UncheckedDecoder()
+
+
+def test_cancel_stops_a_decoder_that_never_checks_at_the_next_chunk(comfy_inprocess, tmp_path):
+    """Decode & Save's own check at every chunk is what stops it: the decoder runs no ComfyUI op, so nothing else
+    sees the Cancel before the file would be finished."""
+    import comfy.model_management as mm
+    import comfy.sd
+    from comfy.ldm.minimax import vae
+
+    from longmedia.comfy.decode_save import decode_and_save
+    from longmedia.testing.tiny_vae import tiny_video_vae
+
+    video_vae = tiny_video_vae(comfy.sd, vae, seed=3)         # ComfyUI's wrapper, its decoder swapped below
+    decoder = unchecked_decoder(vae, video_vae.first_stage_model, seed=16)
+    video_vae.first_stage_model = decoder
+    video_vae.patcher = type(video_vae.patcher)(decoder, load_device=video_vae.device,
+                                                offload_device=video_vae.patcher.offload_device)
+    seen = []
+
+    def cancel_after_first(chunk):
+        seen.append(chunk)
+        mm.interrupt_current_processing(True)      # what the Cancel button does
+
+    try:
+        with pytest.raises(mm.InterruptProcessingException):
+            decode_and_save(av_latent(seed=16), video_vae, None, filename_prefix="video/cancelled",
+                            output_dir=str(tmp_path), on_chunk=cancel_after_first)
+    finally:
+        mm.interrupt_current_processing(False)
+    assert [(c.start, c.stop) for c in seen] == [(0, 17)], f"the chunks written after the Cancel: {seen[1:]}"
+    assert decoder.chunks_decoded == 2, "the second chunk, decoded, is refused at the sink before it is written"
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [], "a cancelled run leaves no file"
+
+
 @pytest.mark.parametrize("encode_ahead", [False, True])
 def test_failed_write_leaves_no_file(vaes, tmp_path, encode_ahead):
     from longmedia.comfy.decode_save import decode_and_save

@@ -254,6 +254,22 @@ def test_spill_files_deleted_or_damaged_are_sampled_again_and_a_full_temp_folder
     assert any("could not spill" in line for line in done.report.summary_lines())
 
 
+def test_each_retake_resamples_from_the_first_segment_no_earlier_run_shares(env, story, tmp_path):
+    """The retake rule on the product's own loop (`run_segmented`) over a history of edits: a run reuses the
+    longest prefix of segments that any earlier run shared (not only the last run), and samples every segment
+    after it; the last run equals a fresh one bit for bit."""
+    cache = RetakeCache(64 * MIB, 0, tmp_path)
+    history, last = [], None
+    for pins in [(None,) * 4, (None, 11), (None, None, 12), (None,) * 4, (None, 11, 12)]:
+        seeds = tuple(pins) + (None,) * (4 - len(pins))
+        shared = max((next((i for i in range(4) if old[i] != seeds[i]), 4) for old in history), default=0)
+        last = run(env, story, cache, seeds=seeds)
+        got = [s.source for s in last.report.segments]
+        assert got == ["reused"] * shared + ["sampled"] * (4 - shared), (history, seeds, got)
+        history.append(seeds)
+    assert identical(last, run(env, story, seeds=history[-1]))
+
+
 def test_retakes_on_a_one_pass_job_are_said_to_be_unused(env, tmp_path):
     """Issue 49: a Retakes node connected to a one-pass job was silently unused; the report now says so."""
     made = env["setup"].run_setup(None, env["neg"], width=W, height=H, seconds=1.0, segment_seconds=0.0,

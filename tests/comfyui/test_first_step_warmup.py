@@ -37,7 +37,7 @@ def test_the_report_names_the_speed_probe_run_before_the_first_step(env):
 
     from longmedia.attention.speeds import MeasuredSpeeds
 
-    probe = random.uniform(5.0, 20.0)
+    probe = random.Random(34).uniform(5.0, 20.0)
     speeds = MeasuredSpeeds(device="Fake GPU sm90", head_dim=999, dtype="bfloat16", length_class="short", rows=4096,
                             heads=8, seconds=(("sdpa", 0.01),), probe_s=probe)  # covers no job: orders nothing here
     job = tiny_sampler_job(env["model"], width=128, height=96, frames=39)

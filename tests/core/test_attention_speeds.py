@@ -130,8 +130,9 @@ def test_the_probe_reports_its_own_time_and_a_cached_read_reports_none(tmp_path,
     Its seconds come back with the timings and in the plan's reason; a read from the disk cache carries none."""
     monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
     reg, cache = _registry([]), SpeedCache(tmp_path)
-    start = random.uniform(100.0, 200.0)
-    took = random.uniform(5.0, 20.0)
+    rng = random.Random(133)
+    start = rng.uniform(100.0, 200.0)
+    took = rng.uniform(5.0, 20.0)
     ticks = iter([start, start + took])
     got = _probe(reg, cache, _Clock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01}), wall=lambda: next(ticks))
     assert abs(got.probe_s - took) < 1e-9 and not got.cached

@@ -133,7 +133,7 @@ def test_default_reader_on_this_machine():
     through to their own field, never to a neighbour's."""
     import random
 
-    rng = random.Random()
+    rng = random.Random(136)
     aimdo, vbar, pinned = (rng.randrange(1, 64 * GIB) for _ in range(3))
     reclaim = rng.randrange(1, 64 * GIB)
     host = HostMemory(aimdo_usage=lambda: aimdo, vbar_reclaimable=lambda device: reclaim,

@@ -30,13 +30,14 @@ def test_a_kernel_as_good_as_its_dtype_passes_and_a_worse_one_fails():
     rounded = ref.half()                                   # an fp32-accumulating kernel: only the output rounding
     assert error_bound(rounded, ref, baseline).holds
     worse = 3 * max_abs_error(baseline, ref)                # a kernel three times as far off as torch in fp16
-    noisy = ref + worse * torch.randn_like(ref).sign()
+    g = torch.Generator().manual_seed(33)
+    noisy = ref + worse * torch.randn(ref.shape, dtype=ref.dtype, generator=g).sign()
     bound = error_bound(noisy, ref, baseline)
     assert not bound.holds and bound.error > bound.limit and "same-dtype torch error" in str(bound)
 
 
 def test_the_floor_covers_an_exact_baseline_and_shapes_must_match():
-    ref = torch.randn(3, 5, dtype=torch.float64)
+    ref = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(39))
     assert error_bound(ref + 5e-7, ref, ref.clone()).holds
     assert not error_bound(ref + 5e-6, ref, ref.clone()).holds
     with pytest.raises(ValueError, match="shapes differ"):
@@ -46,7 +47,7 @@ def test_the_floor_covers_an_exact_baseline_and_shapes_must_match():
 def test_an_approximate_kernel_is_held_to_its_own_reference_with_the_dtype_noise_of_exact_attention():
     q, k, v = _qkv(torch.float16)
     exact = F.scaled_dot_product_attention(*(t.double() for t in (q, k, v)))
-    approx = exact + 0.1 * torch.randn_like(exact)          # some approximation's high-precision reference
+    approx = exact + 0.1 * torch.randn(exact.shape, dtype=exact.dtype, generator=torch.Generator().manual_seed(49))          # some approximation's high-precision reference
     baseline = naive_attention(q, k, v)
     assert error_bound(approx.half(), approx, baseline, baseline_reference=exact).holds
     assert not error_bound(exact.half(), approx, baseline, baseline_reference=exact).holds

@@ -22,7 +22,7 @@ def _report(steps, sampler_steps, warmup_s=0.0, probe_s=0.0):
 
 
 def test_first_step_apart_from_the_steady_mean_with_cond_and_uncond_calls():
-    rng = random.Random()
+    rng = random.Random(25)
     first, later = rng.uniform(20, 25), [rng.uniform(12, 13) for _ in range(3)]
     steps, i = [], 0
     for step, total in enumerate([first, *later]):
@@ -56,8 +56,9 @@ def test_uncounted_steps_report_no_skips():
 
 def test_the_speed_probe_shows_beside_the_first_step_and_in_the_json():
     """The probe's seconds (before the first model call) are named beside the first step, not folded into it."""
-    probe = random.uniform(8, 20)
-    steps = [StepRecord(i, 1.0 - i / 3, random.uniform(12, 13), 0, 0, i) for i in range(3)]
+    rng = random.Random(59)
+    probe = rng.uniform(8, 20)
+    steps = [StepRecord(i, 1.0 - i / 3, rng.uniform(12, 13), 0, 0, i) for i in range(3)]
     report = _report(steps, 3, warmup_s=2.0, probe_s=probe)
     line = report.time_lines()[0]
     assert f"the attention speed probe ran before it in {probe:.2f} s" in line
