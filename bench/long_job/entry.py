@@ -46,9 +46,10 @@ def parse(argv=None):
                    help="run passes [FIRST, STOP) of the stage; a later process continues from the saved latents "
                         f"(default: all; the plan prints the calls at {PASSES_PER_PROCESS} passes per process)")
     p.add_argument("--seeded-input", action="store_true",
-                   help="a DiT stage whose input latent (the previous stage's) is not in --out starts from a seeded "
-                        "random latent of that shape instead, and its rows say so (seeded_input): for measuring a "
-                        "stage's time and memory without running the stages before it; its output is no video")
+                   help="a stage whose input latent (the previous stage's) is not in --out starts from a seeded "
+                        "random latent of that shape instead (the decode: of Hi-Res's output, the Refiner's shape), "
+                        "and its rows say so (seeded_input): a stage's time and memory without the stages before it; "
+                        "its output is no video")
     p.add_argument("--prepare", action="store_true", help="only write the checkpoint (its own device call)")
     p.add_argument("--stage-budget-s", type=float, default=550.0, help="wall-time limit of one stage process")
     p.add_argument("--host-ram-gb", type=host_ram_value, default=None, metavar="GIB",

@@ -142,10 +142,11 @@ def make_nodes(recorder_for) -> dict:
         @classmethod
         def INPUT_TYPES(cls):
             return {"required": {"work_dir": ("STRING", {"default": ""}), "tiny": ("BOOLEAN", {"default": False}),
-                                 "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1})},
+                                 "seed": ("INT", {"default": 0, "min": 0, "max": 2 ** 31 - 1}),
+                                 "seeded_input": ("BOOLEAN", {"default": False})},
                     "optional": {"video_vae": ("VAE",), "audio_vae": ("VAE",)}}
 
-        def run(self, work_dir, tiny, seed, video_vae=None, audio_vae=None):
+        def run(self, work_dir, tiny, seed, seeded_input=False, video_vae=None, audio_vae=None):
             import comfy.sd
             from comfy.ldm.minimax import audio_vae as minimax_audio_vae
             from comfy.ldm.minimax import vae as minimax_vae
@@ -154,7 +155,10 @@ def make_nodes(recorder_for) -> dict:
             from longmedia.testing import tiny_vae
 
             work = Path(work_dir)
-            latent = _nested(load_latents(work / "refiner.pt")["output"])
+            if seeded_input and not (work / "refiner.pt").is_file():   # the Refiner keeps Hi-Res's shape
+                latent = _nested(seeded_latent(load_latents(work / "hires.pt")["output"], SEEDED_INPUT_SEED))
+            else:
+                latent = _nested(load_latents(work / "refiner.pt")["output"])
             if tiny:
                 video_vae = tiny_vae.tiny_video_vae(comfy.sd, minimax_vae, seed=seed)
                 audio_vae = tiny_vae.tiny_audio_vae(comfy.sd, minimax_audio_vae, seed=seed + 1)

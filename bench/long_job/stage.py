@@ -27,12 +27,13 @@ def stage_prompt(a, job, unet: str) -> dict:
     work = str(a.out.resolve())
     if a.child == "decode":
         if a.smoke:    # tiny VAEs, built in the node (ComfyUI's loader recognises only the full-size layout)
-            return {"run": {"class_type": "LongMediaLongJobDecode", "inputs": {"work_dir": work, "tiny": True,
-                                                                               "seed": vae_files.VAE_SEED}}}
+            return {"run": {"class_type": "LongMediaLongJobDecode", "inputs": {
+                "work_dir": work, "tiny": True, "seed": vae_files.VAE_SEED, "seeded_input": a.seeded_input}}}
         return {"vv": {"class_type": "VAELoader", "inputs": {"vae_name": vae_files.VIDEO_VAE_FILE}},
                 "av": {"class_type": "VAELoader", "inputs": {"vae_name": vae_files.AUDIO_VAE_FILE}},
                 "run": {"class_type": "LongMediaLongJobDecode", "inputs": {
-                    "work_dir": work, "tiny": False, "seed": vae_files.VAE_SEED, "video_vae": ["vv", 0],
+                    "work_dir": work, "tiny": False, "seed": vae_files.VAE_SEED, "seeded_input": a.seeded_input,
+                    "video_vae": ["vv", 0],
                     "audio_vae": ["av", 0]}}}
     steps = {"sampler": job.sampler_steps, "hires": job.hires_schedule_steps, "refiner": 1}[a.child]
     return {
@@ -82,7 +83,8 @@ def stage_main(a) -> int:
     job = SMOKE if a.smoke else FULL
     base = {"stage": a.child, "passes": list(a.passes), "card_gib": a.card, "blocks": a.blocks, "smoke": a.smoke,
             "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "job": job.to_dict(),
-            "seeded_input": a.seeded_input and a.child != "decode", **json.loads(a.host_row)}   # the parent's host RAM limit (host_ram_gib None: all of it)
+            "seeded_input": a.seeded_input,
+            **json.loads(a.host_row)}   # the parent's host RAM limit (host_ram_gib None: all of it)
 
     model_calls = []
 

@@ -47,18 +47,18 @@ def test_the_smoke_runs_every_stage_and_writes_its_rows(comfyui_root, tmp_path):
 
 def test_a_stage_with_seeded_input_starts_from_a_seeded_latent_and_says_so(comfyui_root, tmp_path):
     """--seeded-input: Hi-Res without the Sampler's latent in --out runs on a seeded random latent of the Sampler's
-    output shape, and its rows carry seeded_input (without the flag the stage refuses: `nodes.load_latents`)."""
+    output shape (the decode likewise, without the Refiner's), and its rows carry seeded_input (without the flag the stage refuses: `nodes.load_latents`)."""
     import json
 
     from bench.long_job.entry import parse, run_stage
     from longmedia.testing.tiny_h3 import write_tiny_h3
 
-    def hires(out: Path) -> int:
+    def stage(name: str, out: Path) -> int:
         a = parse(["--smoke", "--out", str(out), "--seeded-input"])
         a.models = tmp_path / "models"
         a.models.mkdir(exist_ok=True)
         a.host_row = json.dumps({"host_ram_gib": None})
-        a.stage, a.passes = "hires", None
+        a.stage, a.passes = name, None
         old = os.environ.get("LONGMEDIA_COMFYUI_ROOT")
         os.environ["LONGMEDIA_COMFYUI_ROOT"] = str(comfyui_root)
         try:
@@ -70,7 +70,12 @@ def test_a_stage_with_seeded_input_starts_from_a_seeded_latent_and_says_so(comfy
                 os.environ["LONGMEDIA_COMFYUI_ROOT"] = old
 
     out = tmp_path / "seeded"
-    assert hires(out) == 0
+    assert stage("hires", out) == 0
     rows = read_rows(out / ROWS_FILE)
     assert [r["kind"] for r in rows] == ["pass", "pass", "stage"] and all(r["seeded_input"] is True for r in rows)
     assert rows[-1]["result"] == "ok" and (out / "hires.pt").is_file() and not (out / "sampler.pt").exists()
+    # the decode without the Refiner's latent: a seeded one of Hi-Res's output shape, the Refiner's
+    assert stage("decode", out) == 0
+    decode = read_rows(out / ROWS_FILE)[-1]
+    assert decode["stage"] == "decode" and decode["result"] == "ok" and decode["seeded_input"] is True
+    assert (decode["decode"]["width"], decode["decode"]["height"]) == (96, 96) and not (out / "refiner.pt").exists()

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The 60 s job's Hi-Res, Refiner and Decode & Save stages under 32 GiB of host RAM (issue 45: the job end to end at
+# The 60 s job's Hi-Res, Decode & Save and Refiner stages under 32 GiB of host RAM (issue 45: the job end to end at
 # 32 GiB, its Sampler stage in docs/lab/data/2026-12-07-h100-long-job-60s-32gib.jsonl), then an all-RAM basis on
 # this machine (Hi-Res passes 0 and 1; first on a card other than an H100) and the Sampler's first two passes at 16 GiB, on a GPU machine without network
 # (128 GiB RAM, no swap), as one background job (tools/gpu/hold.sh start). Hi-Res starts from a seeded random latent
@@ -46,12 +46,15 @@ stage() {  # stage NAME RAM [ARGS]: one whole stage under that host RAM, in $W/r
     tail -4 $W/long_job_table_$ram.md
     return $rc
 }
-stage hires 32 && stage refiner 32 && {
+# Decode & Save before the Refiner (it decodes a seeded latent of Hi-Res's output shape, the Refiner's): the
+# Refiner's passes have Hi-Res's rows and weights, the decode's host RAM is its own
+stage hires 32 && {
     for i in $(seq 1 60); do
         python3 -c "import av, sys; sys.exit(1 if getattr(av, 'LONGMEDIA_STUB', False) else 0)" && break
         echo "later stages: waiting for PyAV ($i)"; sleep 5
     done
     stage decode 32
+    stage refiner 32
 }
 [ "${based:-}" = yes ] || basis
 echo "the Sampler's passes 0 and 1 at 16 GiB $(date +%T)"
