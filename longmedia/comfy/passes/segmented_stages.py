@@ -25,9 +25,8 @@ from ...segments.prompts import SegmentPrompts
 from ...segments.seam_steps import seam_steps
 from ...segments.timeline import SegmentPlan
 from ..retakes import directing
+from . import pass_loop, sampler_inputs
 from . import sampler as comfy_sampler
-from . import sampler_inputs
-from .pass_loop import Prepare, RunPass, StageLatents, run_passes
 from .pass_plan import plan_for
 
 
@@ -60,9 +59,9 @@ def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], req
 
 
 def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: PlanRequest, plan: SegmentPlan, *,
-                        stage: StagePass, size: tuple[int, int], prepare: Prepare, run_pass: RunPass,
-                        keep_audio: bool, memory_reader: Reader | None = None, device_profile=None,
-                        passes: tuple[int, int] | None = None, done=None,
+                        stage: StagePass, size: tuple[int, int], prepare: pass_loop.Prepare,
+                        run_pass: pass_loop.RunPass, keep_audio: bool, memory_reader: Reader | None = None,
+                        device_profile=None, passes: tuple[int, int] | None = None, done=None,
                         prompts: SegmentPrompts | None = None) -> comfy_sampler.SamplingResult:
     """Run a Hi-Res or Refiner stage over `plan`'s passes and assemble them into the job's latent at `size`.
 
@@ -82,10 +81,12 @@ def run_stage_segmented(noise, guider, sampler, sigmas, latent: dict, request: P
         return forecast_stage(guider, sigmas, plan, size, request, stage, (video.shape[1], audio.shape[1]),
                               device_profile, followed)
 
-    run = run_passes(noise, guider, sampler, sigmas, latent, request, plan, forecast=forecast,
-                     run_pass=functools.partial(run_pass, stage=stage), log_name=f"LongMedia {stage.node}",
-                     stage=StageLatents(size, prepare, keep_audio), keep_own_positive=True, prompts=prompts,
-                     memory_reader=memory_reader, device_profile=device_profile, passes=passes, done=done)
+    run = pass_loop.run_passes(noise, guider, sampler, sigmas, latent, request, plan, forecast=forecast,
+                               run_pass=functools.partial(run_pass, stage=stage),
+                               log_name=f"LongMedia {stage.node}",
+                               stage=pass_loop.StageLatents(size, prepare, keep_audio), keep_own_positive=True,
+                               prompts=prompts, memory_reader=memory_reader, device_profile=device_profile,
+                               passes=passes, done=done)
     todo = run.ran
     ran = f"passes {todo.start}..{todo.stop - 1} of {plan.count}" if len(todo) < plan.count else f"{plan.count} passes"
     notes = [f"{stage.node}: {ran}, one per segment of the job (each planned after its boundary)"]
