@@ -225,12 +225,12 @@ def test_a_cpu_allocator_failure_in_sampling_becomes_the_oom_report(env):
 
 
 def test_a_cpu_allocator_failure_on_the_segmented_job_latent_becomes_the_oom_report(comfy_inprocess):
-    from longmedia.comfy.passes import segmented
+    from longmedia.comfy.passes import pass_loop
 
     def allocate(*args):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
 
     with torch.inference_mode(), pytest.raises(LongMediaOOM) as info:
-        segmented._job_latent(allocate, None)
+        pass_loop.job_latent(allocate, None)
     assert info.value.report.phase == "job_latent" and "CPU RAM" in str(info.value)
-    assert segmented._job_latent(lambda n: torch.zeros(n), 3).shape == (3,)
+    assert pass_loop.job_latent(lambda n: torch.zeros(n), 3).shape == (3,)

@@ -313,3 +313,69 @@ def test_a_stage_split_over_two_runs_equals_one_run(env, sampled, monkeypatch):
         run_segmented(env["ncs"].Noise_RandomNoise(3), *args, passes=(2, 5), done=streams(head))
     with pytest.raises(LongMediaInputError, match="^done.output="):
         hires(env, sampled.output, monkeypatch, 2.0, passes=(1, 3), done=streams(first))   # done at 6x6, not 8x8
+
+
+class ReachedTheLoop(Exception):
+    """Raised by the spy on the pass loop: the run got there, nothing needs to sample."""
+
+
+def test_the_sampler_hi_res_and_the_refiner_reach_the_one_pass_loop(env, monkeypatch):
+    """Issue 48: the Sampler's segmented run, Hi-Res and the Refiner run their passes through the one loop
+    (`pass_loop.run_passes`), each with its own differences as parameters: the Sampler's without stage latents,
+    Hi-Res's at the upscaled size, the Refiner's at the input's size with the audio kept."""
+    from longmedia.comfy.passes import pass_loop, segmented
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        raise ReachedTheLoop
+
+    monkeypatch.setattr(pass_loop, "run_passes", spy)
+    noise, latent, job = env["ncs"].Noise_RandomNoise(7), env["setup"].latent, env["job"]
+    with pytest.raises(ReachedTheLoop):
+        segmented.run_job(noise, env["guider"], euler(env), sigmas(env, 2), latent, NORMAL, job)
+    with pytest.raises(ReachedTheLoop):
+        comfy_stages.run_hires(noise, env["guider"], euler(env), sigmas(env, 4), latent, NORMAL, scale=1.5,
+                               keep_audio=False, job=job)
+    with pytest.raises(ReachedTheLoop):
+        comfy_stages.run_refiner(noise, env["guider"], euler(env), latent, NORMAL, steps=2, job=job)
+    sampler_run, hires_run, refiner_run = seen
+    assert sampler_run.get("stage") is None and not sampler_run.get("keep_own_positive")
+    assert (hires_run["stage"].size, hires_run["stage"].keep_audio) == ((6, 6), False)
+    assert (refiner_run["stage"].size, refiner_run["stage"].keep_audio) == ((4, 4), True)
+    assert hires_run["keep_own_positive"] and refiner_run["keep_own_positive"]
+
+
+@pytest.mark.parametrize("node", ["sampler", "hires", "refiner"])
+def test_cancel_after_a_pass_stops_the_run_before_the_next_pass(env, sampled, monkeypatch, node):
+    """Cancel (ComfyUI's interrupt flag, as its Cancel button sets it) while pass 0 runs: the loop's check before
+    pass 1 raises ComfyUI's interrupt, so no later pass starts, and the flag is consumed for the next prompt."""
+    import comfy.model_management as mm
+
+    from longmedia.comfy.passes import sampler as comfy_sampler
+    from longmedia.comfy.passes import segmented
+
+    module = comfy_sampler if node == "sampler" else comfy_stages
+    real, ran = module.run_sampler, []
+
+    def cancelled_during(*args, **kwargs):
+        ran.append(len(ran))   # on entry: a pass that starts counts, even if ComfyUI's sampling then stops it
+        result = real(*args, **kwargs)
+        mm.interrupt_current_processing(True)
+        return result
+
+    monkeypatch.setattr(module, "run_sampler", cancelled_during)
+    noise, job = env["ncs"].Noise_RandomNoise(9), env["job"]
+    try:
+        with pytest.raises(mm.InterruptProcessingException):
+            if node == "sampler":
+                segmented.run_job(noise, env["guider"], euler(env), sigmas(env, 2), env["setup"].latent, NORMAL, job)
+            elif node == "hires":
+                comfy_stages.run_hires(noise, env["guider"], euler(env), sigmas(env, 4), sampled.output, NORMAL,
+                                       scale=1.5, job=job)
+            else:
+                comfy_stages.run_refiner(noise, env["guider"], euler(env), sampled.output, NORMAL, steps=2, job=job)
+        assert ran == [0] and not mm.processing_interrupted()
+    finally:
+        mm.interrupt_current_processing(False)

@@ -206,6 +206,43 @@ def test_nodes_and_bench_patch_no_product_attribute(path):
             assert not (node.args and product(node.args[0])), f"{path.name}:{node.lineno} {node.func.id} on the product"
 
 
+def _private_reaches(path: Path, relative_is_product: bool) -> list[str]:
+    """Where a file imports or reaches another product module's private (`_name`) name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = _product_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and relative_is_product and node.level:
+            where = "." * node.level + (f"{node.module}." if node.module else "")
+            bound.update({a.asname or a.name: where + a.name for a in node.names})
+        product = isinstance(node, ast.ImportFrom) and (
+            (node.module or "").split(".")[0] == "longmedia" or (relative_is_product and node.level))
+        if product:
+            found += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if _private(a.name)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = _root(node.value)
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{path.name}:{node.lineno} reaches {bound[root.id]}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_product_module_reaches_another_s_private_name(path):
+    """A module's `_name` helpers are its own: a second module that needs one gets a public name or a parameter
+    (issue 48: the stages' segmented run once reached into five of the Sampler's)."""
+    assert not _private_reaches(path, relative_is_product=True)
+
+
+def test_the_private_name_finder_finds_a_reach(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from . import segmented\nfrom .pass_loop import job_latent\n\n"
+                      "def f():\n    return segmented._seeded(1, 2), job_latent\n", encoding="utf-8")
+    assert _private_reaches(sample, relative_is_product=True) == ["sample.py:5 reaches .segmented._seeded"]
+    sample.write_text("from .pass_loop import _job_latent\n", encoding="utf-8")
+    assert _private_reaches(sample, relative_is_product=True) == ["sample.py:1 imports _job_latent"]
+
+
 def test_the_product_and_the_nodes_never_import_the_bench():
     for path in [*ROOT.rglob("*.py"), *(REPO / "nodes").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -117,7 +117,7 @@ def test_one_latent_check_one_message():
     root = Path(pf.__file__).resolve().parents[1]
     hits = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
             if "check_latent_matches_job(" in p.read_text(encoding="utf-8")]
-    assert sorted(hits) == ["comfy/passes/sampler_inputs.py", "comfy/passes/segmented.py", "comfy/passes/stages.py",
+    assert sorted(hits) == ["comfy/passes/pass_loop.py", "comfy/passes/sampler_inputs.py", "comfy/passes/stages.py",
                             "job/preflight.py"]
     assert not any("def check_job_latent(" in p.read_text(encoding="utf-8") for p in (root / "segments").rglob("*.py"))
 
