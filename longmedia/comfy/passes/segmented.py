@@ -256,7 +256,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
             seg_latent = dict(extra, samples=comfy.nested_tensor.NestedTensor((pass_v, pass_a)))
             run = comfy_sampler.run_sampler(_seeded(noise, seed_list[seg.index]), g, sampler, sigmas, seg_latent,
                                             request, device_profile, memory_reader=memory_reader,
-                                            observer=observer, weights=weights, devices=devices)
+                                            observer=observer, weights=weights, devices=devices, whole=False)
             out_v, out_a = run.output["samples"].unbind()
             den_v, den_a = run.denoised["samples"].unbind()
             record = SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
