@@ -11,8 +11,8 @@ Pure functions over plain values (sizes, shapes, the plan), so tests need neithe
 * `check_conditioning_widths` (Sampler): every conditioning's hidden width against the model's text_dim.
 * `check_plan_runs` (Sampler): a plan that cannot run is an error; one that may run past its budget
   because a manual value says so is a warning for the text output.
-* `check_job_fits` (Setup): the whole-job plan (`planning.whole_job.plan_job`) on this machine, refused where its
-  verdict is DOES NOT FIT, in its words.
+* `check_job_fits` (Setup): the whole-job plan (`planning.whole_job.plan_job`) on this machine, refused where a
+  stage does not fit the host RAM, in its words (VRAM alone: the Sampler's call, with the checkpoint it gets).
 * `StagePass` (Hi-Res, Refiner): the same two refusals, naming an input those nodes have (`job`, `scale`).
 """
 
@@ -186,9 +186,11 @@ def check_plan_runs(plan: ExecutionPlan) -> tuple[str, ...]:
 
 
 def check_job_fits(job: JobPlan, seconds: float) -> None:
-    """Setup's refusal of a job this machine cannot run: exactly where `plan_job`'s verdict is DOES NOT FIT (VRAM
-    or host RAM, any stage), with its verdict, each short stage's need and its remedy."""
-    if job.fits:
+    """Setup's refusal of a job this machine cannot run: exactly where `plan_job`'s verdict is DOES NOT FIT for host
+    RAM (any stage), with its verdict, each short stage's need and its remedy. A stage short of VRAM alone is not
+    refused here: Setup plans the INT8 checkpoint the workflows load, the Sampler plans the one it is given and
+    refuses (or runs memory_mode=ultra_low_vram) itself."""
+    if job.fits_ram:
         return
     raise LongMediaInputError(
         "seconds", seconds, f"a job this machine runs; the whole-job plan says {job.verdict}: "

@@ -90,6 +90,11 @@ class JobPlan:
         return all(s.fits for s in self.stages)
 
     @property
+    def fits_ram(self) -> bool:
+        """Every stage within the host RAM: short of it, the OOM killer ends ComfyUI, whatever the checkpoint."""
+        return all(s.fits_ram for s in self.stages)
+
+    @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.stages)
 
@@ -402,9 +407,15 @@ def machine_job(g: Geometry, device: DeviceProfile, pinned_memory: bool = True,
 
 
 def job_note(job: JobPlan) -> str:
-    """Setup's line for a job that fits this machine (`machine_job`): the verdict as the CLI's first lines say it."""
-    return (f"on this machine ({SETUP_MODEL} checkpoint, python -m longmedia plan's defaults): "
+    """Setup's line for a job it does not refuse (`machine_job`): the verdict as the CLI's first lines say it; where
+    only VRAM is short, a WARNING with the shortfalls (the Sampler plans with the checkpoint it is given, and
+    memory_mode=ultra_low_vram runs a pass that fits no other mode)."""
+    line = (f"on this machine ({SETUP_MODEL} checkpoint, python -m longmedia plan's defaults): "
             + "; ".join(job.headline()) + "; the verdict python -m longmedia plan prints and the Sampler reports")
+    if job.fits:
+        return line
+    return ("WARNING: " + line + ": " + "; ".join(job.shortfalls()) + " (VRAM: the Sampler decides with your "
+            "checkpoint; memory_mode=ultra_low_vram runs a pass that fits no other mode)")
 
 
 def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,

@@ -154,7 +154,7 @@ def test_setup_refuses_where_the_whole_job_plan_does_and_the_sampler_reports_tha
     device = DeviceProfile.card(16, ram, host_held_bytes=COMFYUI_HELD_BYTES)
     plan = plan_setup(SetupRequest(W, H, SECONDS, ram_available_bytes=device.ram_available_bytes))
     job = machine_job(plan.geometry, device)
-    if not job.fits:
+    if not job.fits_ram:
         with pytest.raises(LongMediaInputError, match="the whole-job plan says DOES NOT FIT") as info:
             setup(env, device_profile=device)
         assert info.value.input_name == "seconds" and all(s in str(info.value) for s in job.shortfalls())
