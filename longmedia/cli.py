@@ -269,19 +269,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         notes = snap_notes(args, result)
         extra = no_effect_warnings(args, result) + list(sampler_warnings) + ([refusal] if refusal else [])
-        text = as_flags("\n".join(headline(result, job)) + "\n\n" + render_plan(result, notes, extra) + "\n\n"
+        text = as_flags("\n".join(headline(job)) + "\n\n" + render_plan(result, notes, extra) + "\n\n"
                         + "\n".join(job.lines()), known)
     _print(text)
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
 
 
-def headline(p: ExecutionPlan, job: JobPlan) -> list[str]:
+def headline(job: JobPlan) -> list[str]:
     """The first lines: the whole job's verdict, the main pass's host RAM (what streams from disk, its cost) and the
-    whole clip's time."""
-    out = [f"LongMedia whole-job plan: {job.verdict}"]
-    if p.host_ram is not None:
-        out.append(f"host RAM (main pass): {p.host_ram.verdict}")
-    return out + [clip_line(job)]
+    whole clip's time; the first two are `JobPlan.headline`, as Setup's note and the Sampler's report say them."""
+    return list(job.headline()) + [clip_line(job)]
 
 
 def clip_line(job: JobPlan) -> str:

@@ -12,9 +12,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import LongMediaInputError
+from ..h3.profiles import COMFYUI_HELD_BYTES, DeviceProfile, context_bytes
 from ..h3.references import REFERENCE_BUDGETS
 from ..job.job import LongMediaJob
-from ..job.preflight import LATENT_SEGMENTS_KEY
+from ..job.preflight import LATENT_SEGMENTS_KEY, check_job_fits
 from ..job.setup_plan import (
     FAMILIES,
     SLOTS,
@@ -260,11 +261,13 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
               reference_budget: str = "low", segment_seconds: float = 0.0, context_frames: int = 22,
               ref_image_size: str = "match", clip=None, prompt: str = "", vae=None, audio_vae=None,
               first_frame=None, last_frame=None, references: dict | None = None,
-              segment_prompts: str = "") -> SetupResult:
+              segment_prompts: str = "", device_profile: DeviceProfile | None = None) -> SetupResult:
     """Validate everything, then build conditioning, the whole job's AV latent and the LongMediaJob.
 
     segment_prompts: a prompt per segment (a list, or a `0s: ...` schedule; `segments/prompts.py`), encoded by
-    `clip`; Setup's positive is segment 0's, and the job carries every segment's (`LongMediaJob.prompts`)."""
+    `clip`; Setup's positive is segment 0's, and the job carries every segment's (`LongMediaJob.prompts`).
+    device_profile: the machine the whole job is planned on (`machine_check`; tests and benches stand in a card and
+    RAM here); None: this one (`machine_device`)."""
     import comfy_extras.nodes_minimax_h3 as h3
 
     _rows("negative", negative)
@@ -286,6 +289,7 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
         have_audio_vae=audio_vae is not None, unused_prompt=clip is None and bool(prompt.strip()),
         ram_available_bytes=_ram_available(), prompt=prompt, segment_prompts=segment_prompts)
     plan = plan_setup(request)
+    notes = machine_check(plan, device_profile if device_profile is not None else machine_device())
     if plan.prompts is not None:
         prompt = plan.prompts[0]
         clip = _PresentingClip(clip)
@@ -311,15 +315,41 @@ def run_setup(positive, negative, *, width: int, height: int, seconds: float, fa
     job = plan.job()
     if plan.prompts is not None:
         job = dataclasses.replace(job, prompts=_segment_prompts(plan.prompts, cond, clip.encode))
-    return SetupResult(cond, negative, latent, job, plan, _machine_notes(plan))
+    return SetupResult(cond, negative, latent, job, plan, notes)
 
 
-def _machine_notes(plan: SetupPlan) -> tuple[str, ...]:
-    """The job on this machine: the main pass's host RAM (the CLI's and the Sampler's verdict: one function,
-    `host_ram.plan_host_ram`; a warning, not a refusal, as the decode note) and the decode stages."""
-    from ..h3.profiles import DeviceProfile
-    from ..planning.whole_job import decode_note, host_ram_note
-    from .host.memory import dynamic_vram_active, pinned_memory_enabled
+def machine_device() -> DeviceProfile | None:
+    """This machine as the Sampler plans on it after its residency boundary, modelled as `python -m longmedia plan
+    --vram-gb` models the card: its VRAM less the CUDA context and what ComfyUI holds (`DeviceProfile.card`,
+    `COMFYUI_HELD_BYTES`), not what other models hold now (the boundary releases them); the host RAM available now
+    with ComfyUI's pins counted (`pass_plan.with_pins_available`). None where ComfyUI does not run on a CUDA card."""
+    import comfy.model_management
+    import torch
 
-    device = DeviceProfile.detect(dynamic_vram=dynamic_vram_active())
-    return (host_ram_note(plan.geometry, device, pinned_memory_enabled()), decode_note(plan.geometry, device))
+    from .host.memory import dynamic_vram_active
+    from .passes.pass_plan import with_pins_available
+
+    load = torch.device(comfy.model_management.get_torch_device())
+    if load.type != "cuda":
+        return None
+    found = DeviceProfile.detect(load, dynamic_vram=dynamic_vram_active())
+    held = context_bytes(found.os_name) + COMFYUI_HELD_BYTES
+    return with_pins_available(dataclasses.replace(found, vram_free_bytes=max(0, found.vram_total_bytes - held),
+                                                   allocator_reserved_bytes=0))
+
+
+def machine_check(plan: SetupPlan, device: DeviceProfile | None) -> tuple[str, ...]:
+    """Setup's preflight on this machine, before the job latent is allocated: the whole-job plan
+    (`whole_job.machine_job`: `plan_job`, as `python -m longmedia plan` plans it) refused where a stage does not fit
+    the host RAM (`preflight.check_job_fits`), else its verdict as a note (a WARNING where VRAM is short); then
+    stock decode's note. `device`: None without
+    a CUDA card (a CPU run holds the weights in RAM and plans from it in the Sampler)."""
+    from ..planning.whole_job import decode_note, job_note, machine_job
+    from .host.memory import pinned_memory_enabled
+
+    if device is None:
+        return ("whole job not planned: no GPU (a CPU run holds the weights in RAM)",
+                decode_note(plan.geometry, DeviceProfile.detect()))
+    job = machine_job(plan.geometry, device, pinned_memory_enabled())
+    check_job_fits(job, plan.request.seconds)
+    return job_note(job), decode_note(plan.geometry, device)

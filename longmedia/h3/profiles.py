@@ -214,7 +214,7 @@ class DeviceProfile:
         check_choice("os_name", os_name, ("linux", "windows", "darwin"))
         total = int(vram_gb * GIB)
         ram = int(ram_gb * GIB)
-        context = int(0.9 * GIB) if os_name == "windows" else int(0.5 * GIB)
+        context = context_bytes(os_name)
         os_ram = int(max(2 * GIB, 0.08 * ram)) if os_name == "windows" else int(max(1.5 * GIB, 0.05 * ram))
         return cls(name=name or f"{vram_gb:g} GB card with {ram_gb:g} GB RAM", vram_total_bytes=total,
                    vram_free_bytes=max(0, total - context - host_held_bytes), allocator_reserved_bytes=0,
@@ -243,6 +243,11 @@ class DeviceProfile:
                    allocator_reserved_bytes=max(0, int(reserved)), ram_total_bytes=ram_total,
                    ram_available_bytes=ram_avail, pinned_budget_bytes=pinned_ram_budget(ram_total, os_name),
                    os_name=os_name, dynamic_vram=dynamic_vram, compute_capability=cap)
+
+
+def context_bytes(os_name: str) -> int:
+    """Device memory the driver and CUDA context hold on a typical machine (more on Windows, with a desktop)."""
+    return int(0.9 * GIB) if os_name == "windows" else int(0.5 * GIB)
 
 
 def pinned_ram_budget(ram_bytes: int, os_name: str, swap_bytes: int = 0) -> int:

@@ -11,6 +11,8 @@ Pure functions over plain values (sizes, shapes, the plan), so tests need neithe
 * `check_conditioning_widths` (Sampler): every conditioning's hidden width against the model's text_dim.
 * `check_plan_runs` (Sampler): a plan that cannot run is an error; one that may run past its budget
   because a manual value says so is a warning for the text output.
+* `check_job_fits` (Setup): the whole-job plan (`planning.whole_job.plan_job`) on this machine, refused where a
+  stage does not fit the host RAM, in its words (VRAM alone: the Sampler's call, with the checkpoint it gets).
 * `StagePass` (Hi-Res, Refiner): the same two refusals, naming an input those nodes have (`job`, `scale`).
 """
 
@@ -24,6 +26,7 @@ from ..h3 import lattice as L
 from ..h3.profiles import gib, gib_pair
 from ..limits import MAX_JOB_LATENT_BYTES, MAX_PASS_ROWS
 from ..planning.types import ExecutionPlan
+from ..planning.whole_job import JobPlan
 from ..segments.timeline import DEFAULT_CONTEXT_FRAMES
 from ..units import MIB
 from .job import LongMediaJob
@@ -181,6 +184,18 @@ def check_plan_runs(plan: ExecutionPlan) -> tuple[str, ...]:
         f"a pass that fits in some memory mode: even {plan.memory_mode} needs {need_text} of {budget}",
         f"Lower width/height or {seg}; or pick memory_mode=ultra_low_vram to run it anyway.", suggestion=advice)
 
+
+def check_job_fits(job: JobPlan, seconds: float) -> None:
+    """Setup's refusal of a job this machine cannot run: exactly where `plan_job`'s verdict is DOES NOT FIT for host
+    RAM (any stage), with its verdict, each short stage's need and its remedy. A stage short of VRAM alone is not
+    refused here: Setup plans the INT8 checkpoint the workflows load, the Sampler plans the one it is given and
+    refuses (or runs memory_mode=ultra_low_vram) itself."""
+    if job.fits_ram:
+        return
+    raise LongMediaInputError(
+        "seconds", seconds, f"a job this machine runs; the whole-job plan says {job.verdict}: "
+        + "; ".join(job.shortfalls()),
+        "Do what the remedy says; python -m longmedia plan prints every stage.")
 
 
 STAGE_NODES = {"hires": "LongMedia Hi-Res", "refiner": "LongMedia Refiner"}

@@ -46,6 +46,7 @@ TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
 DECODE_PATHS = ("longmedia", "stock")
 DECODE_NODE = "LongMedia Decode & Save"
 RAM_SLACK_FRACTION = 0.05      # RAM kept free beyond a stage's own bytes (allocator, Python, ComfyUI's caches)
+MAIN_PASS = "DiT main pass"
 @dataclass(frozen=True)
 class StagePlan:
     """One stage of the job: what it needs, what the machine has, the verdict and what to change."""
@@ -89,6 +90,11 @@ class JobPlan:
         return all(s.fits for s in self.stages)
 
     @property
+    def fits_ram(self) -> bool:
+        """Every stage within the host RAM: short of it, the OOM killer ends ComfyUI, whatever the checkpoint."""
+        return all(s.fits_ram for s in self.stages)
+
+    @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.stages)
 
@@ -99,10 +105,34 @@ class JobPlan:
         bad = [s.name for s in self.stages if not s.fits]
         return f"DOES NOT FIT ({', '.join(bad)})"
 
+    @property
+    def main_host_ram(self) -> HostRamPlan | None:
+        """The main pass's host RAM (its `ExecutionPlan.host_ram`): what it pins and streams from disk per model call."""
+        return next((s.host_ram for s in self.stages if s.name == MAIN_PASS), None)
+
+    def headline(self) -> tuple[str, ...]:
+        """The verdict as the CLI's first lines, Setup's note and the Sampler's report say it: the whole job's, then
+        the main pass's host RAM (fits, what streams from disk per model call, or does not fit)."""
+        hr = self.main_host_ram
+        return (f"LongMedia whole-job plan: {self.verdict}",) + \
+            ((f"host RAM (main pass): {hr.verdict}",) if hr is not None else ())
+
+    def shortfalls(self) -> tuple[str, ...]:
+        """Each stage that does not fit: what it needs against what the machine has, and its remedy."""
+        out = []
+        for s in self.stages:
+            short = [f"{a} of {k} ({b} {word})" for k, (a, b), word, ok in (
+                ("VRAM", _compared(s.vram_need_bytes, s.vram_usable_bytes), "usable", s.fits_vram),
+                ("RAM", _compared(s.ram_need_bytes, s.ram_available_bytes), "available", s.fits_ram)) if not ok]
+            if short:
+                out.append(f"{s.name} needs {' and '.join(short)}" + (f"; to make it fit: {s.remedy}" if s.remedy
+                                                                       else ""))
+        return tuple(out)
+
     def to_dict(self) -> dict:
         return {"kind": "whole_job", "stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
                 "text_encoder": self.text_encoder, "notes": list(self.notes), "fits": self.fits,
-                "seconds_estimate": self.seconds, "verdict": self.verdict}
+                "seconds_estimate": self.seconds, "verdict": self.verdict, "headline": list(self.headline())}
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -366,24 +396,26 @@ def decode_note(g: Geometry, device: DeviceProfile) -> str:
 SETUP_MODEL = "h3-int8"   # the shipped workflows' DiT checkpoints (README's INT8 files): Setup does not see the model
 
 
-def setup_host_ram(g: Geometry, device: DeviceProfile, pinned_memory: bool = True,
-                   disk_gbps: float = DEFAULT_DISK_GBPS) -> HostRamPlan:
-    """The main pass's host RAM as Setup can know it: the job's geometry, this machine, the INT8 checkpoint the
-    workflows load (`SETUP_MODEL`), planned by `planner.plan` as the CLI and the Sampler plan it."""
+def machine_job(g: Geometry, device: DeviceProfile, pinned_memory: bool = True,
+                disk_gbps: float = DEFAULT_DISK_GBPS) -> JobPlan:
+    """The whole job as Setup can know it: the job's geometry, this machine, the INT8 checkpoint the workflows load
+    (`SETUP_MODEL`), the main pass planned by `planner.plan` and every stage by `plan_job` with its defaults (20 steps,
+    cfg 1, the nvfp4 text encoder, Decode & Save): what `python -m longmedia plan` plans with its defaults."""
     request = PlanRequest(pinned_memory=pinned_memory, disk_gbps=disk_gbps)
-    return plan(ModelProfile.preset(SETUP_MODEL), device, g, request, attention_resolver=default_attention_path).host_ram
+    main = plan(ModelProfile.preset(SETUP_MODEL), device, g, request, attention_resolver=default_attention_path)
+    return plan_job(main, request=request)
 
 
-def host_ram_note(g: Geometry, device: DeviceProfile, pinned_memory: bool = True,
-                  disk_gbps: float = DEFAULT_DISK_GBPS) -> str:
-    """Setup's line: the main pass's host-RAM verdict on this machine (`setup_host_ram`), a warning when it does not
-    fit."""
-    if device.usable_vram_bytes <= 0:
-        return "host RAM not planned: no GPU (a CPU run holds the weights in RAM)"
-    hr = setup_host_ram(g, device, pinned_memory, disk_gbps)
-    head = "" if hr.fits else "WARNING: "
-    return (f"{head}host RAM on this machine (main pass, {SETUP_MODEL} checkpoint): {hr.verdict}; the same verdict as "
-            "python -m longmedia plan and the Sampler's plan")
+def job_note(job: JobPlan) -> str:
+    """Setup's line for a job it does not refuse (`machine_job`): the verdict as the CLI's first lines say it; where
+    only VRAM is short, a WARNING with the shortfalls (the Sampler plans with the checkpoint it is given, and
+    memory_mode=ultra_low_vram runs a pass that fits no other mode)."""
+    line = (f"on this machine ({SETUP_MODEL} checkpoint, python -m longmedia plan's defaults): "
+            + "; ".join(job.headline()) + "; the verdict python -m longmedia plan prints and the Sampler reports")
+    if job.fits:
+        return line
+    return ("WARNING: " + line + ": " + "; ".join(job.shortfalls()) + " (VRAM: the Sampler decides with your "
+            "checkpoint; memory_mode=ultra_low_vram runs a pass that fits no other mode)")
 
 
 def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | None = None,
@@ -408,7 +440,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     settings = main.host_ram if main.host_ram is not None else request
     stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card,
                                  settings.pinned_memory, settings.disk_gbps),
-              dit_stage("DiT main pass", main, steps, card, g.segment_count, attention_resolver, cfg, patches)]
+              dit_stage(MAIN_PASS, main, steps, card, g.segment_count, attention_resolver, cfg, patches)]
     final = main
     if hires_geometry is not None and hires_plan is None:
         hires_plan = plan(model, device, hires_geometry, request, attention_resolver=attention_resolver)

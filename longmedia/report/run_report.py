@@ -9,6 +9,7 @@ from typing import Any
 from ..execution.probes import ProbeReport
 from ..planning.stage_times import calls_per_step
 from ..planning.types import ExecutionPlan, MemoryBreakdown
+from ..planning.whole_job import JobPlan
 from ..units import GIB
 from .host_features import HostFeatures
 from .host_ram import HostRamReport
@@ -88,6 +89,7 @@ class RunReport:
     sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
     host_ram: HostRamReport | None = None  # pins, room made, disk reads and read-ahead (report/host_ram.py)
     cfg: float | None = None  # the guider's cfg (CFGGuider.cfg); None: a guider without one (BasicGuider)
+    whole_job: JobPlan | None = None  # the Sampler's one pass: `plan_job` from its plan, the CLI's and Setup's verdict
 
     def step_seconds(self) -> tuple[tuple[int, float], ...]:
         """(sampler step, seconds of its model calls), for the steps with at least one model call, in order."""
@@ -133,6 +135,7 @@ class RunReport:
         out["plan"] = self.plan.to_dict()
         out["host"] = None if self.host is None else self.host.to_dict()
         out["host_ram"] = None if self.host_ram is None else self.host_ram.to_dict()
+        out["whole_job"] = None if self.whole_job is None else self.whole_job.to_dict()
         out["measured_peak_bytes"] = self.measured_peak_bytes
         out["measured_device_bytes"] = self.measured_device_bytes
         out["output_warning"] = self.output_warning
@@ -159,6 +162,7 @@ class RunReport:
                  f"streamed blocks: {len(self.streamed_blocks)}"]
         if not self.output_finite:
             lines.insert(0, self.output_warning)
+        lines.extend(self.whole_job.headline() if self.whole_job is not None else ())
         lines.extend(self.peak_lines())
         lines.extend(self.time_lines())
         if self.manual_fields:

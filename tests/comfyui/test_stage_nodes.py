@@ -136,9 +136,40 @@ def test_t2va_latent_and_layout_are_stock(env):
     assert layout(env, result) == planned(result)
     assert "0.9 s -> 22 frames" in result.summary and result.job.family == "t2va"
     assert "decode on this machine fits" in result.summary.splitlines()[-1]
-    assert result.summary.splitlines()[-2].startswith(("host RAM on this machine (main pass, h3-int8 checkpoint): ",
-                                                        "host RAM not planned: no GPU", "WARNING: host RAM"))
+    assert result.summary.splitlines()[-2].startswith(("on this machine (h3-int8 checkpoint, python -m longmedia "
+                                                        "plan's defaults): LongMedia whole-job plan: FITS",
+                                                        "whole job not planned: no GPU"))
     json.dumps(result.job.to_dict())
+
+
+@pytest.mark.parametrize("ram", [8, 16, 32, 64])
+def test_setup_refuses_where_the_whole_job_plan_does_and_the_sampler_reports_that_plan(env, ram):
+    """Setup's preflight is `plan_job`'s verdict on the machine (an 8 GB machine: the decode does not fit in RAM; 16, 32
+    and 64 GB: it fits), refused before the latent exists in its words, else noted as the CLI's first lines say it;
+    the Sampler's one pass reports `plan_job` over its own plan, its steps and its guider's cfg."""
+    from longmedia.h3.profiles import COMFYUI_HELD_BYTES, DeviceProfile
+    from longmedia.job.setup_plan import SetupRequest, plan_setup
+    from longmedia.planning.whole_job import machine_job, plan_job
+
+    device = DeviceProfile.card(16, ram, host_held_bytes=COMFYUI_HELD_BYTES)
+    plan = plan_setup(SetupRequest(W, H, SECONDS, ram_available_bytes=device.ram_available_bytes))
+    job = machine_job(plan.geometry, device)
+    if not job.fits_ram:
+        with pytest.raises(LongMediaInputError, match="the whole-job plan says DOES NOT FIT") as info:
+            setup(env, device_profile=device)
+        assert info.value.input_name == "seconds" and all(s in str(info.value) for s in job.shortfalls())
+        assert ram == 8
+        return
+    result = setup(env, device_profile=device)
+    assert "; ".join(job.headline()) in result.summary.splitlines()[-2] and ram >= 16
+    steps, cfg = 2, 3.0
+    g = guider(env, result.positive, result.negative, cfg)
+    out = env["stages"].run_sampler(env["ncs"].Noise_RandomNoise(ram), g, env["samplers"].sampler_object("euler"),
+                                    sigmas(env, steps), result.latent, NORMAL)
+    report = out.report
+    assert report.whole_job == plan_job(report.plan, steps=steps, cfg=cfg)
+    assert report.to_dict()["whole_job"]["headline"] == list(report.whole_job.headline())
+    assert report.whole_job.headline()[0] in report.summary_lines()
 
 
 def test_t2va_with_clip_equals_clip_text_encode(env):

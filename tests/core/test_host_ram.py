@@ -188,30 +188,60 @@ def test_help_states_the_disk_default_and_its_basis(capsys):
 
 # --- one verdict: the CLI, Setup and the Sampler ----------------------------------------------------------------
 
-@pytest.mark.parametrize("ram", [16, 32, 64])
-def test_cli_setup_and_sampler_give_the_same_host_ram_verdict(ram, capsys, monkeypatch):
-    """The same machine (DeviceProfile.card(16, ram) as ComfyUI sees the card): the CLI's JSON, Setup's machine note
-    (comfy/setup._machine_notes, with the device it detects) and the Sampler's plan (comfy/passes/pass_plan.plan_pass)."""
+# (card GB, RAM GB, seconds): 16, 32 and 64 GB machines that fit (streaming from disk, or every weight pinned), an
+# 8 GB card whose main pass fits no memory mode (VRAM), and an 8 GB machine whose decode does not fit (RAM)
+MACHINES = [(16, 16, 10.0), (16, 32, 10.0), (16, 64, 10.0), (8, 16, 20.0), (8, 32, 20.0), (8, 64, 20.0),
+            (16, 8, 10.0)]
+
+
+@pytest.mark.parametrize("vram, ram, seconds", MACHINES)
+def test_cli_setup_and_sampler_give_one_whole_job_verdict(vram, ram, seconds, capsys):
+    """The same machine (DeviceProfile.card(vram, ram) as ComfyUI sees the card) and job: the CLI's JSON, Setup's
+    preflight (comfy/setup.machine_check, in plan_job's words)
+    and the Sampler's report (comfy/passes/sampler.whole_job over pass_plan.plan_pass's plan, at the CLI's 20 steps
+    and cfg 1) give one whole-job verdict: all three call plan_job. Setup refuses where host RAM is short; a card
+    short of VRAM alone is a warning there (the Sampler plans the checkpoint it gets)."""
+    import types
+
+    import torch
+
     from longmedia.comfy import setup
     from longmedia.comfy.passes import pass_plan
+    from longmedia.comfy.passes import sampler as comfy_sampler
+    from longmedia.errors import LongMediaInputError
+    from longmedia.planning.patches import PatchBytes
 
-    device = DeviceProfile.card(16, ram, host_held_bytes=COMFYUI_HELD_BYTES)
-    rc, out = _cli(capsys, "--vram-gb", "16", "--ram-gb", str(ram), "--seconds", "10", "--json")
-    cli = json.loads(out)["host_ram"]
+    device = DeviceProfile.card(vram, ram, host_held_bytes=COMFYUI_HELD_BYTES)
+    rc, out = _cli(capsys, "--vram-gb", str(vram), "--ram-gb", str(ram), "--seconds", str(seconds), "--json")
+    cli = json.loads(out)["whole_job"]
 
-    setup_plan = plan_setup(SetupRequest(1344, 768, 10.0, prompt_tokens=256,
+    setup_plan = plan_setup(SetupRequest(1344, 768, seconds, prompt_tokens=256,
                                          ram_available_bytes=device.ram_available_bytes))
-    monkeypatch.setattr(DeviceProfile, "detect", classmethod(lambda cls, *a, **kw: device))
-    note = setup._machine_notes(setup_plan)[0]
+    try:
+        notes, refusal = setup.machine_check(setup_plan, device), None
+    except LongMediaInputError as error:
+        notes, refusal = (), error
 
     checked = pass_plan.CheckedPass(ModelProfile.preset("h3-int8"), setup_plan.geometry, (), PlanRequest(), ())
-    sampler = pass_plan.plan_pass(checked, device).host_ram
+    guider = types.SimpleNamespace(cfg=1.0)
+    sampler = comfy_sampler.whole_job(pass_plan.plan_pass(checked, device), torch.linspace(1, 0, 21), guider,
+                                      PatchBytes())
 
-    assert cli["verdict"] == sampler.verdict and cli["fits"] == sampler.fits
-    assert note.endswith(f"(main pass, h3-int8 checkpoint): {sampler.verdict}; the same verdict as python -m "
-                         "longmedia plan and the Sampler's plan")
-    assert note.startswith("host RAM on this machine") == sampler.fits      # else a WARNING
-    assert sampler.fits and (sampler.streams_from_disk == (ram < 64))
+    assert cli["headline"] == list(sampler.headline()) and cli["verdict"] == sampler.verdict
+    assert cli["fits"] == sampler.fits == (rc == 0)
+    assert (refusal is None) == sampler.fits_ram        # Setup refuses where host RAM is short, not VRAM alone
+    if sampler.fits:
+        assert notes[0].endswith("; ".join(sampler.headline()) + "; the verdict python -m longmedia plan prints and "
+                                 "the Sampler reports")
+        assert sampler.main_host_ram.streams_from_disk == (ram < 64)
+    elif refusal is None:                               # VRAM alone: a warning with the shortfalls
+        assert notes[0].startswith("WARNING: ") and sampler.verdict in notes[0]
+        assert all(s in notes[0] for s in sampler.shortfalls()) and "ultra_low_vram" in notes[0]
+    else:
+        text = str(refusal)
+        assert sampler.verdict in text and sampler.shortfalls() and all(s in text for s in sampler.shortfalls())
+    assert ((vram, ram) in ((8, 16), (8, 32), (8, 64), (16, 8))) != sampler.fits      # VRAM, then RAM
+    assert ((vram, ram) == (16, 8)) == (refusal is not None)
 
 
 def test_the_readme_machine_table_is_what_the_cli_prints(capsys):

@@ -24,7 +24,9 @@ from ...execution.probes import NO_OBSERVER, Observer, ProbeReport
 from ...h3.profiles import DeviceProfile
 from ...job.preflight import StagePass, check_plan_runs
 from ...planning.around_blocks import stock_pass_bytes
+from ...planning.patches import PatchBytes
 from ...planning.types import ExecutionPlan, PlanRequest
+from ...planning.whole_job import JobPlan, plan_job
 from ...report.memory import RamFacts, Reader
 from ...report.oom import PHASES, LongMediaOOM, is_oom, report_for
 from ...report.run_report import PredictedPeaks, RunReport
@@ -72,7 +74,8 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
                 weights: WeightAccess | None = None, stage: StagePass | None = None,
                 devices: str | None = None, ram_facts: RamFacts | None = None,
-                read_ahead_blocks: int | None = None, speed_probe: SpeedProbe | None = None) -> SamplingResult:
+                read_ahead_blocks: int | None = None, speed_probe: SpeedProbe | None = None,
+                whole: bool = True) -> SamplingResult:
     """Check every input, run the residency boundary, measure the attention speeds, plan from the memory measured
     after the boundary, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does.
 
@@ -91,7 +94,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     a small machine here. read_ahead_blocks: None reads the next blocks' weights ahead from disk where the plan asks
     for it (not by default: measured slower); N the next N blocks (the bench's controls); 0 never.
     speed_probe: the attention speed probe, run after the boundary where the request carries no speeds
-    (`pass_plan.measure_speeds`; None: `host.attention_speeds.attention_speeds`)."""
+    (`pass_plan.measure_speeds`; None: `host.attention_speeds.attention_speeds`).
+    whole: this pass is the whole job (the Sampler's one pass): its report carries the whole-job plan (`whole_job`);
+    a segmented job's passes say False. A Hi-Res or Refiner pass (`stage`) carries none."""
     from ..sp.run import sp_request, start_ranks
 
     check_runs = stage.check_runs if stage is not None else check_plan_runs
@@ -126,9 +131,10 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 checked.request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True))
             plan = plan_pass(checked, plan.device)
         speeds = checked.request.attention_speeds  # probe_s: 0 when the disk cache served the timings
+        job = whole_job(plan, sigmas, guider, checked.patches) if whole and stage is None else None
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
                          ranks, probe_s=speeds.probe_s if speeds is not None else 0.0, ram_facts=ram_facts,
-                         read_ahead_blocks=read_ahead_blocks)
+                         read_ahead_blocks=read_ahead_blocks, job=job)
         clean = True
     except RuntimeError as error:  # named: a collective failing because a worker died mid-run
         if ranks is not None and ranks.settled_failure(error):
@@ -140,8 +146,17 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     return result
 
 
+def whole_job(plan: ExecutionPlan, sigmas, guider, patches: PatchBytes) -> JobPlan:
+    """The whole job from this pass's plan (`plan_job`, which `python -m longmedia plan` and Setup's preflight call):
+    its sampler steps, the guider's cfg (1 without one) and the model's LoRAs; the Sampler's report carries its
+    verdict (fits, what streams from disk per model call, or which stage does not fit)."""
+    cfg = sampler_inputs.guider_cfg(guider)
+    return plan_job(plan, steps=max(1, int(sigmas.shape[-1]) - 1), cfg=1.0 if cfg is None else cfg, patches=patches)
+
+
 def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks, *,
-            probe_s: float = 0.0, ram_facts: RamFacts | None = None, read_ahead_blocks: int | None = None):
+            probe_s: float = 0.0, ram_facts: RamFacts | None = None, read_ahead_blocks: int | None = None,
+            job: JobPlan | None = None):
     import comfy.model_management
     import comfy.model_patcher
     import comfy.sample
@@ -207,7 +222,7 @@ def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, r
                        predicted=PredictedPeaks.of_plan(plan), output_finite=finite,
                        probes=ProbeReport(observer.lines()) if observer is not None else None,
                        host=host_features(), warmup_s=run.warmup_s, sampler_steps=int(sigmas.shape[-1] - 1),
-                       probe_s=probe_s, host_ram=host_report, cfg=sampler_inputs.guider_cfg(guider))
+                       probe_s=probe_s, host_ram=host_report, cfg=sampler_inputs.guider_cfg(guider), whole_job=job)
     if not finite:
         logging.warning("LongMedia: %s", report.output_warning)
     return SamplingResult(output, denoised, report, plan)
@@ -245,4 +260,4 @@ def _outputs(g, latent: dict, samples, x0_output: dict) -> tuple[dict, dict]:
     return out, denoised
 
 
-__all__ = ["SamplingResult", "all_finite", "prompt_seq_lens", "run_sampler"]
+__all__ = ["SamplingResult", "all_finite", "prompt_seq_lens", "run_sampler", "whole_job"]

@@ -75,7 +75,7 @@ def run_segmented(noise, guider, sampler, sigmas, latent, request: PlanRequest, 
     run = pass_loop.run_passes(
         noise, guider, sampler, sigmas, latent, request, plan,
         forecast=lambda followed: forecast_segments(guider, sigmas, latent, request, plan, device_profile, followed),
-        run_pass=functools.partial(comfy_sampler.run_sampler, observer=observer, weights=weights),
+        run_pass=functools.partial(comfy_sampler.run_sampler, observer=observer, weights=weights, whole=False),
         seeds=seeds, prompts=prompts, retakes=retakes, devices=devices, memory_reader=memory_reader,
         device_profile=device_profile, passes=passes, done=done)
     notes = tuple(f"user guides moved to segment {i}: {n}" for i, n in enumerate(run.guides_moved) if n)
