@@ -31,12 +31,12 @@ from ...report.memory import RamFacts, Reader
 from ...report.oom import PHASES, LongMediaOOM, is_oom, report_for
 from ...report.run_report import PredictedPeaks, RunReport
 from ...report.segmented import SegmentedReport
+from ..diagnostics_env import probes_from_env
 from ..host.features import host_features
 from ..host.memory import comfy_reading
 from ..host.ram import host_ram_guard
 from ..patching.clone_install import RunState, install_on_clone
 from ..patching.residency import residency_boundary
-from ..probes_env import probes_from_env
 from . import sampler_inputs
 from .oom_phase import traced_phase
 from .pass_plan import SpeedProbe, check_pass, load_device_profile, measure_speeds, plan_pass
