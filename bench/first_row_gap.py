@@ -5,7 +5,7 @@
 
 bench.cards times step 1 from the sampler node's start (`first_step_s`); LongMedia's report times it from the
 first model call (`report_first_step_s`) and names the kernel warm-up before it (`warmup_s`). The gap between them
-is setup before the first model call. Per row, in run order: the gap, the attention speed probe's seconds when the
+is setup before the first model call. Per row, in run order: the gap, the attention speed timing's seconds when the
 row has them (`probe_s`, reported since 2026-12-06), the kernel warm-up's seconds, how far LongMedia's step 1 ran over
 its steady step (a compile left to step 1 shows here), and whether the probe's timings in the plan's reasons are the
 first in the file (probed in that row, unless an earlier run on the machine had probed) or repeat an earlier row's
@@ -67,7 +67,7 @@ def table(path: Path) -> list[str]:
 
 
 def _smoke() -> int:
-    reason = ("attention: exact backends ordered by speed measured on GPU sm90, torch x (probe: head_dim 128): "
+    reason = ("attention: exact backends ordered by speed measured on GPU sm90, torch x (timed at head_dim 128): "
               "a 1 ms, b 2 ms")
     rows = [{"label": "longmedia", "card_gib": 16, "result": "ok", "first_step_s": 50.0, "report_first_step_s": 36.0,
              "warmup_s": 0.0, "plan_json": json.dumps({"reasons": [reason]})},

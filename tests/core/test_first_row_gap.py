@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _row(label, first, report_first, warmup, timings, **kw):
-    reason = f"attention: exact backends ordered by speed measured on GPU (probe: head_dim 128): {timings}"
+    reason = f"attention: exact backends ordered by speed measured on GPU (timed at head_dim 128): {timings}"
     return {"label": label, "card_gib": 16, "result": "ok", "first_step_s": first, "report_first_step_s": report_first,
             "warmup_s": warmup, "plan_json": json.dumps({"reasons": ["other", reason]}), **kw}
 

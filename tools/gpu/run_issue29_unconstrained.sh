@@ -9,7 +9,7 @@
 #   later commands, nothing to copy:        bash tools/gpu/hold.sh poll 570 /tmp/lm29u/cards.jsonl
 #
 # The card is 72 GiB on an H100 80GB and 120 GiB on an H200 (stock peaks at 62.79 GiB: unconstrained on both). The
-# exact row runs first: a machine's first LongMedia row runs the attention speed probe before its first model call
+# exact row runs first: a machine's first LongMedia row runs the attention speed timing before its first model call
 # (docs/PERFORMANCE.md, "Where the first row's extra seconds go"), now reported as its probe_s, so scheduled_sol's
 # first step is not charged with it. About 450 s of GPU time on an H100 (the checkpoint's write about 60 s, the
 # three rows about 110, 90 and 115 s with their processes' starts).
