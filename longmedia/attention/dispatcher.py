@@ -228,7 +228,7 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
     """Pick the attention path for one job.
 
     device_capability: CUDA (major, minor), None = CPU. available: backend names installed here
-    (None = probe the registry now). existing_name: ComfyUI's installed attention function's name,
+    (None = check the registry now). existing_name: ComfyUI's installed attention function's name,
     used to tell whether `existing` is exact (default: host_attention's). int8_kv_storage: the caller stores
     K/V as int8 + scales when a quantised-K/V backend is chosen (False: those backends are passed over).
     host_attention: what ComfyUI runs (None = unknown: auto picks the fastest exact backend as before).

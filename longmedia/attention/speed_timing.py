@@ -245,7 +245,7 @@ def time_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device: 
 
     timer / label / capability / available / free_bytes / wall: the facts read from the device and the clock
     (injectable for tests; None = read them: CUDA events, `device_label`, the device's capability, the registry's
-    probes, free memory)."""
+    availability checks, free memory)."""
     device = torch.device(device)
     dtype_name = str(dtype).removeprefix("torch.")
     cls = length_class(seq_len)

@@ -54,7 +54,7 @@ def test_declaration_states_its_constraints_and_bytes():
 def test_absent_package_is_unavailable_and_never_picked(monkeypatch):
     monkeypatch.setattr(flash4, "find_module", lambda: False)
     reg = default_registry().with_backends(flash4.flash4_spec(find=lambda: False))
-    (result,) = reg.probe(["flash4"])
+    (result,) = reg.check_availability(["flash4"])
     assert not result.available and "flash-attn-4 is not installed" in result.reason
     with pytest.raises(BackendUnavailableError, match="flash-attn-4 is not installed"):
         reg.build("flash4")
