@@ -102,8 +102,9 @@ class PassesRun:
                               report, None, sigmas)
 
 
-class _Probe:
-    """What the wrappers of one pass measured (per pass, never module level)."""
+class _PassReadings:
+    """What the wrappers of one pass read: the memory baseline after the model load and the sampling seconds (per
+    pass, never module level)."""
 
     def __init__(self, device) -> None:
         self.baseline = MemorySnapshot(str(device), None, None, None, None)
@@ -146,7 +147,7 @@ def _segment_conds(conds: dict, routed: dict, index: int, context: dict | None, 
     return new
 
 
-def _segment_guider(guider, new: dict, probe, progress, reader: Reader = read_memory):
+def _segment_guider(guider, new: dict, readings, progress, reader: Reader = read_memory):
     """A copy of `guider` with this pass's conditioning `new`, with our measuring wrappers."""
     import comfy.model_patcher
     import comfy.patcher_extension as ext
@@ -157,7 +158,7 @@ def _segment_guider(guider, new: dict, probe, progress, reader: Reader = read_me
 
     def prepare_sampling(executor, model, *args, **kwargs):
         out = executor(model, *args, **kwargs)
-        probe.baseline = reader(model.load_device)   # after the boundary and the model load
+        readings.baseline = reader(model.load_device)   # after the boundary and the model load
         return out
 
     def sampler_sample(executor, model_wrap, sigmas, extra_args, callback, *args, **kwargs):
@@ -174,7 +175,7 @@ def _segment_guider(guider, new: dict, probe, progress, reader: Reader = read_me
         out = executor(model_wrap, sigmas, extra_args, step_callback, *args, **kwargs)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        probe.seconds = time.perf_counter() - start
+        readings.seconds = time.perf_counter() - start
         return out
 
     ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, g.model_options,
@@ -310,9 +311,9 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
             record = dataclasses.replace(hit.record, source="reused", sample_seconds=0.0)
             _show_pass(seg, plan.count, reused=True)
         else:
-            probe = _Probe(guider.model_patcher.load_device)
+            readings = _PassReadings(guider.model_patcher.load_device)
             _show_pass(seg, plan.count)
-            g = _segment_guider(guider, new_conds, probe,
+            g = _segment_guider(guider, new_conds, readings,
                                 functools.partial(_overall_step, offset=seg.index * steps, total=total), reader)
             run = run_pass(with_seed(noise, seed_list[seg.index]), g, sampler, sigmas,
                            dict(extra, samples=_nested(pass_v, pass_a)), request, device_profile,
@@ -320,7 +321,7 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
             out_v, out_a = run.output["samples"].unbind()
             den_v, den_a = run.denoised["samples"].unbind()
             record = SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
-                                   seg.video_latent_range, seg.audio_range, steps, probe.seconds, probe.baseline,
+                                   seg.video_latent_range, seg.audio_range, steps, readings.seconds, readings.baseline,
                                    run.report, prompt=prompts.texts[seg.index] if prompts is not None else None)
             chain.store(key, (out_v, out_a, den_v, den_a), record, pins)
             del run
