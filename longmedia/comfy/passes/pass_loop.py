@@ -39,8 +39,8 @@ from ...segments.prompts import SegmentPrompts, short_prompt
 from ...segments.retakes import RetakeCache, RetakeReport
 from ...segments.timeline import Segment, SegmentPlan
 from ..host.memory import comfy_reading
-from ..retakes import directing
-from . import sampler_inputs
+from ..retakes.chain import job_chain, segment_key
+from . import pass_prompts, sampler_inputs
 from .sampler import SamplingResult
 
 WRAPPER_KEY = "longmedia_segmented"
@@ -140,7 +140,7 @@ def _segment_conds(conds: dict, routed: dict, index: int, context: dict | None, 
             frames = ([context] if context is not None and key in context_keys else []) + list(routed[key][j][index])
             entry = {k: v for k, v in c.items() if k != "minimax_keyframes"}
             if text is not None and key == "positive" and j == 0:
-                entry = directing.with_text(entry, text)
+                entry = pass_prompts.with_text(entry, text)
             if frames:
                 entry["minimax_keyframes"] = frames
             new[key].append(entry)
@@ -271,10 +271,10 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
 
     video, audio = _check_inputs(guider, sigmas, latent, plan)
     conds = _conditioning(guider)
-    own_positive = keep_own_positive and prompts is not None and not directing.is_setup_positive(prompts, conds)
+    own_positive = keep_own_positive and prompts is not None and not pass_prompts.is_setup_positive(prompts, conds)
     if own_positive:
         prompts = None
-    directing.check_prompts(prompts, conds, plan)
+    pass_prompts.check_prompts(prompts, conds, plan)
     seed_list = seams.segment_seeds(plan.count, int(getattr(noise, "seed", 0) or 0), seeds)
     rows = forecast(prompts)
     for row in rows:  # listed before the first pass runs
@@ -285,8 +285,7 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
     todo = resume.check_passes(plan, passes, done is not None)
-    chain = directing.job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys,
-                                devices)
+    chain = job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys, devices)
     reader = memory_reader if memory_reader is not None else read_memory
     result = denoised = None
     if done is not None:
@@ -304,7 +303,7 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
             joins.append(_start_from_context(seg, context, pass_v, pass_a, stage.keep_audio))
         text = prompts.conditioning[seg.index] if prompts is not None else None
         new_conds = _segment_conds(conds, routed, seg.index, context, context_keys, text)
-        key, pins = directing.segment_key(chain, seg, seed_list[seg.index], (pass_v, pass_a), new_conds)
+        key, pins = segment_key(chain, seg, seed_list[seg.index], (pass_v, pass_a), new_conds)
         hit = chain.lookup(seg.index, key)
         if hit is not None:
             out_v, out_a, den_v, den_a = hit.tensors
