@@ -22,8 +22,8 @@ OURS_PREFIXES = ("triton exact", "triton sol", "torch reference exact", "torch r
 def status(device: torch.device) -> tuple[bool, str]:
     """(run kitchen rows?, why): on CUDA the registry's probe; on CPU (--smoke) kitchen's eager sol_attn only."""
     if device.type == "cuda":
-        ok, why = kitchen.kitchen_probe("sol_attn", "sol_attn_is_available")()
-        ok8, why8 = kitchen.kitchen_probe("int8_attention", "int8_attention_is_available")()
+        ok, why = kitchen.kitchen_availability("sol_attn", "sol_attn_is_available")()
+        ok8, why8 = kitchen.kitchen_availability("int8_attention", "int8_attention_is_available")()
         return ok and ok8, why if not ok else why8
     have = kitchen.installed_version()
     if have is None or have < kitchen.MIN_VERSION:

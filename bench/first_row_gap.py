@@ -5,10 +5,10 @@
 
 bench.cards times step 1 from the sampler node's start (`first_step_s`); LongMedia's report times it from the
 first model call (`report_first_step_s`) and names the kernel warm-up before it (`warmup_s`). The gap between them
-is setup before the first model call. Per row, in run order: the gap, the attention speed probe's seconds when the
+is setup before the first model call. Per row, in run order: the gap, the attention speed timing's seconds when the
 row has them (`probe_s`, reported since 2026-12-06), the kernel warm-up's seconds, how far LongMedia's step 1 ran over
-its steady step (a compile left to step 1 shows here), and whether the probe's timings in the plan's reasons are the
-first in the file (probed in that row, unless an earlier run on the machine had probed) or repeat an earlier row's
+its steady step (a compile left to step 1 shows here), and whether the speed timing's results in the plan's reasons are the
+first in the file (timed in that row, unless an earlier run on the machine had timed them) or repeat an earlier row's
 (read from the disk cache).
 """
 
@@ -21,14 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROBE_TIMINGS = re.compile(r"exact backends ordered by speed measured on [^:]*: ([^;]*)")
+SPEED_TIMINGS = re.compile(r"exact backends ordered by speed measured on [^:]*: ([^;]*)")
 
 
-def probe_timings(row: dict) -> str | None:
-    """The probe's timings as the row's plan states them ("flash4 24.8 ms, sdpa_cudnn 25.1 ms, ..."), or None."""
+def speed_timings(row: dict) -> str | None:
+    """The speed timing's results as the row's plan states them ("flash4 24.8 ms, sdpa_cudnn 25.1 ms, ..."), or None."""
     plan = json.loads(row.get("plan_json") or "{}")
     for reason in plan.get("reasons", ()):
-        found = PROBE_TIMINGS.search(reason)
+        found = SPEED_TIMINGS.search(reason)
         if found:
             return found.group(1)
     return None
@@ -36,18 +36,18 @@ def probe_timings(row: dict) -> str | None:
 
 def gaps(rows: list[dict]) -> list[dict]:
     """One entry per completed row with both clocks, in run order: label, card, gap (s), probe_s, warm-up (s), step 1
-    over the steady step by LongMedia's report (s, None without a steady step), probe timings first in these rows or
+    over the steady step by LongMedia's report (s, None without a steady step), speed timings first in these rows or
     repeated."""
     out, seen = [], set()
     for row in rows:
         if row.get("result") != "ok" or not row.get("first_step_s") or not row.get("report_first_step_s"):
             continue
-        timings, steady = probe_timings(row), row.get("report_steady_step_s")
+        timings, steady = speed_timings(row), row.get("report_steady_step_s")
         out.append({"label": row.get("label"), "card_gib": row.get("card_gib"),
                     "gap_s": row["first_step_s"] - row["report_first_step_s"] - (row.get("warmup_s") or 0.0),
                     "probe_s": row.get("probe_s"), "warmup_s": row.get("warmup_s") or 0.0,
                     "over_steady_s": None if not steady else row["report_first_step_s"] - steady,
-                    "probe": None if timings is None else ("same as an earlier row's (disk cache)" if timings in seen
+                    "timings": None if timings is None else ("same as an earlier row's (disk cache)" if timings in seen
                                                       else "first in this file")})
         if timings is not None:
             seen.add(timings)
@@ -58,16 +58,16 @@ def table(path: Path) -> list[str]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     lines = [f"{path.name}:"]
     for g in gaps(rows):
-        probe = "" if g["probe_s"] is None else f", probe_s {g['probe_s']:.2f} s"
+        took = "" if g["probe_s"] is None else f", probe_s {g['probe_s']:.2f} s"
         over = "" if g["over_steady_s"] is None else f"; step 1 {g['over_steady_s']:+.2f} s over the steady step"
         lines.append(f"  {g['label']} @ {g['card_gib']} GiB: {g['gap_s']:.2f} s before the first model call "
-                     f"(probe timings: {g['probe'] or 'none in the plan'}{probe}); warm-up {g['warmup_s']:.2f} s"
+                     f"(speed timings: {g['timings'] or 'none in the plan'}{took}); warm-up {g['warmup_s']:.2f} s"
                      f"{over}")
     return lines
 
 
 def _smoke() -> int:
-    reason = ("attention: exact backends ordered by speed measured on GPU sm90, torch x (probe: head_dim 128): "
+    reason = ("attention: exact backends ordered by speed measured on GPU sm90, torch x (timed at head_dim 128): "
               "a 1 ms, b 2 ms")
     rows = [{"label": "longmedia", "card_gib": 16, "result": "ok", "first_step_s": 50.0, "report_first_step_s": 36.0,
              "warmup_s": 0.0, "plan_json": json.dumps({"reasons": [reason]})},

@@ -88,7 +88,7 @@ def figures(rows: list[dict], steps: int = 20) -> list[str]:
             out.append(f"sol first step {first:.2f} s = {r:.2f}x its steady step (goal <= "
                        f"{GOALS['sol_first_over_steady']}x: {'met' if r <= GOALS['sol_first_over_steady'] else 'missed'})"
                        f"{rep}; kernels compiled before step 1 in {sol.get('warmup_s')} s"
-                       + (f"; the attention speed probe ran before it in {sol['probe_s']:.2f} s"
+                       + (f"; the attention speed timing ran before it in {sol['probe_s']:.2f} s"
                           if sol.get("probe_s") else ""))
     if exact and sol and sol08:
         avg, per = scheduled_average(steady(exact), {1.3: steady(sol), 0.8: steady(sol08)}, steps)

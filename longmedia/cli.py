@@ -54,7 +54,7 @@ def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> J
         w, h = hires_size(main_plan.geometry.width, main_plan.geometry.height, args.hires_scale)
         hires = plan_from_args(argparse.Namespace(**{**vars(args), "width": w, "height": h}), setup=False)
     check_float("--cfg", args.cfg, 0.0, 100.0, "Give the CFGGuider's cfg (1 for turbo LoRAs).")
-    resolver = resolve_attention_path if args.probe_attention else default_attention_path
+    resolver = resolve_attention_path if args.resolve_attention else default_attention_path
     return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
                     refiner_steps=args.refiner_steps, text_encoder=args.text_encoder, decode=args.decode,
                     text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver, cfg=args.cfg,
@@ -99,7 +99,7 @@ def plan_from_args(args: argparse.Namespace, setup: bool = True) -> ExecutionPla
                           disk_gbps=args.disk_gbps, pinned_memory=not args.no_pinned_memory,
                           patch_host_bytes=patches.host_bytes,
                           **{name: getattr(args, name) for name, *_ in MANUAL_CONTROLS})
-    resolver = resolve_attention_path if args.probe_attention else default_attention_path
+    resolver = resolve_attention_path if args.resolve_attention else default_attention_path
     return plan(model, device, geometry, request, attention_resolver=resolver)
 
 
@@ -196,8 +196,8 @@ def no_effect_warnings(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
         out += [f"--{n.replace('_', '-')} has no effect: --inter-block-vram-guard-mb 0 turns that guard off"
                 for n in ("inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_mb")
                 if getattr(args, n) is not None]
-    if args.probe_attention and args.attention_mode == "existing":
-        out.append("--probe-attention has no effect with --attention-mode existing (ComfyUI's attention is kept)")
+    if args.resolve_attention and args.attention_mode == "existing":
+        out.append("--resolve-attention has no effect with --attention-mode existing (ComfyUI's attention is kept)")
     manual_chunks = [n for n in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens")
                      if getattr(args, n)]
     if manual_chunks and p.memory_mode == "normal":

@@ -146,8 +146,8 @@ def _add_plan_arguments(p: argparse.ArgumentParser) -> None:
     _add_whole_job_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
-    o.add_argument("--probe-attention", action="store_true",
-                   help="ask the attention dispatcher (imports torch, probes backends installed here)")
+    o.add_argument("--resolve-attention", action="store_true",
+                   help="ask the attention dispatcher (imports torch, checks which backends are installed here)")
 
 
 def _add_whole_job_arguments(p: argparse.ArgumentParser) -> None:

@@ -39,11 +39,11 @@ def _scale_kwargs(context: BuildContext) -> dict[str, float]:
     return {} if context.sm_scale is None else {"scale": context.sm_scale}
 
 
-# ---- probes -----------------------------------------------------------------------------------
+# ---- availability checks ----------------------------------------------------------------------
 
-def _sdpa_probe(kernel: str | None, enabled: Callable[[], bool] | None,
+def _sdpa_availability(kernel: str | None, enabled: Callable[[], bool] | None,
                 extra: Callable[[], tuple[bool, str]] | None = None) -> Callable[[], tuple[bool, str]]:
-    def probe() -> tuple[bool, str]:
+    def check() -> tuple[bool, str]:
         if kernel is not None:
             try:
                 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
@@ -56,7 +56,7 @@ def _sdpa_probe(kernel: str | None, enabled: Callable[[], bool] | None,
         if extra is not None:
             return extra()
         return True, f"torch {torch.__version__} SDPA" + (f" pinned to {kernel}" if kernel else "")
-    return probe
+    return check
 
 
 def _cudnn_present() -> tuple[bool, str]:
@@ -98,8 +98,8 @@ def _import_kernel(module_name: str) -> ModuleType:
     return module
 
 
-def _kernel_probe(module_name: str, names: tuple[str, ...], needs_triton: bool) -> Callable[[], tuple[bool, str]]:
-    def probe() -> tuple[bool, str]:
+def _kernel_availability(module_name: str, names: tuple[str, ...], needs_triton: bool) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
         if needs_triton and importlib.util.find_spec("triton") is None:
             return False, "triton is not installed"
         try:
@@ -111,13 +111,13 @@ def _kernel_probe(module_name: str, names: tuple[str, ...], needs_triton: bool) 
         if fn is None:
             return False, f"longmedia.kernels.{module_name} defines none of {', '.join(names)}"
         return True, f"longmedia.kernels.{module_name}.{fn.__name__}"
-    return probe
+    return check
 
 
 def _kernel(module_name: str, names: tuple[str, ...]) -> Callable:
     try:
         module = _import_kernel(module_name)
-    except (ImportError, RuntimeError) as err:  # same reasons as the probe
+    except (ImportError, RuntimeError) as err:  # same reasons as the availability check
         raise BackendUnavailableError(f"longmedia.kernels.{module_name} is not importable: {err}") from err
     fn = _entry(module, names)
     if fn is None:
@@ -265,12 +265,12 @@ def _sdpa_spec(name: str, kernel: str | None, rank: int, **fields) -> BackendSpe
                "MATH": torch.backends.cuda.math_sdp_enabled}.get(kernel or "")
     extra = {"CUDNN_ATTENTION": _cudnn_present, "FLASH_ATTENTION": _flash_present}.get(kernel or "")
     return BackendSpec(name=name, exact=True, factory=_sdpa_factory(kernel), speed_rank=rank,
-                       probe=_sdpa_probe(kernel, enabled, extra), **fields)
+                       availability=_sdpa_availability(kernel, enabled, extra), **fields)
 
 
 def builtin_backends() -> tuple[BackendSpec, ...]:
     """Declarations of every built-in backend: exact ones fastest first (flash-attn-4 where installed, flash4.py),
-    then Sol, then `existing`, then comfy-kitchen's kernels (kitchen.py; approximate, probed for the package)."""
+    then Sol, then `existing`, then comfy-kitchen's kernels (kitchen.py; approximate, checked for the package)."""
     return (
         flash4_spec(),
         _sdpa_spec("sdpa_cudnn", "CUDNN_ATTENTION", 0, dtypes=HALF, head_dims=(32, 64, 96, 128),
@@ -282,7 +282,7 @@ def builtin_backends() -> tuple[BackendSpec, ...]:
         BackendSpec(name="qstream_triton", exact=True, dtypes=FLOATS, head_dims=(32, 64, 128),
                     min_capability=(8, 0), speed_rank=2,
                     factory=_qstream_factory("qstream_attention", QSTREAM, int8=False),
-                    probe=_kernel_probe("qstream_attention", QSTREAM, needs_triton=True),
+                    availability=_kernel_availability("qstream_attention", QSTREAM, needs_triton=True),
                     description="our exact query-streaming Triton kernel (strided K/V, no copies)"),
         _sdpa_spec("sdpa_efficient", "EFFICIENT_ATTENTION", 3, dtypes=FLOATS, min_capability=(5, 0),
                    description="torch SDPA pinned to the memory-efficient kernel"),
@@ -293,21 +293,21 @@ def builtin_backends() -> tuple[BackendSpec, ...]:
         BackendSpec(name="qstream_triton_int8", exact=True, dtypes=HALF, head_dims=(32, 64, 128),
                     min_capability=(8, 0), kv_element_bytes=1, kv_scale_bytes=4, speed_rank=6,
                     factory=_qstream_factory("qstream_attention", QSTREAM, int8=True),
-                    probe=_kernel_probe("qstream_attention", QSTREAM, needs_triton=True),
+                    availability=_kernel_availability("qstream_attention", QSTREAM, needs_triton=True),
                     description="our exact kernel over int8 K/V with fp32 per-token-per-head scales"),
         BackendSpec(name="qstream_reference", exact=True, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
                     kv_element_bytes=6, score_bytes=8, speed_rank=7,
                     factory=_qstream_factory("qstream_reference", QSTREAM_REF, int8=False),
-                    probe=_kernel_probe("qstream_reference", QSTREAM_REF, needs_triton=False),
+                    availability=_kernel_availability("qstream_reference", QSTREAM_REF, needs_triton=False),
                     description="eager fp32 torch reference of the exact kernel: the last exact fallback"),
         BackendSpec(name="sol", exact=False, dtypes=HALF, head_dims=(64, 128), min_capability=(8, 0),
                     speed_rank=0, takes_tau=True, factory=_sol_factory("sol_attention", SOL), **_sol_counts(None),
-                    probe=_kernel_probe("sol_attention", SOL, needs_triton=True),
+                    availability=_kernel_availability("sol_attention", SOL, needs_triton=True),
                     description="our block-sparse Sol kernel: approximate, routed by tau"),
         BackendSpec(name="sol_reference", exact=False, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
                     kv_element_bytes=6, score_bytes=8, speed_rank=2, takes_tau=True,
                     factory=_sol_factory("sol_reference", SOL_REF), **_sol_counts(4),
-                    probe=_kernel_probe("sol_reference", SOL_REF, needs_triton=False),
+                    availability=_kernel_availability("sol_reference", SOL_REF, needs_triton=False),
                     description="eager fp32 torch reference of Sol: the approximate fallback"),
         BackendSpec(name="existing", exact=True, dtypes=FLOATS, cpu=True, min_capability=ANY_CUDA,
                     speed_rank=50, factory=_existing_factory,

@@ -119,14 +119,14 @@ class _Facts:
 
     @property
     def measured(self) -> MeasuredSpeeds | None:
-        """The speed probe's timings where they were taken for this job's head_dim, dtype and length class."""
+        """The speed timing's timings where they were taken for this job's head_dim, dtype and length class."""
         s = self.speeds
         if s is None or not s.covers(head_dim=self.head_dim, dtype=_dtype_name(self.dtype), seq_len=self.seq_len):
             return None
         return s
 
     def rank(self, spec: BackendSpec) -> tuple:
-        """Sort key, fastest first: float K/V before int8 K/V; timed backends by the probe's seconds, then the
+        """Sort key, fastest first: float K/V before int8 K/V; timed backends by their measured seconds, then the
         untimed ones by the registry's static speed_rank."""
         seconds = None if self.measured is None else self.measured.seconds_of(spec.name)
         if seconds is None:
@@ -139,10 +139,10 @@ class _Facts:
             return self.measured.summary()
         s = self.speeds
         if s is None:
-            return "exact backends in the static rank (attention/backends.py): no speed probe was handed in"
+            return "exact backends in the static rank (attention/backends.py): no speed timing was handed in"
         if s.refused or not s.seconds:
             return s.summary()
-        return (f"exact backends in the static rank (attention/backends.py): the speed probe timed head_dim "
+        return (f"exact backends in the static rank (attention/backends.py): the speed timing timed head_dim "
                 f"{s.head_dim}, {s.dtype}, {s.length_class} class, not this call's")
 
     def fit(self, spec: BackendSpec) -> _Fit:
@@ -228,12 +228,12 @@ def resolve_attention(mode: str = "auto", *, seq_len: int, heads: int, head_dim:
     """Pick the attention path for one job.
 
     device_capability: CUDA (major, minor), None = CPU. available: backend names installed here
-    (None = probe the registry now). existing_name: ComfyUI's installed attention function's name,
+    (None = check the registry now). existing_name: ComfyUI's installed attention function's name,
     used to tell whether `existing` is exact (default: host_attention's). int8_kv_storage: the caller stores
     K/V as int8 + scales when a quantised-K/V backend is chosen (False: those backends are passed over).
     host_attention: what ComfyUI runs (None = unknown: auto picks the fastest exact backend as before).
     streamed: the caller calls attention once per query chunk (whole-sequence backends cannot serve it).
-    speeds: the speed probe's timings on this device (speed_probe.py); where they cover this job's head_dim, dtype
+    speeds: the speed timing's timings on this device (speed_timing.py); where they cover this job's head_dim, dtype
     and length class they order the exact backends, else (None, refused, another class) the static speed_rank does.
     """
     _check_inputs(mode, seq_len, heads, head_dim, dtype, device_capability, budget_bytes_for_attention)

@@ -5,13 +5,13 @@ contiguous), bf16 or fp16, head_dim 64 / 96 / 128, on compute capability 9.x (Ho
 11.x (Blackwell), and returns the output [B, S, H, D] (with the log-sum-exp in newer releases: a tuple). It
 allocates its output and nothing else at num_splits=1 without grad, so it declares no workspace. Its first call
 per process compiles (about 2.5 s on the H200, 1.9 s on an H100). The Sampler's kernel warm-up (warmup.py) makes that
-call at the planned shapes before step 1, so step 1 runs at the steady speed also when the probe's timings come from
+call at the planned shapes before step 1, so step 1 runs at the steady speed also when the speed timing's results come from
 disk (before, the first model call paid 4.2-4.6 s at full depth on an H100; docs/lab/2026-12-05-speed-goals.md).
 
 Measured on the H200 at H3's shape (bf16, 56 x 128, non-causal, 104,466 rows): 480 ms against cuDNN's 575 ms and
 FlashAttention-2's 889 ms, rel-L2 3.1e-3 against cuDNN (issue 29). The package is optional: without it auto orders
-cuDNN, FlashAttention-2 and our Triton kernel by the probe as before. `flash_attn.cute` is imported inside the
-factory only (it pulls nvidia-cutlass-dsl): this floor imports without it, and the probe only looks it up.
+cuDNN, FlashAttention-2 and our Triton kernel by the speed timing as before. `flash_attn.cute` is imported inside the
+factory only (it pulls nvidia-cutlass-dsl): this floor imports without it, and its availability check only looks it up.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ def import_module() -> ModuleType:
     return cute
 
 
-def flash4_probe(find: Callable[[], bool] = find_module) -> Callable[[], tuple[bool, str]]:
+def flash4_availability(find: Callable[[], bool] = find_module) -> Callable[[], tuple[bool, str]]:
     """(installed?, why); `find` is the fact read (injectable for tests)."""
-    def probe() -> tuple[bool, str]:
+    def check() -> tuple[bool, str]:
         if not find():
             return False, f"{PACKAGE} is not installed (optional, Hopper and newer: {REQUIRES})"
         return True, f"{PACKAGE} ({MODULE}.flash_attn_func)"
-    return probe
+    return check
 
 
 def _flash4_factory(module: Callable[[], ModuleType] = import_module) -> Callable[[BuildContext], AttentionFn]:
@@ -85,6 +85,6 @@ def flash4_spec(*, find: Callable[[], bool] = find_module,
     """The declaration (find / module: the package lookup and import, injectable for tests)."""
     return BackendSpec(name="flash4", exact=True, dtypes=HALF, head_dims=HEAD_DIMS, min_capability=(9, 0),
                        max_capability=(11, 9), speed_rank=0, factory=_flash4_factory(module),
-                       probe=flash4_probe(find), requires=REQUIRES,
+                       availability=flash4_availability(find), requires=REQUIRES,
                        description="flash-attn-4 (CuTe DSL) flash_attn_func: exact, Hopper and Blackwell (SM90-SM11x), "
                                    "any query rows against all keys; optional package")

@@ -6,9 +6,9 @@ shape) and `sol_attn_chunked` (a QKV producer: it takes the block's fused qkv pr
 and q/k-norm weights and writes INT8 carriers, so it replaces the projections, not an attention call).
 The signatures read here are the same in 0.2.36 and 0.2.40.
 
-comfy_kitchen is imported inside probes and factories only: this floor imports without it. A probe
-answers (False, why) without the package, on an older one, without CUDA, or when kitchen says its
-compiled kernel cannot run on this GPU.
+comfy_kitchen is imported inside availability checks and factories only: this floor imports without it. An
+availability check answers (False, why) without the package, on an older one, without CUDA, or when kitchen says
+its compiled kernel cannot run on this GPU.
 """
 
 from __future__ import annotations
@@ -67,13 +67,13 @@ def import_kitchen() -> ModuleType:
     return comfy_kitchen
 
 
-def kitchen_probe(entry: str, available: str | None, *,
+def kitchen_availability(entry: str, available: str | None, *,
                   version: Callable[[], tuple[int, ...] | None] = installed_version,
                   cuda: Callable[[], bool] = torch.cuda.is_available,
                   module: Callable[[], ModuleType] = import_kitchen) -> Callable[[], tuple[bool, str]]:
     """(usable?, why) for kitchen's `entry`; `available` names kitchen's own can-it-run check. The keyword
     arguments are the facts read (injectable for tests)."""
-    def probe() -> tuple[bool, str]:
+    def check() -> tuple[bool, str]:
         have = version()
         if have is None:
             return False, f"{PACKAGE} is not installed (needs {REQUIRES})"
@@ -93,13 +93,13 @@ def kitchen_probe(entry: str, available: str | None, *,
         if check is not None and not check():
             return False, f"{PACKAGE} {shown}: {available}() is False (compiled kernel missing or GPU too old)"
         return True, f"{PACKAGE} {shown} {entry}"
-    return probe
+    return check
 
 
 def _kitchen_fn(entry: str) -> Callable:
     try:
         ck = import_kitchen()
-    except (ImportError, OSError, RuntimeError) as err:  # as in the probe
+    except (ImportError, OSError, RuntimeError) as err:  # as in the availability check
         raise BackendUnavailableError(f"{PACKAGE} is not importable: {err}") from err
     fn = getattr(ck, entry, None)
     if not callable(fn):
@@ -157,7 +157,7 @@ def _producer_factory(context: BuildContext) -> AttentionFn:
     raise BackendUnavailableError(f"kitchen_sol_chunked: {PRODUCER_REASON}")
 
 
-def _producer_probe() -> tuple[bool, str]:
+def _producer_availability() -> tuple[bool, str]:
     return False, f"declared, not runnable here: {PRODUCER_REASON}"
 
 
@@ -191,18 +191,18 @@ def kitchen_backends() -> tuple[BackendSpec, ...]:
     return (
         BackendSpec(name="kitchen_sol", exact=False, dtypes=HALF, head_dims=(SOL_HEAD_DIM,), min_capability=(8, 0),
                     workspace=sol_workspace, speed_rank=1, takes_tau=True, call_shape="whole_sequence",
-                    factory=_sol_factory, probe=kitchen_probe("sol_attn", "sol_attn_is_available"),
+                    factory=_sol_factory, availability=kitchen_availability("sol_attn", "sol_attn_is_available"),
                     requires=REQUIRES, rel_l2_bound=0.12,
                     description="comfy-kitchen's Sol-Attn (tau threshold or SLA top-k, INT8 carriers): approximate, "
                                 "one call over the whole sequence"),
         BackendSpec(name="kitchen_int8", exact=False, dtypes=FLOATS, max_head_dim=256, min_capability=(7, 5),
                     workspace=int8_workspace, speed_rank=20, factory=_int8_factory,
-                    probe=kitchen_probe("int8_attention", "int8_attention_is_available"),
+                    availability=kitchen_availability("int8_attention", "int8_attention_is_available"),
                     requires=REQUIRES, rel_l2_bound=1e-2,
                     description="comfy-kitchen's INT8 attention (INT8 Q/K/V and P, fp32 softmax): approximate, "
                                 "any query rows against all keys"),
         BackendSpec(name="kitchen_sol_chunked", exact=False, dtypes=frozenset({torch.bfloat16}),
                     head_dims=(SOL_HEAD_DIM,), min_capability=(8, 0), workspace=sol_workspace, speed_rank=90,
-                    takes_tau=True, call_shape="qkv_producer", factory=_producer_factory, probe=_producer_probe,
+                    takes_tau=True, call_shape="qkv_producer", factory=_producer_factory, availability=_producer_availability,
                     requires=REQUIRES, description="comfy-kitchen's chunked Sol-Attn QKV producer (see the reason)"),
     )

@@ -67,7 +67,7 @@ class BackendSpec:
     dtype_bytes=): the part of that workspace the AttentionFn keeps after its calls return, until the AttentionFn
     itself is dropped (Sol's key summaries, memoised per K/V; the executor drops it when the block call returns,
     so they are live in the block's MLP phase too; None = nothing). speed_rank: lower is faster (ties
-    keep declaration order). probe: (installed?, why) on this machine. factory: builds the AttentionFn.
+    keep declaration order). availability: (installed?, why) on this machine. factory: builds the AttentionFn.
     max_head_dim: largest head size (None = no limit; head_dims, when given, lists the allowed ones).
     takes_tau: approximate and routed by Sol's tau (what the Sol modes pick from).
     call_shape: "query_chunks" (any query rows against all keys: what the streamed executor calls),
@@ -93,7 +93,7 @@ class BackendSpec:
     workspace: Callable[..., int] | None = None
     held: Callable[..., int] | None = None
     speed_rank: int = 100
-    probe: Callable[[], tuple[bool, str]] = always_available
+    availability: Callable[[], tuple[bool, str]] = always_available
     description: str = ""
     max_head_dim: int | None = None
     takes_tau: bool = False
@@ -168,7 +168,7 @@ class BackendSpec:
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class Availability:
     name: str
     available: bool
     reason: str
@@ -211,26 +211,26 @@ class BackendRegistry:
         return BackendRegistry(tuple(b for b in self.backends if b.name not in names))
 
     def replace(self, name: str, **changes: object) -> BackendRegistry:
-        """A registry whose `name` declaration has `changes` applied (e.g. a fake probe in tests)."""
+        """A registry whose `name` declaration has `changes` applied (e.g. a fake availability check in tests)."""
         return self.with_backends(replace(self.get(name), **changes))
 
-    def probe(self, names: Collection[str] | None = None) -> tuple[ProbeResult, ...]:
-        """Run each backend's availability probe (software only: packages and kernels installed)."""
+    def check_availability(self, names: Collection[str] | None = None) -> tuple[Availability, ...]:
+        """Run each backend's availability check (software only: packages and kernels installed)."""
         results = []
         for spec in self.backends:
             if names is not None and spec.name not in names:
                 continue
-            ok, reason = spec.probe()
-            results.append(ProbeResult(spec.name, bool(ok), str(reason)))
+            ok, reason = spec.availability()
+            results.append(Availability(spec.name, bool(ok), str(reason)))
         return tuple(results)
 
     def available_names(self) -> frozenset[str]:
-        return frozenset(r.name for r in self.probe() if r.available)
+        return frozenset(r.name for r in self.check_availability() if r.available)
 
     def build(self, name: str, context: BuildContext = BuildContext()) -> AttentionFn:
-        """The AttentionFn of backend `name`; raises BackendUnavailableError when its probe fails."""
+        """The AttentionFn of backend `name`; raises BackendUnavailableError when its availability check fails."""
         spec = self.get(name)
-        ok, reason = spec.probe()
+        ok, reason = spec.availability()
         if not ok:
             raise BackendUnavailableError(f"attention backend {name!r} is unavailable here: {reason}")
         return spec.factory(context)

@@ -1,8 +1,8 @@
-"""How fast each exact backend ran on this device, as a plain fact: `MeasuredSpeeds` (measured by speed_probe.py).
+"""How fast each exact backend ran on this device, as a plain fact: `MeasuredSpeeds` (measured by speed_timing.py).
 
 auto orders the exact backends that fit by these timings where they cover the job (the same head_dim, dtype and
-length class); backends the probe did not time follow the timed ones in the registry's static `speed_rank`. Where
-no probe could run (CPU, the probe refused or switched off) the fact carries only why (`refused`), and the static
+length class); backends the timing did not cover follow the timed ones in the registry's static `speed_rank`. Where
+no timing could run (CPU, the timing refused or switched off) the fact carries only why (`refused`), and the static
 rank alone orders them. The dispatcher reads the fact; it never measures. Torch-free.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 LENGTH_CLASSES = (("short", 16384, 8192), ("medium", 65536, 32768), ("long", None, 65536))
-"""(class, keys below this bound (None: any), rows the probe times for the class)."""
+"""(class, keys below this bound (None: any), rows timed for the class)."""
 
 
 def length_class(seq_len: int) -> str:
@@ -22,8 +22,8 @@ def length_class(seq_len: int) -> str:
     raise AssertionError("the last length class has no bound")
 
 
-def probe_rows(cls: str) -> int:
-    """Keys (and query rows) the probe times for a length class."""
+def timing_rows(cls: str) -> int:
+    """Keys (and query rows) timed for a length class."""
     for name, _, rows in LENGTH_CLASSES:
         if name == cls:
             return rows
@@ -32,11 +32,11 @@ def probe_rows(cls: str) -> int:
 
 @dataclass(frozen=True)
 class MeasuredSpeeds:
-    """Seconds per probe call of each exact backend timed on one device, for one (head_dim, dtype, length class).
+    """Seconds per timed call of each exact backend timed on one device, for one (head_dim, dtype, length class).
 
     device: what ran it ("NVIDIA H200 sm90, torch 2.9.0, CUDA 12.8"). seconds: (backend, seconds per call),
-    fastest first. skipped: (backend, why it was not timed). rows / heads: the probe's shape (q rows = keys).
-    cached: read back from the on-disk cache. refused: non-empty = no probe ran, and why (then seconds is
+    fastest first. skipped: (backend, why it was not timed). rows / heads: the timed shape (q rows = keys).
+    cached: read back from the on-disk cache. refused: non-empty = no timing ran, and why (then seconds is
     empty and auto keeps the static rank). probe_s: wall seconds the probe ran in this process to give these
     timings (compilation and JIT of every candidate included); 0 when the cache held them all. It runs before the
     first model call, so a sampler step's clock does not see it, and a clock that starts at the node does.
@@ -67,7 +67,7 @@ class MeasuredSpeeds:
     @classmethod
     def none(cls, why: str, *, device: str = "", head_dim: int = 0, dtype: str = "", seq_len: int = 1
              ) -> "MeasuredSpeeds":
-        """No probe ran (`why`): the static rank orders the exact backends."""
+        """No timing ran (`why`): the static rank orders the exact backends."""
         return cls(device=device, head_dim=head_dim, dtype=dtype, length_class=length_class(seq_len), refused=why)
 
     def covers(self, *, head_dim: int, dtype: str, seq_len: int) -> bool:
@@ -85,19 +85,19 @@ class MeasuredSpeeds:
     def summary(self) -> str:
         """One line for the plan's reasons."""
         if self.refused:
-            return f"exact backends in the static rank (attention/backends.py): no speed probe ({self.refused})"
+            return f"exact backends in the static rank (attention/backends.py): no speed timing ({self.refused})"
         skipped = "; ".join(f"{name} ({why})" for name, why in self.skipped)
         if not self.seconds:
-            return (f"exact backends in the static rank (attention/backends.py): the speed probe on {self.device} "
+            return (f"exact backends in the static rank (attention/backends.py): the speed timing on {self.device} "
                     f"timed none" + (f" ({skipped})" if skipped else " (no candidate installed)"))
         timed = ", ".join(f"{name} {s * 1e3:.3g} ms" for name, s in self.seconds)
-        line = (f"exact backends ordered by speed measured on {self.device} (probe: head_dim {self.head_dim}, "
+        line = (f"exact backends ordered by speed measured on {self.device} (timed at head_dim {self.head_dim}, "
                 f"{self.dtype}, {self.length_class} class, {self.rows} rows x {self.heads} heads): {timed}")
         if skipped:
             line += f"; not timed: {skipped}"
         if self.cached:
             line += "; read from the on-disk cache"
         elif self.probe_s:
-            line += (f"; probed now, in {self.probe_s:.1f} s before the first model call (once per device, torch "
+            line += (f"; timed now, in {self.probe_s:.1f} s before the first model call (once per device, torch "
                      f"and CUDA version: kept on disk)")
         return line

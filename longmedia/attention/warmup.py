@@ -36,7 +36,7 @@ TRITON_BACKENDS = frozenset({"sol", "qstream_triton", "qstream_triton_int8"})
 """Our Triton backends: their kernels compile on their first shape and specialise as `specialisation_heads` says."""
 COMPILED_AT_PLANNED_SHAPE = frozenset({"flash4"})
 """Backends that compile on their first call, for a config picked from the whole call shape: warmed at that shape.
-(The SDPA kernels compile nothing: cuDNN builds its plan in the speed probe or the first model call.)"""
+(The SDPA kernels compile nothing: cuDNN builds its plan in the speed timing or the first model call.)"""
 WARMED_BACKENDS = TRITON_BACKENDS | COMPILED_AT_PLANNED_SHAPE
 AUTOTUNED_BELOW = (9, 0)
 """Sol autotunes below this compute capability (kernels/sol_attention.py); from it, one fixed config runs."""

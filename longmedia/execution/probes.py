@@ -4,7 +4,7 @@ The executor calls an `Observer` at the edges of every phase (`run_block`: "stoc
 "streamed_attention", then "stock_mlp" or "streamed_mlp"; `chunked_final_forward`: "final layer") and the
 ComfyUI adapter tells it where each held weight came from (`comfy/patching/weight_origin.py`: resident, vbar, cast_buffer).
 None of this runs by default (`NO_OBSERVER`). Two probes are the product's own, switched on by name
-(`probes_named`, read from LONGMEDIA_PROBES by `comfy/probes_env.py`):
+(`probes_named`, read from LONGMEDIA_PROBES by `comfy/diagnostics_env.py`):
 
 - "nan" (`FiniteProbe`): the first phase whose packed sequence stops being finite (a device sync per phase edge);
 - "weights" (`WeightOriginProbe`): how many held weights came from where, and whether two held cast-buffer

@@ -3,7 +3,7 @@
 `resolve_attention_path` calls `longmedia.attention.dispatcher.resolve_attention` (which needs torch)
 with the job's facts and the bytes the plan leaves for attention, then `longmedia.attention.choice.call_extra_bytes`
 for one call's bytes beyond q/k/v/out and `call_held_bytes` for the part of them kept until the block call returns.
-`default_attention_path` does not probe anything: it records the requested mode and assumes ComfyUI's installed
+`default_attention_path` checks no backend's availability: it records the requested mode and assumes ComfyUI's installed
 attention is a fused exact kernel (flash / PyTorch SDPA: no score matrix), which is what the planner's byte formula
 uses.
 The CLI uses the default so it stays torch-free and fast; it plans for a card that is not here anyway.

@@ -84,7 +84,7 @@ class RunReport:
     probes: ProbeReport | None = None  # what the diagnostics saw (LONGMEDIA_PROBES); None: none ran
     host: HostFeatures | None = None  # what the pack detected on this ComfyUI (paste into a bug report)
     warmup_s: float = 0.0  # kernel compilation before the first step (attention/warmup.py), outside every step
-    probe_s: float = 0.0  # the attention speed probe, when this pass ran it before its first step (0: read from
+    probe_s: float = 0.0  # the attention speed timing, when this pass ran it before its first step (0: read from
     # the disk cache, or run earlier in the prompt, as a segmented job's forecast of its passes does)
     sampler_steps: int = 0  # steps the sampler was asked for (len(sigmas) - 1); 0 = not counted
     host_ram: HostRamReport | None = None  # pins, room made, disk reads and read-ahead (report/host_ram.py)
@@ -184,7 +184,7 @@ class RunReport:
             if self.warmup_s:
                 line += f"; kernels compiled before the first step in {self.warmup_s:.2f} s"
             if self.probe_s:
-                line += (f"; the attention speed probe ran before it in {self.probe_s:.2f} s (once per device, "
+                line += (f"; the attention speed timing ran before it in {self.probe_s:.2f} s (once per device, "
                          f"torch and CUDA version: kept on disk)")
             lines.append(line)
         if self.sampler_steps:

@@ -27,7 +27,7 @@ def test_prompt_lengths_are_the_cond_and_uncond_calls(env):
     assert plan.geometry.seq_len == table[-1][1] == lengths[1]
 
 
-def test_the_report_names_the_speed_probe_run_before_the_first_step(env):
+def test_the_report_names_the_speed_timing_run_before_the_first_step(env):
     """The probe runs in the Sampler before the first model call (pass_plan.measure_speeds after the residency
     boundary, on CUDA): the report keeps its seconds apart from the first step and says so. On the CPU no probe
     runs, so the test hands in the speeds the probe would have returned."""
@@ -44,8 +44,8 @@ def test_the_report_names_the_speed_probe_run_before_the_first_step(env):
     with torch.inference_mode():
         result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto", attention_speeds=speeds))
     assert result.report.probe_s == probe
-    assert f"the attention speed probe ran before it in {probe:.2f} s" in result.report.time_lines()[0]
+    assert f"the attention speed timing ran before it in {probe:.2f} s" in result.report.time_lines()[0]
     with torch.inference_mode():
         plain = env["core"].run_sampler(*tiny_sampler_job(env["model"], width=128, height=96, frames=39),
                                         PlanRequest(attention_mode="auto"))
-    assert plain.report.probe_s == 0.0 and "speed probe" not in plain.report.time_lines()[0]
+    assert plain.report.probe_s == 0.0 and "speed timing" not in plain.report.time_lines()[0]

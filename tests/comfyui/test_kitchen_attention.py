@@ -21,7 +21,7 @@ NEW_ENOUGH = VERSION is not None and VERSION >= kitchen.MIN_VERSION
 
 
 def test_probes_explain_this_host():
-    results = {r.name: r for r in builtin.default_registry().probe(("kitchen_sol", "kitchen_int8", "kitchen_sol_chunked"))}
+    results = {r.name: r for r in builtin.default_registry().check_availability(("kitchen_sol", "kitchen_int8", "kitchen_sol_chunked"))}
     assert not results["kitchen_sol_chunked"].available and "QKV producer" in results["kitchen_sol_chunked"].reason
     for name in ("kitchen_sol", "kitchen_int8"):
         result = results[name]

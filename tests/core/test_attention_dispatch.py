@@ -164,8 +164,8 @@ def test_registry_is_immutable_and_explains_itself():
     assert swapped.names == ("exact_fake", "sol_fake", "new") and swapped.get("exact_fake").speed_rank == 9
     assert reg.get("exact_fake").speed_rank == 0  # the original is untouched
     assert reg.without("sol_fake").names == ("exact_fake",)
-    broken = reg.replace("exact_fake", probe=lambda: (False, "kernel missing"))
-    assert [(p.name, p.available) for p in broken.probe()] == [("exact_fake", False), ("sol_fake", True)]
+    broken = reg.replace("exact_fake", availability=lambda: (False, "kernel missing"))
+    assert [(p.name, p.available) for p in broken.check_availability()] == [("exact_fake", False), ("sol_fake", True)]
     with pytest.raises(BackendUnavailableError, match="kernel missing"):
         broken.build("exact_fake")
 
@@ -212,7 +212,7 @@ def test_cpu_sdpa_backends_match_the_contract(name):
 
 
 def test_pinned_sdpa_falls_back_loudly_when_the_kernel_refuses():
-    (result,) = builtin.default_registry().probe(["sdpa_cudnn"])
+    (result,) = builtin.default_registry().check_availability(["sdpa_cudnn"])
     available, why = result.available, result.reason
     if not available:  # CPU-only torch builds (CI's) have no cuDNN backend to pin at all
         pytest.skip(f"sdpa_cudnn unavailable in this torch build: {why}")

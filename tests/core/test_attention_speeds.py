@@ -1,4 +1,4 @@
-"""auto orders exact backends by the speed measured on the device (attention/speed_probe.py), with the reason shown;
+"""auto orders exact backends by the speed measured on the device (attention/speed_timing.py), with the reason shown;
 the static rank only where no probe ran. The "device" here is a CPU-simulated second profile (sm86, fake timings)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from attention_fakes import fake_spec
 
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.registry import BackendRegistry
-from longmedia.attention.speed_probe import NO_ROOM, SpeedCache, cached_speeds, probe_speeds
-from longmedia.attention.speeds import MeasuredSpeeds, length_class, probe_rows
+from longmedia.attention.speed_timing import NO_ROOM, SpeedCache, cached_speeds, time_speeds
+from longmedia.attention.speeds import MeasuredSpeeds, length_class, timing_rows
 from longmedia.comfy.host.attention_speeds import attention_speeds
 from longmedia.h3.profiles import DeviceProfile, ModelProfile
 from longmedia.job.geometry import build_geometry
@@ -35,7 +35,7 @@ def _registry(log):
 
 def _speeds(seconds, seq=40000, head_dim=32, **fields):
     return MeasuredSpeeds(device=LABEL, head_dim=head_dim, dtype="float32", length_class=length_class(seq),
-                          rows=probe_rows(length_class(seq)), heads=8, seconds=tuple(seconds), **fields)
+                          rows=timing_rows(length_class(seq)), heads=8, seconds=tuple(seconds), **fields)
 
 
 def _resolve(registry, speeds, seq=40000, mode="auto"):
@@ -61,8 +61,8 @@ def test_auto_follows_the_measured_ranking_and_says_so():
 
 def test_static_rank_where_no_probe_ran_and_the_reason_names_why():
     reg = _registry([])
-    assert "no speed probe was handed in" in _resolve(reg, None).reason and _resolve(reg, None).backend == "alpha"
-    refused = MeasuredSpeeds.none("no CUDA device: the probe times CUDA kernels only", head_dim=32, dtype="float32",
+    assert "no speed timing was handed in" in _resolve(reg, None).reason and _resolve(reg, None).backend == "alpha"
+    refused = MeasuredSpeeds.none("no CUDA device: only CUDA kernels are timed", head_dim=32, dtype="float32",
                                   seq_len=40000)
     choice = _resolve(reg, refused)
     assert choice.backend == "alpha" and "static rank" in choice.reason and "no CUDA device" in choice.reason
@@ -94,12 +94,12 @@ class _Clock:
 
 
 def _probe(reg, cache, clock, seq=40000, **kw):
-    return probe_speeds(reg, cache, device="cpu", head_dim=32, dtype=torch.float32, seq_len=seq, timer=clock,
+    return time_speeds(reg, cache, device="cpu", head_dim=32, dtype=torch.float32, seq_len=seq, timer=clock,
                         label=LABEL, capability=SM86, available=reg.names, **kw)
 
 
 def test_probe_times_the_exact_candidates_and_caches_them_per_device(tmp_path, monkeypatch):
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)  # small CPU calls
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 192)  # small CPU calls
     log = []
     reg, cache = _registry(log), SpeedCache(tmp_path)
     clock = _Clock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01})
@@ -113,7 +113,7 @@ def test_probe_times_the_exact_candidates_and_caches_them_per_device(tmp_path, m
     again = _probe(reg, cache, _Clock({}))
     assert again.cached and again.order == got.order
     # another device (or torch) is another entry: probed afresh
-    other = probe_speeds(reg, cache, device="cpu", head_dim=32, dtype=torch.float32, seq_len=40000,
+    other = time_speeds(reg, cache, device="cpu", head_dim=32, dtype=torch.float32, seq_len=40000,
                          timer=_Clock({"alpha": 0.01, "beta": 0.02, "gamma": 0.03}), label="Other GPU",
                          capability=SM86, available=reg.names)
     assert other.order == ("alpha", "beta", "gamma") and not other.cached
@@ -128,7 +128,7 @@ def test_the_probe_reports_its_own_time_and_a_cached_read_reports_none(tmp_path,
     """The probe runs before the first model call, so only a clock that starts at the node sees it (on the H100 the
     first LongMedia row of each machine took 12-20 s longer than its report's first step, and later rows did not).
     Its seconds come back with the timings and in the plan's reason; a read from the disk cache carries none."""
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 192)
     reg, cache = _registry([]), SpeedCache(tmp_path)
     rng = random.Random(133)
     start = rng.uniform(100.0, 200.0)
@@ -136,16 +136,16 @@ def test_the_probe_reports_its_own_time_and_a_cached_read_reports_none(tmp_path,
     ticks = iter([start, start + took])
     got = _probe(reg, cache, _Clock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01}), wall=lambda: next(ticks))
     assert abs(got.probe_s - took) < 1e-9 and not got.cached
-    assert f"probed now, in {took:.1f} s before the first model call" in got.summary()
+    assert f"timed now, in {took:.1f} s before the first model call" in got.summary()
     again = _probe(reg, cache, _Clock({}), wall=lambda: pytest.fail("a cached read must not time a probe"))
     assert again.cached and again.probe_s == 0.0
-    assert again.summary().endswith("read from the on-disk cache") and "probed now" not in again.summary()
+    assert again.summary().endswith("read from the on-disk cache") and "timed now" not in again.summary()
     with pytest.raises(ValueError, match="probe_s"):
         dataclasses.replace(got, probe_s=-1.0)
 
 
 def test_probe_skips_what_cannot_run_and_retries_what_had_no_room(tmp_path, monkeypatch):
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 192)
     log = []
 
     def broken(ctx):
@@ -166,7 +166,7 @@ def test_probe_skips_what_cannot_run_and_retries_what_had_no_room(tmp_path, monk
 
 
 def test_unreadable_cache_is_probed_again(tmp_path, monkeypatch):
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 192)
     cache = SpeedCache(tmp_path)
     cache.path.write_text("{not json")
     clock = _Clock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01})
@@ -195,7 +195,7 @@ def test_the_plan_reasons_carry_the_measured_order():
     p = plan(model, card, g, PlanRequest(attention_speeds=measured))
     assert p.attention.backend == other
     assert any(f"ordered by speed measured on {LABEL}" in r for r in p.attention.reasons)
-    assert any("no speed probe was handed in" in r for r in static.attention.reasons)
+    assert any("no speed timing was handed in" in r for r in static.attention.reasons)
     json.loads(p.to_json())
 
 
@@ -216,14 +216,14 @@ class _AnyDimClock(_Clock):
 
 
 def _probe_dim(reg, cache, clock, head_dim):
-    return probe_speeds(reg, cache, device="cpu", head_dim=head_dim, dtype=torch.float32, seq_len=40000, timer=clock,
+    return time_speeds(reg, cache, device="cpu", head_dim=head_dim, dtype=torch.float32, seq_len=40000, timer=clock,
                         label=LABEL, capability=SM86, available=reg.names)
 
 
 def test_the_cache_keeps_each_head_dim_and_each_code_version_apart(tmp_path, monkeypatch):
     """Timings of one head_dim never serve another, and timings of other kernel code never serve this code: each
     is timed afresh (a key without head_dim, or without the code's fingerprint, fails here)."""
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 192)
     reg = _registry([])
     old_code = SpeedCache(tmp_path, fingerprint="kernels-v1")
     first = _probe_dim(reg, old_code, _AnyDimClock({"alpha": 0.03, "beta": 0.02, "gamma": 0.01}), 32)
@@ -262,10 +262,10 @@ def test_a_key_holds_the_head_dim_and_the_code_fingerprint(tmp_path):
 
 
 def test_the_cached_read_times_nothing_and_serves_only_a_whole_entry(tmp_path, monkeypatch):
-    """`cached_speeds` (a forecast's read) is what `probe_speeds` would return, without a probe: None where the cache
+    """`cached_speeds` (a forecast's read) is what `time_speeds` would return, without a probe: None where the cache
     lacks a candidate (a probe would time it), the entry where it holds all; on CPU the probe's refusal."""
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 192)
-    monkeypatch.setattr("longmedia.attention.speed_probe.measure_speeds",
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 192)
+    monkeypatch.setattr("longmedia.attention.speed_timing.measure_speeds",
                         lambda *a, **kw: pytest.fail("a cached read must not time anything"))
     reg, cache = _registry([]), SpeedCache(tmp_path)
 
@@ -287,11 +287,11 @@ def test_the_cached_read_times_nothing_and_serves_only_a_whole_entry(tmp_path, m
 
 def test_the_code_fingerprint_reads_the_kernels_sources(tmp_path, monkeypatch):
     """The default fingerprint is a digest of our kernels' and backends' sources: it changes with them."""
-    from longmedia.attention import speed_probe
+    from longmedia.attention import speed_timing
 
-    here = speed_probe.code_fingerprint()
+    here = speed_timing.code_fingerprint()
     assert here == SpeedCache(tmp_path).fingerprint and len(here) == 16
     real_read = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda self: real_read(self) + (b"#" if self.name == "qstream_attention.py"
                                                                              else b""))
-    assert speed_probe.code_fingerprint() != here
+    assert speed_timing.code_fingerprint() != here

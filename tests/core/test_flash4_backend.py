@@ -13,7 +13,7 @@ from longmedia.attention import flash4
 from longmedia.attention.backends import default_registry
 from longmedia.attention.dispatcher import resolve_attention
 from longmedia.attention.registry import BackendUnavailableError, BuildContext
-from longmedia.attention.speed_probe import SpeedCache, probe_speeds
+from longmedia.attention.speed_timing import SpeedCache, time_speeds
 from longmedia.attention.speeds import MeasuredSpeeds, length_class
 
 H100 = (9, 0)
@@ -54,7 +54,7 @@ def test_declaration_states_its_constraints_and_bytes():
 def test_absent_package_is_unavailable_and_never_picked(monkeypatch):
     monkeypatch.setattr(flash4, "find_module", lambda: False)
     reg = default_registry().with_backends(flash4.flash4_spec(find=lambda: False))
-    (result,) = reg.probe(["flash4"])
+    (result,) = reg.check_availability(["flash4"])
     assert not result.available and "flash-attn-4 is not installed" in result.reason
     with pytest.raises(BackendUnavailableError, match="flash-attn-4 is not installed"):
         reg.build("flash4")
@@ -104,8 +104,8 @@ def test_dispatcher_picks_it_by_the_probe_and_by_capability():
         assert resolve_attention("auto", device_capability=cap, **kw).backend != "flash4"
 
 
-def test_speed_probe_times_the_fake_on_a_simulated_hopper(tmp_path, monkeypatch):
-    monkeypatch.setattr("longmedia.attention.speed_probe.probe_rows", lambda cls: 128)
+def test_speed_timing_times_the_fake_on_a_simulated_hopper(tmp_path, monkeypatch):
+    monkeypatch.setattr("longmedia.attention.speed_timing.timing_rows", lambda cls: 128)
     calls = []
     reg = _with_fake(calls)
     timed = []
@@ -115,7 +115,7 @@ def test_speed_probe_times_the_fake_on_a_simulated_hopper(tmp_path, monkeypatch)
         timed.append(name)
         return {"flash4": 0.48}.get(name, 0.6)
     avail = {"flash4", "sdpa", "sdpa_math", "qstream_reference"}
-    got = probe_speeds(reg, SpeedCache(tmp_path), device="cpu", head_dim=128, dtype=torch.bfloat16, seq_len=SEQ,
+    got = time_speeds(reg, SpeedCache(tmp_path), device="cpu", head_dim=128, dtype=torch.bfloat16, seq_len=SEQ,
                        timer=clock, label="sim H100", capability=H100, available=avail)
     assert "flash4" in timed and got.order[0] == "flash4" and calls
     assert dict(got.skipped)["sdpa_math"] == "materialises the scores"

@@ -77,7 +77,7 @@ def test_probe(version, cuda, module, fragment, ok):
         if module is None:
             raise AssertionError("the probe imported kitchen before checking version and CUDA")
         return fake_kitchen([], **module)
-    probe = kitchen.kitchen_probe("sol_attn", "sol_attn_is_available", version=lambda: version, cuda=lambda: cuda,
+    probe = kitchen.kitchen_availability("sol_attn", "sol_attn_is_available", version=lambda: version, cuda=lambda: cuda,
                                   module=load)
     assert probe() == (ok, probe()[1]) and fragment in probe()[1]
 
@@ -85,14 +85,14 @@ def test_probe(version, cuda, module, fragment, ok):
 def test_probe_survives_a_broken_install():
     def load():
         raise OSError("libcudart.so.13: cannot open shared object file")
-    probe = kitchen.kitchen_probe("int8_attention", None, version=lambda: (0, 2, 40), cuda=lambda: True, module=load)
+    probe = kitchen.kitchen_availability("int8_attention", None, version=lambda: (0, 2, 40), cuda=lambda: True, module=load)
     assert probe() == (False, "comfy-kitchen 0.2.40 is not importable (OSError: libcudart.so.13: cannot open shared "
                               "object file)")
 
 
 def test_producer_is_declared_but_never_built():
     reg = builtin.default_registry()
-    ok, why = reg.get("kitchen_sol_chunked").probe()
+    ok, why = reg.get("kitchen_sol_chunked").availability()
     assert not ok and "QKV producer" in why and "projections" in why
     with pytest.raises(BackendUnavailableError, match="QKV producer"):
         reg.build("kitchen_sol_chunked", BuildContext(tau=1.0))
@@ -152,7 +152,7 @@ def test_factories_refuse_without_kitchen(monkeypatch):
 
 def test_this_machines_probe_is_honest():
     """Whatever kitchen this venv has, the probe explains itself (the base venv has 0.2.31, no CUDA here)."""
-    for result in builtin.default_registry().probe(("kitchen_sol", "kitchen_int8")):
+    for result in builtin.default_registry().check_availability(("kitchen_sol", "kitchen_int8")):
         if not torch.cuda.is_available():
             assert not result.available
         assert result.reason and "comfy-kitchen" in result.reason

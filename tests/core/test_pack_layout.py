@@ -19,7 +19,7 @@ def test_kernels_resolve_as_longmedia_kernels_in_a_custom_nodes_checkout():
         ref = importlib.import_module(f"{name}.longmedia.kernels.qstream_reference")
         assert Path(ref.__file__).resolve() == ROOT / "longmedia" / "kernels" / "qstream_reference.py"
         backends = importlib.import_module(f"{name}.longmedia.attention.backends")
-        ok, why = backends.default_registry().get("qstream_reference").probe()
+        ok, why = backends.default_registry().get("qstream_reference").availability()
         assert ok, why
     finally:
         for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:

@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_final_layer import FinalLayer
 
+from longmedia.comfy.diagnostics_env import ENV_VAR, probes_from_env
 from longmedia.comfy.patching.weight_origin import held_weight_origin, reported
-from longmedia.comfy.probes_env import ENV_VAR, probes_from_env
 from longmedia.errors import LongMediaInputError
 from longmedia.execution.chunks import ChunkSizes
 from longmedia.execution.final_layer import chunked_final_forward

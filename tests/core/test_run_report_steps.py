@@ -54,13 +54,13 @@ def test_uncounted_steps_report_no_skips():
     assert report.skipped_steps == () and report.first_step_s is None and report.time_lines() == ()
 
 
-def test_the_speed_probe_shows_beside_the_first_step_and_in_the_json():
+def test_the_speed_timing_shows_beside_the_first_step_and_in_the_json():
     """The probe's seconds (before the first model call) are named beside the first step, not folded into it."""
     rng = random.Random(59)
     probe = rng.uniform(8, 20)
     steps = [StepRecord(i, 1.0 - i / 3, rng.uniform(12, 13), 0, 0, i) for i in range(3)]
     report = _report(steps, 3, warmup_s=2.0, probe_s=probe)
     line = report.time_lines()[0]
-    assert f"the attention speed probe ran before it in {probe:.2f} s" in line
+    assert f"the attention speed timing ran before it in {probe:.2f} s" in line
     assert abs(json.loads(report.to_json())["probe_s"] - probe) < 1e-9
-    assert "speed probe" not in _report(steps, 3).time_lines()[0]
+    assert "speed timing" not in _report(steps, 3).time_lines()[0]

@@ -41,7 +41,7 @@ def test_figures_mark_each_goal_met_or_missed():
     assert "0.200x stock (goal <= 0.2x: met)" in lines[2]
     assert "sol first step 16.00 s = 1.45x its steady step (goal <= 1.3x: missed)" in lines[3]   # not steps_s[0]
     assert "14.30 / 11.00 s = 1.30x" in lines[3]
-    assert lines[3].endswith("the attention speed probe ran before it in 12.41 s")   # the node's clock counts it
+    assert lines[3].endswith("the attention speed timing ran before it in 12.41 s")   # the node's clock counts it
     assert "scheduled_sol over 20 steps" in lines[4] and "met" in lines[4]
     assert sa.figures([_row("longmedia", [1.0])]) == ["no ok stock row with a device-timed step: no ratios"]
 
@@ -66,7 +66,7 @@ def test_the_unconstrained_scheduled_sol_row_meets_its_goal_beside_stock_in_one_
     """Issue 29's last rows (docs/lab/data/2026-12-06-h100-scheduled-sol-unconstrained-cards.jsonl, one H100 call,
     72 GiB: every weight resident): exact, scheduled_sol and stock each completed as the first prompt of its process,
     scheduled_sol's 20-step average from its own Sol steps is within 0.40x of that call's stock step, and the exact
-    row's speed probe, recorded in the row, is most of the seconds before its first model call."""
+    row's speed timing, recorded in the row, is most of the seconds before its first model call."""
     from bench.first_row_gap import gaps
 
     path = Path(__file__).resolve().parents[2] / "docs/lab/data/2026-12-06-h100-scheduled-sol-unconstrained-cards.jsonl"

@@ -40,7 +40,7 @@ def rel_l2(a, b):
 
 
 def test_probes_pass_here():
-    for result in builtin.default_registry().probe(("kitchen_sol", "kitchen_int8")):
+    for result in builtin.default_registry().check_availability(("kitchen_sol", "kitchen_int8")):
         assert result.available, result.reason
 
 

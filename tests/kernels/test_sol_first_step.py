@@ -120,7 +120,7 @@ def test_flash4_warms_at_the_planned_heads_and_rows_beside_sol():
     def recording(name):
         return lambda ctx: (lambda q, k, v, *, q_offset=0: seen.append((name, q_offset, q.shape[2], k.shape[2],
                                                                         q.shape[1])))
-    reg = default_registry().replace("flash4", factory=recording("flash4"), probe=INSTALLED)
+    reg = default_registry().replace("flash4", factory=recording("flash4"), availability=INSTALLED)
     reg = reg.replace("sol", factory=recording("sol"))
     got = warmup.warm_up(("sol", "flash4"), reg, seq_len=300, query_chunk=128, heads=56, group=12, head_dim=64,
                          dtype=torch.bfloat16, device="cpu", capability=(9, 0), free_bytes=1 << 30, sync=lambda: None)
@@ -133,7 +133,7 @@ def test_flash4_warms_at_the_planned_heads_and_rows_beside_sol():
 def test_flash4_is_left_to_step_one_where_its_planned_call_would_not_leave_half_the_memory():
     seen = []
     reg = default_registry().replace("flash4", factory=lambda ctx: (lambda q, k, v, *, q_offset=0: seen.append(1)),
-                                     probe=INSTALLED)
+                                     availability=INSTALLED)
     kw = dict(seq_len=300, query_chunk=0, heads=56, group=0, head_dim=64, dtype=torch.bfloat16, device="cpu",
               capability=(9, 0), sync=lambda: None)
     need = (2 * 300 + 2 * 300) * 56 * 64 * 2

@@ -1,4 +1,4 @@
-# Sourced by a long GPU driver (run_long_job.sh, run_issue29_unconstrained.sh), after bootstrap.sh and flash4.sh,
+# Sourced by a long GPU driver (run_long_job.sh, run_scheduled_sol_resident.sh), after bootstrap.sh and flash4.sh,
 # at the point where it first needs attention: waits up to 3 minutes for flash-attn-4's install (its second part
 # arrives in a later command on the GPU machine), then keeps it only past its gate (tools/gpu/flash4_gate.py: LongMedia's flash4
 # backend against float32 SDPA at H3's shape), else removes it so that auto picks among the other exact backends.

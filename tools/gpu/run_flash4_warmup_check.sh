@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 29's flash-attn-4 warm-up on a GPU machine without network, as one background job (tools/gpu/hold.sh start): two
 # LongMedia exact rows (auto, which picks flash4 where it passes its gate), each the first prompt of its own
-# process. The first runs the attention speed probe (flash4 compiles there, at the probe's shape); the second reads
+# process. The first runs the attention speed timing (flash4 compiles there, at the probe's shape); the second reads
 # the probe from disk, so before this change its first model call paid flash4's compile (4.2-4.6 s at 50 blocks on
 # an H100). Now the Sampler's warm-up compiles it at the planned shapes (the row's warmup_s) and the report's first
 # step should equal its steady step. 8 blocks keep the rows short; the compile does not depend on depth. Then

@@ -47,6 +47,6 @@ python3 -m bench.cards --cards 16 --samplers longmedia --host-ram-gb 24 --out $W
 host_table; cat $W/host_table.md
 echo "layer 4, the rest $(date +%T)"
 OUT=$W bash tools/gpu/run_tests.sh tests/gpu/test_kernels_compiled.py tests/gpu/test_kitchen_backends_compiled.py \
-    tests/gpu/test_speed_probe_and_warmup.py tests/gpu/test_block_sparse_gpu.py > $W/layer4_rest.log 2>&1
+    tests/gpu/test_speed_timing_and_warmup.py tests/gpu/test_block_sparse_gpu.py > $W/layer4_rest.log 2>&1
 tail -15 $W/layer4_rest.log
 echo "prefetch rows: end $(date +%T)"

@@ -94,14 +94,14 @@ def host_attention(*model_options: Mapping[str, Any] | None, diffusion_model: An
     args = _args() if args is None else args
     name = getattr(fn, "__name__", None) or type(fn).__name__
     module = getattr(fn, "__module__", "") or ""
-    probe = HostAttention(name, "probe", True)
-    flag = FLAGS.get(probe.kind)
+    kind = HostAttention(name, "its name", True).kind
+    flag = FLAGS.get(kind)
     if flag is not None and getattr(args, flag, False):
         return HostAttention(name, "--" + flag.replace("_", "-"), True)
     if module != ATTENTION_MODULE:
         return HostAttention(name, f"set by {module or 'an unknown module'} (not a ComfyUI flag)", True)
-    if probe.kind == "xformers":
+    if kind == "xformers":
         return HostAttention(name, "xformers installed (ComfyUI prefers it; --disable-xformers turns it off)", True)
-    if probe.kind in DEFAULT_SOURCES:
-        return HostAttention(name, DEFAULT_SOURCES[probe.kind], False)
+    if kind in DEFAULT_SOURCES:
+        return HostAttention(name, DEFAULT_SOURCES[kind], False)
     return HostAttention(name, "selected by ComfyUI's settings", True)

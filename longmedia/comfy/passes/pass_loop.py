@@ -39,8 +39,8 @@ from ...segments.prompts import SegmentPrompts, short_prompt
 from ...segments.retakes import RetakeCache, RetakeReport
 from ...segments.timeline import Segment, SegmentPlan
 from ..host.memory import comfy_reading
-from ..retakes import directing
-from . import sampler_inputs
+from ..retakes.chain import job_chain, segment_key
+from . import pass_prompts, sampler_inputs
 from .sampler import SamplingResult
 
 WRAPPER_KEY = "longmedia_segmented"
@@ -102,8 +102,9 @@ class PassesRun:
                               report, None, sigmas)
 
 
-class _Probe:
-    """What the wrappers of one pass measured (per pass, never module level)."""
+class _PassReadings:
+    """What the wrappers of one pass read: the memory baseline after the model load and the sampling seconds (per
+    pass, never module level)."""
 
     def __init__(self, device) -> None:
         self.baseline = MemorySnapshot(str(device), None, None, None, None)
@@ -139,14 +140,14 @@ def _segment_conds(conds: dict, routed: dict, index: int, context: dict | None, 
             frames = ([context] if context is not None and key in context_keys else []) + list(routed[key][j][index])
             entry = {k: v for k, v in c.items() if k != "minimax_keyframes"}
             if text is not None and key == "positive" and j == 0:
-                entry = directing.with_text(entry, text)
+                entry = pass_prompts.with_text(entry, text)
             if frames:
                 entry["minimax_keyframes"] = frames
             new[key].append(entry)
     return new
 
 
-def _segment_guider(guider, new: dict, probe, progress, reader: Reader = read_memory):
+def _segment_guider(guider, new: dict, readings, progress, reader: Reader = read_memory):
     """A copy of `guider` with this pass's conditioning `new`, with our measuring wrappers."""
     import comfy.model_patcher
     import comfy.patcher_extension as ext
@@ -157,7 +158,7 @@ def _segment_guider(guider, new: dict, probe, progress, reader: Reader = read_me
 
     def prepare_sampling(executor, model, *args, **kwargs):
         out = executor(model, *args, **kwargs)
-        probe.baseline = reader(model.load_device)   # after the boundary and the model load
+        readings.baseline = reader(model.load_device)   # after the boundary and the model load
         return out
 
     def sampler_sample(executor, model_wrap, sigmas, extra_args, callback, *args, **kwargs):
@@ -174,7 +175,7 @@ def _segment_guider(guider, new: dict, probe, progress, reader: Reader = read_me
         out = executor(model_wrap, sigmas, extra_args, step_callback, *args, **kwargs)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        probe.seconds = time.perf_counter() - start
+        readings.seconds = time.perf_counter() - start
         return out
 
     ext.add_wrapper_with_key(ext.WrappersMP.PREPARE_SAMPLING, WRAPPER_KEY, prepare_sampling, g.model_options,
@@ -270,10 +271,10 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
 
     video, audio = _check_inputs(guider, sigmas, latent, plan)
     conds = _conditioning(guider)
-    own_positive = keep_own_positive and prompts is not None and not directing.is_setup_positive(prompts, conds)
+    own_positive = keep_own_positive and prompts is not None and not pass_prompts.is_setup_positive(prompts, conds)
     if own_positive:
         prompts = None
-    directing.check_prompts(prompts, conds, plan)
+    pass_prompts.check_prompts(prompts, conds, plan)
     seed_list = seams.segment_seeds(plan.count, int(getattr(noise, "seed", 0) or 0), seeds)
     rows = forecast(prompts)
     for row in rows:  # listed before the first pass runs
@@ -284,8 +285,7 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
     total = plan.count * steps
     extra = {k: v for k, v in latent.items() if k not in ("samples", "noise_mask")}
     todo = resume.check_passes(plan, passes, done is not None)
-    chain = directing.job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys,
-                                devices)
+    chain = job_chain(retakes, guider, sampler, sigmas, request, latent, noise, plan, context_keys, devices)
     reader = memory_reader if memory_reader is not None else read_memory
     result = denoised = None
     if done is not None:
@@ -303,16 +303,16 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
             joins.append(_start_from_context(seg, context, pass_v, pass_a, stage.keep_audio))
         text = prompts.conditioning[seg.index] if prompts is not None else None
         new_conds = _segment_conds(conds, routed, seg.index, context, context_keys, text)
-        key, pins = directing.segment_key(chain, seg, seed_list[seg.index], (pass_v, pass_a), new_conds)
+        key, pins = segment_key(chain, seg, seed_list[seg.index], (pass_v, pass_a), new_conds)
         hit = chain.lookup(seg.index, key)
         if hit is not None:
             out_v, out_a, den_v, den_a = hit.tensors
             record = dataclasses.replace(hit.record, source="reused", sample_seconds=0.0)
             _show_pass(seg, plan.count, reused=True)
         else:
-            probe = _Probe(guider.model_patcher.load_device)
+            readings = _PassReadings(guider.model_patcher.load_device)
             _show_pass(seg, plan.count)
-            g = _segment_guider(guider, new_conds, probe,
+            g = _segment_guider(guider, new_conds, readings,
                                 functools.partial(_overall_step, offset=seg.index * steps, total=total), reader)
             run = run_pass(with_seed(noise, seed_list[seg.index]), g, sampler, sigmas,
                            dict(extra, samples=_nested(pass_v, pass_a)), request, device_profile,
@@ -320,7 +320,7 @@ def run_passes(noise, guider, sampler, sigmas, latent: dict, request: PlanReques
             out_v, out_a = run.output["samples"].unbind()
             den_v, den_a = run.denoised["samples"].unbind()
             record = SegmentRecord(seg.index, seed_list[seg.index], seg.pass_frames, seg.context_frames,
-                                   seg.video_latent_range, seg.audio_range, steps, probe.seconds, probe.baseline,
+                                   seg.video_latent_range, seg.audio_range, steps, readings.seconds, readings.baseline,
                                    run.report, prompt=prompts.texts[seg.index] if prompts is not None else None)
             chain.store(key, (out_v, out_a, den_v, den_a), record, pins)
             del run

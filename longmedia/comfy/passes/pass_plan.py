@@ -32,7 +32,7 @@ from ..patching.sparse_attention_node import block_sparse_evidence
 from ..patching.sparse_attention_node import reconcile as reconcile_block_sparse
 from . import sampler_inputs
 
-SpeedProbe = Callable[..., MeasuredSpeeds | None]
+SpeedTiming = Callable[..., MeasuredSpeeds | None]
 """`host.attention_speeds.attention_speeds`' signature: (load_device, *, attention_mode, head_dim, seq_len,
 measure=True) -> the exact backends' speeds (None: nothing to order)."""
 
@@ -115,18 +115,18 @@ def check_pass(guider, latent, sigmas, request: PlanRequest, keyframes: tuple | 
     return CheckedPass(profile, geometry, tuple(row_spans), request, evidence, patches)
 
 
-def measure_speeds(checked: CheckedPass, load_device, probe: SpeedProbe | None = None, *,
+def measure_speeds(checked: CheckedPass, load_device, timing: SpeedTiming | None = None, *,
                    measure: bool = True) -> CheckedPass:
-    """The attention speed probe, a step of its own: `checked` with the exact backends' speeds on `load_device` in
+    """The attention speed timing, a step of its own: `checked` with the exact backends' speeds on `load_device` in
     its request (timed once per device, torch and CUDA version and code, then read from the disk cache). The timing
     is GPU work (CUDA events, then the allocator's cache emptied): the Sampler runs it after the residency boundary.
     A request that carries speeds keeps them.
 
-    probe: the timing (None: `host.attention_speeds.attention_speeds`); measure: False reads the disk cache only,
+    timing: the timing (None: `host.attention_speeds.attention_speeds`); measure: False reads the disk cache only,
     timing nothing (a forecast's plan)."""
     if checked.request.attention_speeds is not None:
         return checked
-    speeds = (attention_speeds if probe is None else probe)(
+    speeds = (attention_speeds if timing is None else timing)(
         load_device, attention_mode=checked.request.attention_mode, head_dim=checked.profile.dims.head_dim,
         seq_len=checked.geometry.seq_len, measure=measure)
     return dataclasses.replace(checked, request=dataclasses.replace(checked.request, attention_speeds=speeds))
@@ -191,5 +191,5 @@ def load_device_profile(load_device, measured: MemorySnapshot | None = None) -> 
 
 
 
-__all__ = ["CheckedPass", "SpeedProbe", "check_pass", "load_device_profile", "longest_row_spans", "measure_speeds",
+__all__ = ["CheckedPass", "SpeedTiming", "check_pass", "load_device_profile", "longest_row_spans", "measure_speeds",
            "plan_for", "plan_pass"]

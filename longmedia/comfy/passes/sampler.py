@@ -1,8 +1,8 @@
 """Running one pass, the Sampler's ComfyUI side: checks (`pass_plan`) -> residency boundary -> attention speed
-probe (`pass_plan.measure_speeds`) -> plan -> patched copy of the guider (`clone_install`) -> ComfyUI's own
+timing (`pass_plan.measure_speeds`) -> plan -> patched copy of the guider (`clone_install`) -> ComfyUI's own
 sampling -> report.
 
-The checks do no GPU work. The residency boundary runs before the speed probe times anything and before the plan
+The checks do no GPU work. The residency boundary runs before the speed timing times anything and before the plan
 reads the device, so what an earlier run left behind is released before free memory is measured (a seed-only
 rerun plans from the same state). The guider is copied
 with a cloned ModelPatcher and a cloned `model_options`, and only the copy is patched. An allocation failure
@@ -31,15 +31,15 @@ from ...report.memory import RamFacts, Reader
 from ...report.oom import PHASES, LongMediaOOM, is_oom, report_for
 from ...report.run_report import PredictedPeaks, RunReport
 from ...report.segmented import SegmentedReport
+from ..diagnostics_env import probes_from_env
 from ..host.features import host_features
 from ..host.memory import comfy_reading
 from ..host.ram import host_ram_guard
 from ..patching.clone_install import RunState, install_on_clone
 from ..patching.residency import residency_boundary
-from ..probes_env import probes_from_env
 from . import sampler_inputs
 from .oom_phase import traced_phase
-from .pass_plan import SpeedProbe, check_pass, load_device_profile, measure_speeds, plan_pass
+from .pass_plan import SpeedTiming, check_pass, load_device_profile, measure_speeds, plan_pass
 
 
 @dataclass(frozen=True)
@@ -74,13 +74,13 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 memory_reader: Reader | None = None, observer: Observer | None = None,
                 weights: WeightAccess | None = None, stage: StagePass | None = None,
                 devices: str | None = None, ram_facts: RamFacts | None = None,
-                read_ahead_blocks: int | None = None, speed_probe: SpeedProbe | None = None,
+                read_ahead_blocks: int | None = None, speed_timing: SpeedTiming | None = None,
                 whole: bool = True) -> SamplingResult:
     """Check every input, run the residency boundary, measure the attention speeds, plan from the memory measured
     after the boundary, patch a copy of `guider`, and sample exactly as SamplerCustomAdvanced does.
 
     device_profile: a fixed profile (a card to plan for: planned before the boundary with the speeds the disk cache
-    holds and refused there if it cannot run; planned again after the probe only where it timed new speeds), a probe
+    holds and refused there if it cannot run; planned again after the timing only where it timed new speeds), a timing
     called after the boundary, or None to plan from the boundary's own reading of the load device after it ran.
     memory_reader: how the boundary reads device memory (`residency.Reader`, device -> MemorySnapshot); None reads
     torch and comfy-aimdo. Benchmarks and tests hand in their own readings here. observer: diagnostics of the
@@ -93,7 +93,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     ram_facts: how host RAM is read and ComfyUI's pins freed (`host_ram.RamFacts`; None: ComfyUI's own); tests stand in
     a small machine here. read_ahead_blocks: None reads the next blocks' weights ahead from disk where the plan asks
     for it (not by default: measured slower); N the next N blocks (the bench's controls); 0 never.
-    speed_probe: the attention speed probe, run after the boundary where the request carries no speeds
+    speed_timing: the attention speed timing, run after the boundary where the request carries no speeds
     (`pass_plan.measure_speeds`; None: `host.attention_speeds.attention_speeds`).
     whole: this pass is the whole job (the Sampler's one pass): its report carries the whole-job plan (`whole_job`);
     a segmented job's passes say False. A Hi-Res or Refiner pass (`stage`) carries none."""
@@ -107,7 +107,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     row_spans = list(checked.row_spans)
     known = None
     if isinstance(device_profile, DeviceProfile):  # a card to plan for: planned with the speeds the disk cache holds
-        known = measure_speeds(checked, load_device, speed_probe, measure=False)  # (nothing timed), refused here
+        known = measure_speeds(checked, load_device, speed_timing, measure=False)  # (nothing timed), refused here
         plan = plan_pass(known, device_profile)
         runs = check_runs(plan)
         required = plan.memory.predicted_peak_bytes + plan.activation_reserve_bytes
@@ -116,7 +116,7 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     # release what an earlier run (or seed) left behind, then plan from the memory measured after it
     boundary = residency_boundary(device=load_device, reader=memory_reader, keep=guider.model_patcher,
                                   memory_required=required)
-    checked = measure_speeds(checked, load_device, speed_probe)  # GPU work (timing), after the boundary
+    checked = measure_speeds(checked, load_device, speed_timing)  # GPU work (timing), after the boundary
     if plan is None or checked.request.attention_speeds != known.request.attention_speeds:  # timed what it lacked
         device = device_profile if isinstance(device_profile, DeviceProfile) else (
             device_profile() if device_profile is not None else load_device_profile(load_device, boundary.after))

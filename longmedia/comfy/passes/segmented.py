@@ -23,8 +23,7 @@ from ...segments import seams
 from ...segments.prompts import SegmentPrompts
 from ...segments.retakes import RetakeCache
 from ...segments.timeline import SegmentPlan
-from ..retakes import directing
-from . import pass_loop, sampler_inputs
+from . import pass_loop, pass_prompts, sampler_inputs
 from . import sampler as comfy_sampler
 from .pass_plan import plan_for
 
@@ -36,7 +35,7 @@ def forecast_segments(guider, sigmas, latent, request: PlanRequest, plan: Segmen
     segment prompt's text rows (when the job has per-segment prompts)."""
     import comfy.nested_tensor
 
-    guider = directing.longest_prompt(guider, prompts)
+    guider = pass_prompts.longest_prompt(guider, prompts)
     video, audio = sampler_inputs.av_latents(latent)
     out = []
     for seg in plan.segments:

@@ -24,8 +24,7 @@ from ...report.segmented import SegmentForecast
 from ...segments.prompts import SegmentPrompts
 from ...segments.seam_steps import seam_steps
 from ...segments.timeline import SegmentPlan
-from ..retakes import directing
-from . import pass_loop, sampler_inputs
+from . import pass_loop, pass_prompts, sampler_inputs
 from . import sampler as comfy_sampler
 from .pass_plan import plan_for
 
@@ -41,7 +40,7 @@ def forecast_stage(guider, sigmas, plan: SegmentPlan, size: tuple[int, int], req
                    device_profile=None, prompts: SegmentPrompts | None = None) -> tuple[SegmentForecast, ...]:
     """Every pass planned before the first runs, at the stage's size (shapes only: nothing is upscaled here), for
     the longest segment prompt's text rows when the job has per-segment prompts."""
-    guider = directing.longest_prompt(guider, prompts)
+    guider = pass_prompts.longest_prompt(guider, prompts)
     out = []
     for seg in plan.segments:
         video = torch.zeros(1, channels[0], seg.latent_frames, *size)

@@ -1,4 +1,4 @@
-"""On the GPU: the speed probe times the installed exact backends and auto follows it; the kernel warm-up compiles
+"""On the GPU: the speed timing times the installed exact backends and auto follows it; the kernel warm-up compiles
 Sol's variants for the planned shapes, and a tau change afterwards compiles nothing."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from longmedia.attention import warmup  # noqa: E402
 from longmedia.attention.backends import default_registry  # noqa: E402
 from longmedia.attention.dispatcher import resolve_attention  # noqa: E402
 from longmedia.attention.registry import BuildContext  # noqa: E402
-from longmedia.attention.speed_probe import SpeedCache, probe_speeds  # noqa: E402
+from longmedia.attention.speed_timing import SpeedCache, time_speeds  # noqa: E402
 from longmedia.kernels import sol_attention as sol_module  # noqa: E402
 
 CUDA = torch.device("cuda")
@@ -20,10 +20,10 @@ CUDA = torch.device("cuda")
 
 def test_probe_times_exact_backends_and_auto_follows_it(tmp_path):
     reg, cache = default_registry(), SpeedCache(tmp_path)
-    speeds = probe_speeds(reg, cache, device=CUDA, head_dim=128, dtype=torch.bfloat16, seq_len=40000)
+    speeds = time_speeds(reg, cache, device=CUDA, head_dim=128, dtype=torch.bfloat16, seq_len=40000)
     print(speeds.summary())
     assert speeds.seconds and all(s > 0 for _, s in speeds.seconds) and not speeds.cached
-    again = probe_speeds(reg, cache, device=CUDA, head_dim=128, dtype=torch.bfloat16, seq_len=40000)
+    again = time_speeds(reg, cache, device=CUDA, head_dim=128, dtype=torch.bfloat16, seq_len=40000)
     assert again.cached and again.order == speeds.order
     choice = resolve_attention("auto", seq_len=40000, heads=56, head_dim=128, dtype=torch.bfloat16,
                                device_capability=torch.cuda.get_device_capability(CUDA), speeds=speeds)

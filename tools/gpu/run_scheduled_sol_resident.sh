@@ -1,15 +1,15 @@
 #!/bin/bash
-# Issue 29's last rows on a GPU machine without network, as one background job (tools/gpu/hold.sh start): scheduled_sol with
-# every weight resident, beside the exact row at the same seed and process position and stock, all in one run, so
-# that its ratio to stock comes from one machine.
+# scheduled_sol with every weight resident (issue 29's last rows) on a GPU machine without network, as one
+# background job (tools/gpu/hold.sh start): beside the exact row at the same seed and process position and stock, all
+# in one run, so that its ratio to stock comes from one machine.
 #
 #   command 1, after copying [".whl", ".comfy_src.txz", ".flash4_a"]:
-#     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh start 'bash tools/gpu/run_issue29_unconstrained.sh'
+#     . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh start 'bash tools/gpu/run_scheduled_sol_resident.sh'
 #   command 2, after copying [".flash4_b"]:  . tools/gpu/bootstrap.sh || exit 1; . tools/gpu/flash4.sh; bash tools/gpu/hold.sh poll 540 /tmp/lm29u/cards.jsonl
 #   later commands, nothing to copy:        bash tools/gpu/hold.sh poll 570 /tmp/lm29u/cards.jsonl
 #
 # The card is 72 GiB on an H100 80GB and 120 GiB on an H200 (stock peaks at 62.79 GiB: unconstrained on both). The
-# exact row runs first: a machine's first LongMedia row runs the attention speed probe before its first model call
+# exact row runs first: a machine's first LongMedia row runs the attention speed timing before its first model call
 # (docs/PERFORMANCE.md, "Where the first row's extra seconds go"), now reported as its probe_s, so scheduled_sol's
 # first step is not charged with it. About 450 s of GPU time on an H100 (the checkpoint's write about 60 s, the
 # three rows about 110, 90 and 115 s with their processes' starts).

@@ -1,4 +1,4 @@
-"""Checks check, measurements measure: `pass_plan.check_pass` times nothing; the attention speed probe is a step of
+"""Checks check, measurements measure: `pass_plan.check_pass` times nothing; the attention speed timing is a step of
 its own (`pass_plan.measure_speeds`) that the Sampler runs after the residency boundary, and the pass is planned
 with what it measured. A forecast (`plan_for`) reads the disk cache only."""
 
@@ -67,7 +67,7 @@ def test_the_check_times_nothing_and_a_forecast_reads_the_cache_only(env, monkey
 
 
 def test_the_sampler_times_the_speeds_after_the_boundary_and_plans_with_them(env):
-    """The probe (handed in through run_sampler's speed_probe) runs once, after the boundary's two memory readings
+    """The probe (handed in through run_sampler's speed_timing) runs once, after the boundary's two memory readings
     (before and after it), and the plan and report carry what it measured (the plan's reasons, probe_s)."""
     events: list = []
 
@@ -78,12 +78,12 @@ def test_the_sampler_times_the_speeds_after_the_boundary_and_plans_with_them(env
     job = tiny_sampler_job(env["model"], seed=random.randrange(1000))
     with torch.inference_mode():
         result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto"), memory_reader=reader,
-                                         speed_probe=spy)
+                                         speed_timing=spy)
     assert events == ["memory read", "memory read", "probe"]
     assert len(spy.calls) == 1 and spy.calls[0]["seq_len"] == result.plan.geometry.seq_len
     assert any("measured on Spy GPU sm90" in r for r in result.plan.attention.reasons)
     assert result.report.probe_s == spy.probe_s
-    assert f"the attention speed probe ran before it in {spy.probe_s:.2f} s" in result.report.time_lines()[0]
+    assert f"the attention speed timing ran before it in {spy.probe_s:.2f} s" in result.report.time_lines()[0]
 
 
 def test_a_card_is_refused_with_the_cached_speeds_and_planned_again_with_new_ones(env):
@@ -100,7 +100,7 @@ def test_a_card_is_refused_with_the_cached_speeds_and_planned_again_with_new_one
     job = tiny_sampler_job(env["model"], seed=random.randrange(1000))
     with torch.inference_mode():
         result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto"), DeviceProfile.card(16, 64),
-                                         memory_reader=reader, speed_probe=spy)
+                                         memory_reader=reader, speed_timing=spy)
     assert events == ["cached read", "memory read", "memory read", "probe"]
     assert any("measured on Spy GPU sm90" in r for r in result.plan.attention.reasons)
     assert result.report.probe_s == spy.probe_s

@@ -1,14 +1,14 @@
 """Times the exact backends on a CUDA device: the fact `MeasuredSpeeds` that orders auto's exact backends.
 
-A short probe at first use: each exact backend that could serve the job (declared exact, installed, one call per
+A short timing at first use: each exact backend that could serve the job (declared exact, installed, one call per
 query chunk, no score matrix, float K/V, supporting the job's dtype, head_dim and device) runs once untimed (JIT,
-autotune, cuDNN plan) and then `REPEATS` times under CUDA events, on q/k/v of `PROBE_HEADS` heads laid out as H3's
+autotune, cuDNN plan) and then `REPEATS` times under CUDA events, on q/k/v of `TIMED_HEADS` heads laid out as H3's
 fused projection buffer, at the rows of the job's length class (speeds.LENGTH_CLASSES). The fastest repeat counts.
 
 Results are cached on disk per device, torch and CUDA version (`SpeedCache`: one JSON file in a directory its owner
-names; longmedia/comfy/host/attention_speeds.py owns it in ComfyUI). A backend installed after a probe (flash-attn-4, say)
+names; longmedia/comfy/host/attention_speeds.py owns it in ComfyUI). A backend installed after a timing (flash-attn-4, say)
 is timed on the next run and merged in; one that failed stays skipped with its reason. `cached_speeds` reads what a
-probe would return without timing anything (a forecast's plan). Nothing here is module state.
+timing would return without timing anything (a forecast's plan). Nothing here is module state.
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ from pathlib import Path
 import torch
 
 from .registry import BackendRegistry, BackendSpec, BuildContext
-from .speeds import MeasuredSpeeds, length_class, probe_rows
+from .speeds import MeasuredSpeeds, length_class, timing_rows
 
-PROBE_HEADS = 8
+TIMED_HEADS = 8
 REPEATS = 3
 CACHE_FILE = "attention_speeds.json"
 CACHE_FORMAT = 2  # 2: keys carry the timed code's fingerprint
 TIMED_PACKAGES = ("comfy-kitchen", "flash-attn-4", "flash_attn", "triton", "torch")
-"""Distributions whose code the probe times (kernels we call through them): their versions enter the fingerprint."""
+"""Distributions whose code the timing covers (kernels we call through them): their versions enter the fingerprint."""
 HEADROOM_BYTES = 256 << 20
-"""Free memory a timed call must leave (the probe never pushes a card to its edge)."""
+"""Free memory a timed call must leave (the timing never pushes a card to its edge)."""
 NO_ROOM = "no room to time it now: "
-"""Starts a skip reason that is about this moment's free memory: never cached, the next probe tries again."""
+"""Starts a skip reason that is about this moment's free memory: never cached, the next timing tries again."""
 
 Timer = Callable[[str, Callable[[], object]], float]
 """(backend name, one call) -> seconds per call (compile/JIT excluded)."""
@@ -52,7 +52,7 @@ def device_label(device: torch.device) -> str:
 
 def candidates(registry: BackendRegistry, available: Collection[str], *, head_dim: int, dtype: torch.dtype,
                capability: tuple[int, int] | None, rows: int) -> tuple[list[BackendSpec], list[tuple[str, str]]]:
-    """The backends the probe times (auto's exact candidates in the planned path), and the rest with why not."""
+    """The backends the timing covers (auto's exact candidates in the planned path), and the rest with why not."""
     timed, passed = [], []
     for spec in registry.backends:
         if not spec.exact or spec.name == "existing":
@@ -97,11 +97,11 @@ def _fused_qkv(rows: int, heads: int, head_dim: int, dtype: torch.dtype, device:
 
 
 def measure_speeds(registry: BackendRegistry, specs: list[BackendSpec], *, device: torch.device, label: str,
-                   head_dim: int, dtype: torch.dtype, cls: str, timer: Timer, heads: int = PROBE_HEADS,
+                   head_dim: int, dtype: torch.dtype, cls: str, timer: Timer, heads: int = TIMED_HEADS,
                    free_bytes: int | None = None) -> MeasuredSpeeds:
     """Time `specs` (from `candidates`) at the rows of length class `cls`; a backend that cannot run is skipped
     with why (its build fails, the pinned SDPA kernel refuses the inputs, it runs out of memory)."""
-    rows = probe_rows(cls)
+    rows = timing_rows(cls)
     q, k, v = _fused_qkv(rows, heads, head_dim, dtype, device)
     seconds, skipped = [], []
     for spec in specs:
@@ -117,7 +117,7 @@ def measure_speeds(registry: BackendRegistry, specs: list[BackendSpec], *, devic
                 fn(q, k, v, q_offset=0)  # fails here, not inside the timer, when the backend cannot run
             fell_back = [w for w in caught if type(w.message).__name__ == "SdpaFallbackWarning"]
             if fell_back:
-                skipped.append((spec.name, "its pinned kernel refused the probe's inputs"))
+                skipped.append((spec.name, "its pinned kernel refused the timing's inputs"))
                 continue
             seconds.append((spec.name, float(timer(spec.name, lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, q_offset=0)))))
         # RuntimeError: the backend's build or kernel failed here (BackendUnavailableError, CUDA OOM, a refusal)
@@ -130,7 +130,7 @@ def measure_speeds(registry: BackendRegistry, specs: list[BackendSpec], *, devic
 
 
 def code_fingerprint() -> str:
-    """A digest of the code the probe times: our kernels and attention backends (their source files) and the
+    """A digest of the code the timing covers: our kernels and attention backends (their source files) and the
     versions of the libraries they call (`TIMED_PACKAGES`), so an upgraded kernel is timed again, never served old
     timings (STYLE 12)."""
     from importlib import metadata
@@ -150,7 +150,7 @@ def code_fingerprint() -> str:
 
 
 class SpeedCache:
-    """Probe results on disk: one JSON file in `directory`, one entry per (device label, head_dim, dtype, class,
+    """Timing results on disk: one JSON file in `directory`, one entry per (device label, head_dim, dtype, class,
     code fingerprint).
 
     The owner names the directory (ComfyUI's user directory in longmedia/comfy/host/attention_speeds.py, a temporary
@@ -173,7 +173,7 @@ class SpeedCache:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError):  # unreadable or not JSON: probe again and write a fresh file
+        except (OSError, ValueError):  # unreadable or not JSON: time again and write a fresh file
             return {}
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
             return {}
@@ -189,7 +189,7 @@ class SpeedCache:
                                   rows=int(entry["rows"]), heads=int(entry["heads"]),
                                   seconds=tuple((str(n), float(s)) for n, s in entry["seconds"].items()),
                                   skipped=tuple((str(n), str(w)) for n, w in entry["skipped"].items()), cached=True)
-        except (KeyError, TypeError, ValueError, AttributeError):  # an entry of another shape: probe again
+        except (KeyError, TypeError, ValueError, AttributeError):  # an entry of another shape: time again
             return None
 
     def write(self, speeds: MeasuredSpeeds) -> None:
@@ -206,13 +206,13 @@ class SpeedCache:
 def _lookup(registry: BackendRegistry, cache: SpeedCache | None, device: torch.device, *, head_dim: int,
             dtype: torch.dtype, cls: str, label: str | None, capability: tuple[int, int] | None,
             available: Collection[str] | None):
-    """(label, candidates, passed over, cached entry or None, the candidates it lacks): what a probe would time.
+    """(label, candidates, passed over, cached entry or None, the candidates it lacks): what a timing would time.
     Reads the device's name and capability and the disk, never times anything."""
     label = device_label(device) if label is None else label
     capability = torch.cuda.get_device_capability(device) if capability is None and device.type == "cuda" else capability
     avail = registry.available_names() if available is None else frozenset(available)
     specs, passed = candidates(registry, avail, head_dim=head_dim, dtype=dtype, capability=capability,
-                               rows=probe_rows(cls))
+                               rows=timing_rows(cls))
     cached = cache.read(label, head_dim, str(dtype).removeprefix("torch."), cls) if cache is not None else None
     known = set() if cached is None else {n for n, _ in cached.seconds} | {n for n, _ in cached.skipped}
     return label, specs, passed, cached, [s for s in specs if s.name not in known]
@@ -222,12 +222,12 @@ def cached_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device
                   dtype: torch.dtype, seq_len: int, label: str | None = None,
                   capability: tuple[int, int] | None = None, available: Collection[str] | None = None
                   ) -> MeasuredSpeeds | None:
-    """What `probe_speeds` would return without timing anything: the cache's entry where it holds every candidate,
-    else None (a probe would time some); on CPU the same refusal. No GPU work: a forecast plans with it.
-    label / capability / available: as `probe_speeds`' (a test's label stands in a device on CPU)."""
+    """What `time_speeds` would return without timing anything: the cache's entry where it holds every candidate,
+    else None (a timing would time some); on CPU the same refusal. No GPU work: a forecast plans with it.
+    label / capability / available: as `time_speeds`' (a test's label stands in a device on CPU)."""
     device = torch.device(device)
     if device.type != "cuda" and label is None:
-        return MeasuredSpeeds.none("no CUDA device: the probe times CUDA kernels only", head_dim=head_dim,
+        return MeasuredSpeeds.none("no CUDA device: only CUDA kernels are timed", head_dim=head_dim,
                                    dtype=str(dtype).removeprefix("torch."), seq_len=seq_len)
     _, _, _, cached, missing = _lookup(registry, cache, device, head_dim=head_dim, dtype=dtype,
                                        cls=length_class(seq_len), label=label, capability=capability,
@@ -235,22 +235,22 @@ def cached_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device
     return cached if cached is not None and not missing else None
 
 
-def probe_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device: torch.device | str, head_dim: int,
+def time_speeds(registry: BackendRegistry, cache: SpeedCache | None, *, device: torch.device | str, head_dim: int,
                  dtype: torch.dtype, seq_len: int, timer: Timer | None = None, label: str | None = None,
                  capability: tuple[int, int] | None = None, available: Collection[str] | None = None,
                  free_bytes: int | None = None, wall: Callable[[], float] = time.perf_counter) -> MeasuredSpeeds:
     """The exact backends' speeds for a job of `seq_len` keys: from `cache` where it holds every candidate, else
-    measured (only the candidates it lacks) and written back, with the probe's own wall time (`probe_s`). On CPU no
-    probe runs (the static rank applies).
+    measured (only the candidates it lacks) and written back, with the timing's own wall time (`probe_s`). On CPU no
+    timing runs (the static rank applies).
 
     timer / label / capability / available / free_bytes / wall: the facts read from the device and the clock
     (injectable for tests; None = read them: CUDA events, `device_label`, the device's capability, the registry's
-    probes, free memory)."""
+    availability checks, free memory)."""
     device = torch.device(device)
     dtype_name = str(dtype).removeprefix("torch.")
     cls = length_class(seq_len)
     if device.type != "cuda" and timer is None:
-        return MeasuredSpeeds.none("no CUDA device: the probe times CUDA kernels only", head_dim=head_dim,
+        return MeasuredSpeeds.none("no CUDA device: only CUDA kernels are timed", head_dim=head_dim,
                                    dtype=dtype_name, seq_len=seq_len)
     label, _, passed, cached, missing = _lookup(registry, cache, device, head_dim=head_dim, dtype=dtype, cls=cls,
                                                 label=label, capability=capability, available=available)

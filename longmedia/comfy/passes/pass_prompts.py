@@ -1,9 +1,8 @@
-"""Directing a segmented job: a pass's own prompt on its conditioning, and a run's walk through the retake cache.
+"""A segmented job's prompts on its passes: a pass's own prompt on its conditioning.
 
 `with_text` puts a segment prompt's text (Setup's `SegmentPrompts`) on a converted positive entry, keeping its
 guides; `check_prompts` refuses prompts that do not belong to the guider before any pass; `longest_prompt` is
-the guider every pass is forecast with. `job_chain` / `segment_key` make a run's `RetakeChain` from
-`segment_keys`' digests (no cache, or a key part without a digest: every pass samples, and the report says why).
+the guider every pass is forecast with.
 """
 
 from __future__ import annotations
@@ -14,11 +13,9 @@ import torch
 
 from ...errors import LongMediaInputError
 from ...segments.prompts import SegmentPrompts
-from ...segments.retakes import RetakeCache, RetakeChain
 from ...segments.timeline import SegmentPlan
-from . import keys
 
-__all__ = ["with_text", "check_prompts", "longest_prompt", "job_chain", "segment_key"]
+__all__ = ["with_text", "check_prompts", "is_setup_positive", "longest_prompt"]
 
 
 def with_text(entry: dict, text) -> dict:
@@ -60,29 +57,3 @@ def longest_prompt(guider, prompts: SegmentPrompts | None):
     conds["positive"] = [with_text(conds["positive"][0], longest)] + list(conds["positive"][1:])
     g.original_conds = conds
     return g
-
-
-def job_chain(retakes: RetakeCache | None, guider, sampler, sigmas, request, latent, noise, plan,
-              context_keys, devices: str | None = None) -> RetakeChain:
-    """This run's walk through the retake cache (off without a cache, or when the job has no digest)."""
-    if retakes is None:
-        return RetakeChain(None, None)
-    try:
-        digest, pins = keys.job_digest(guider, sampler, sigmas, request, latent, noise, plan, context_keys,
-                                       devices or "")
-    except keys.Uncacheable as error:  # named: a key part with no digest; the run samples every segment
-        return RetakeChain(retakes, None, off_reason=str(error))
-    return RetakeChain(retakes, digest, pins)
-
-
-def segment_key(chain: RetakeChain, segment, seed: int, pass_latents, conds: dict) -> tuple[str | None, tuple]:
-    """The next pass's key in `chain` and its pins (None once a key part has no digest: this pass and every later
-    one sample)."""
-    if chain.job is None:
-        return chain.key(None), ()
-    try:
-        digest, pins = keys.segment_digest(segment, seed, pass_latents, conds)
-    except keys.Uncacheable as error:  # named: this segment and every later one sample
-        chain.off_reason = str(error)
-        return chain.key(None), ()
-    return chain.key(digest), pins
