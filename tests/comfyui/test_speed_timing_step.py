@@ -46,9 +46,10 @@ class _Spy:
 def test_the_check_times_nothing_and_a_forecast_reads_the_cache_only(env, monkeypatch):
     """check_pass leaves the request's speeds as given (none here): the timing function is never called in it (the
     spy stands where check_pass would reach it). plan_for asks for the cached speeds only (measure=False)."""
-    spy = _Spy([], random.uniform(5.0, 20.0))
+    rng = random.Random(4801)
+    spy = _Spy([], rng.uniform(5.0, 20.0))
     monkeypatch.setattr(env["pass_plan"], "attention_speeds", spy)
-    noise, guider, sampler, sigmas, latent = tiny_sampler_job(env["model"], seed=random.randrange(1000))
+    noise, guider, sampler, sigmas, latent = tiny_sampler_job(env["model"], seed=rng.randrange(1000))
     with torch.inference_mode():
         checked = env["pass_plan"].check_pass(guider, latent, sigmas, PlanRequest(attention_mode="auto"))
     assert spy.calls == [] and checked.request.attention_speeds is None
@@ -66,19 +67,27 @@ def test_the_check_times_nothing_and_a_forecast_reads_the_cache_only(env, monkey
     assert [c["measure"] for c in spy.calls] == [True, False]
 
 
-def test_the_sampler_times_the_speeds_after_the_boundary_and_plans_with_them(env):
-    """The probe (handed in through run_sampler's speed_timing) runs once, after the boundary's two memory readings
-    (before and after it), and the plan and report carry what it measured (the plan's reasons, probe_s)."""
+def _sampled(env, *card):
+    """One run_sampler call with a spy for the speed timing and a memory reader that logs each reading: the events
+    in order, the spy and the result."""
     events: list = []
 
     def reader(device):
         events.append("memory read")
         return read_memory(device)
-    spy = _Spy(events, random.uniform(5.0, 20.0))
-    job = tiny_sampler_job(env["model"], seed=random.randrange(1000))
+    rng = random.Random(4802 + len(card))
+    spy = _Spy(events, rng.uniform(5.0, 20.0))
+    job = tiny_sampler_job(env["model"], seed=rng.randrange(1000))
     with torch.inference_mode():
-        result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto"), memory_reader=reader,
+        result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto"), *card, memory_reader=reader,
                                          speed_timing=spy)
+    return events, spy, result
+
+
+def test_the_sampler_times_the_speeds_after_the_boundary_and_plans_with_them(env):
+    """The probe (handed in through run_sampler's speed_timing) runs once, after the boundary's two memory readings
+    (before and after it), and the plan and report carry what it measured (the plan's reasons, probe_s)."""
+    events, spy, result = _sampled(env)
     assert events == ["memory read", "memory read", "probe"]
     assert len(spy.calls) == 1 and spy.calls[0]["seq_len"] == result.plan.geometry.seq_len
     assert any("measured on Spy GPU sm90" in r for r in result.plan.attention.reasons)
@@ -91,16 +100,7 @@ def test_a_card_is_refused_with_the_cached_speeds_and_planned_again_with_new_one
     timed there; after the boundary the probe times the speeds and the card is planned again with them."""
     from longmedia.h3.profiles import DeviceProfile
 
-    events: list = []
-
-    def reader(device):
-        events.append("memory read")
-        return read_memory(device)
-    spy = _Spy(events, random.uniform(5.0, 20.0))
-    job = tiny_sampler_job(env["model"], seed=random.randrange(1000))
-    with torch.inference_mode():
-        result = env["core"].run_sampler(*job, PlanRequest(attention_mode="auto"), DeviceProfile.card(16, 64),
-                                         memory_reader=reader, speed_timing=spy)
+    events, spy, result = _sampled(env, DeviceProfile.card(16, 64))
     assert events == ["cached read", "memory read", "memory read", "probe"]
     assert any("measured on Spy GPU sm90" in r for r in result.plan.attention.reasons)
     assert result.report.probe_s == spy.probe_s

@@ -17,13 +17,8 @@
 # gate, 2 / 1 / 1 steps at cfg 1 (bench/long_job/job.py). With all RAM on an H100 the DiT stages took 275-282 s
 # each, the decode about 273 s.
 set -u
-unset OUT
-W=/tmp/lmlj32 M=/tmp/longmedia_models
-mkdir -p "$W"
-echo "long job at 32 GiB: start $(date +%T)"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-grep -E "MemTotal|MemAvailable|SwapTotal" /proc/meminfo
-python3 -m bench.long_job --prepare --blocks 50 --out $W --models $M --host-ram-gb 32 || exit 1
+W=/tmp/lmlj32 M=/tmp/longmedia_models WHO="long job at 32 GiB"
+. tools/gpu/long_job_begin.sh
 FLASH4_WHO="long job at 32 GiB" . tools/gpu/flash4_ready.sh
 echo "layer 4, residency $(date +%T)"
 OUT=$W bash tools/gpu/run_tests.sh tests/gpu/test_sampler_dynamic_vram.py tests/gpu/test_int8_lora_dynamic_vram.py \

@@ -17,13 +17,8 @@
 # gate, 1 step at cfg 1 for Hi-Res and the Refiner (bench/long_job/job.py). With all RAM on an H100 these DiT stages
 # took 290 s each, the decode about 273 s.
 set -u
-unset OUT
-W=/tmp/lmls M=/tmp/longmedia_models
-mkdir -p "$W"
-echo "later stages at 32 GiB: start $(date +%T)"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-grep -E "MemTotal|MemAvailable|SwapTotal" /proc/meminfo
-python3 -m bench.long_job --prepare --blocks 50 --out $W --models $M --host-ram-gb 32 || exit 1
+W=/tmp/lmls M=/tmp/longmedia_models WHO="later stages at 32 GiB"
+. tools/gpu/long_job_begin.sh
 python3 -m bench.disk_read $M/full_h3_int8_50blocks.safetensors 2>&1 | tail -2
 FLASH4_WHO="later stages at 32 GiB" . tools/gpu/flash4_ready.sh
 basis() {  # the all-RAM basis on this machine: Hi-Res passes 0 and 1
