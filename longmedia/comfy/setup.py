@@ -340,11 +340,11 @@ def machine_device() -> DeviceProfile | None:
 
 def machine_check(plan: SetupPlan, device: DeviceProfile | None) -> tuple[str, ...]:
     """Setup's preflight on this machine, before the job latent is allocated: the whole-job plan
-    (`whole_job.machine_job`: `plan_job`, as `python -m longmedia plan` plans it) refused where a stage does not fit
+    (`setup_job.machine_job`: `plan_job`, as `python -m longmedia plan` plans it) refused where a stage does not fit
     the host RAM (`preflight.check_job_fits`), else its verdict as a note (a WARNING where VRAM is short); then
     stock decode's note. `device`: None without
     a CUDA card (a CPU run holds the weights in RAM and plans from it in the Sampler)."""
-    from ..planning.whole_job import decode_note, job_note, machine_job
+    from ..planning.setup_job import decode_note, job_note, machine_job
     from .host.memory import pinned_memory_enabled
 
     if device is None:

@@ -149,7 +149,8 @@ def test_setup_refuses_where_the_whole_job_plan_does_and_the_sampler_reports_tha
     the Sampler's one pass reports `plan_job` over its own plan, its steps and its guider's cfg."""
     from longmedia.h3.profiles import COMFYUI_HELD_BYTES, DeviceProfile
     from longmedia.job.setup_plan import SetupRequest, plan_setup
-    from longmedia.planning.whole_job import machine_job, plan_job
+    from longmedia.planning.setup_job import machine_job
+    from longmedia.planning.whole_job import plan_job
 
     device = DeviceProfile.card(16, ram, host_held_bytes=COMFYUI_HELD_BYTES)
     plan = plan_setup(SetupRequest(W, H, SECONDS, ram_available_bytes=device.ram_available_bytes))

@@ -15,8 +15,9 @@ from longmedia.planning import stage_formulas as F
 from longmedia.planning import stage_times as T
 from longmedia.planning.attention_path import default_attention_path
 from longmedia.planning.planner import plan
+from longmedia.planning.setup_job import decode_note
 from longmedia.planning.types import PlanRequest
-from longmedia.planning.whole_job import decode_note, hires_size, plan_job
+from longmedia.planning.whole_job import hires_size, plan_job
 from longmedia.units import GIB
 
 REPO = Path(__file__).resolve().parents[2]
