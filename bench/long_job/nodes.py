@@ -39,12 +39,24 @@ def load_latents(path: Path) -> dict:
 SEEDED_INPUT_SEED = 45   # --seeded-input: the random latent a stage starts from when its input is missing
 
 
-def seeded_latent(streams, seed: int) -> tuple:
-    """Standard normal streams of the given streams' shapes (float32 on the CPU), from `seed`."""
+def seeded_latent(shapes, seed: int) -> tuple:
+    """Standard normal streams of the given shapes (float32 on the CPU), from `seed`."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(t.shape, generator=g, dtype=torch.float32) for t in streams)
+    return tuple(torch.randn(tuple(shape), generator=g, dtype=torch.float32) for shape in shapes)
+
+
+def seeded_input_shapes(stage: str, setup_streams, hires_scale: float) -> tuple:
+    """The shapes of `stage`'s input latent: the Sampler's output (Setup's latent) for Hi-Res; Hi-Res's output for
+    the Refiner, its video at Hi-Res's size (`target_latent_size`, as `run_hires` upscales), its audio unchanged."""
+    from longmedia.h3.latent_resample import target_latent_size
+
+    shapes = [tuple(t.shape) for t in setup_streams]
+    if stage == "refiner":
+        video = shapes[0]
+        shapes[0] = video[:-2] + target_latent_size(int(video[-2]), int(video[-1]), hires_scale)
+    return tuple(shapes)
 
 
 def _nested(streams):
@@ -95,7 +107,8 @@ def make_nodes(recorder_for) -> dict:
             stop = pass_stop or job.segments.count
             latent = setup.latent
             if INPUT_STAGE[stage] is not None and seeded_input and not (work / f"{INPUT_STAGE[stage]}.pt").is_file():
-                latent = _nested(seeded_latent(latent["samples"].unbind(), SEEDED_INPUT_SEED))
+                shapes = seeded_input_shapes(stage, latent["samples"].unbind(), job_values["hires_scale"])
+                latent = _nested(seeded_latent(shapes, SEEDED_INPUT_SEED))
             elif INPUT_STAGE[stage] is not None:
                 given = load_latents(work / f"{INPUT_STAGE[stage]}.pt")
                 if given["passes_done"] != job.segments.count:
@@ -156,7 +169,8 @@ def make_nodes(recorder_for) -> dict:
 
             work = Path(work_dir)
             if seeded_input and not (work / "refiner.pt").is_file():   # the Refiner keeps Hi-Res's shape
-                latent = _nested(seeded_latent(load_latents(work / "hires.pt")["output"], SEEDED_INPUT_SEED))
+                shapes = (t.shape for t in load_latents(work / "hires.pt")["output"])
+                latent = _nested(seeded_latent(shapes, SEEDED_INPUT_SEED))
             else:
                 latent = _nested(load_latents(work / "refiner.pt")["output"])
             if tiny:

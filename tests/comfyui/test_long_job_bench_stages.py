@@ -47,8 +47,10 @@ def test_the_smoke_runs_every_stage_and_writes_its_rows(comfyui_root, tmp_path):
 
 def test_a_stage_with_seeded_input_starts_from_a_seeded_latent_and_says_so(comfyui_root, tmp_path):
     """--seeded-input: Hi-Res without the Sampler's latent in --out runs on a seeded random latent of the Sampler's
-    output shape (the decode likewise, without the Refiner's), and its rows carry seeded_input (without the flag the stage refuses: `nodes.load_latents`)."""
+    output shape (the decode likewise, without the Refiner's; the Refiner, without Hi-Res's, of Hi-Res's output shape), and its rows carry seeded_input (without the flag the stage refuses: `nodes.load_latents`)."""
     import json
+
+    import torch
 
     from bench.long_job.entry import parse, run_stage
     from longmedia.testing.tiny_h3 import write_tiny_h3
@@ -79,3 +81,9 @@ def test_a_stage_with_seeded_input_starts_from_a_seeded_latent_and_says_so(comfy
     decode = read_rows(out / ROWS_FILE)[-1]
     assert decode["stage"] == "decode" and decode["result"] == "ok" and decode["seeded_input"] is True
     assert (decode["decode"]["width"], decode["decode"]["height"]) == (96, 96) and not (out / "refiner.pt").exists()
+    # the Refiner without Hi-Res's latent: a seeded one of Hi-Res's output shape (its video at Hi-Res's size)
+    alone = tmp_path / "refiner_alone"
+    assert stage("refiner", alone) == 0 and not (alone / "hires.pt").exists()
+    hires_out = torch.load(out / "hires.pt", weights_only=True)["output"]
+    refiner_out = torch.load(alone / "refiner.pt", weights_only=True)["output"]
+    assert [tuple(t.shape) for t in refiner_out] == [tuple(t.shape) for t in hires_out]
