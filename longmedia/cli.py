@@ -27,6 +27,8 @@ from .limits import MAX_TEXT_TOKENS
 from .planning.attention_path import default_attention_path, resolve_attention_path
 from .planning.patches import PatchBytes
 from .planning.planner import plan
+from .planning.stage_times import calls_per_step
+from .planning.step_cache import EasyCacheSettings
 from .planning.types import MANUAL_CONTROLS, ExecutionPlan, PlanRequest
 from .planning.whole_job import JobPlan, hires_size, plan_job
 from .report.plan_text import render_plan
@@ -58,7 +60,16 @@ def whole_job_from_args(args: argparse.Namespace, main_plan: ExecutionPlan) -> J
     return plan_job(main_plan, steps=args.steps, hires_plan=hires, hires_steps=args.hires_steps,
                     refiner_steps=args.refiner_steps, text_encoder=args.text_encoder, decode=args.decode,
                     text_encoder_on_cpu=args.text_encoder_cpu, attention_resolver=resolver, cfg=args.cfg,
-                    patches=patches_from_args(args))
+                    patches=patches_from_args(args), easycache=easycache_from_args(args))
+
+
+def easycache_from_args(args: argparse.Namespace) -> EasyCacheSettings | None:
+    """--easycache's window (the EasyCache node's start_percent and end_percent), or None without --easycache."""
+    start = check_float("--easycache-start-percent", args.easycache_start_percent, 0.0, 1.0,
+                        "Give EasyCache's start_percent (the node's default is 0.15).")
+    end = check_float("--easycache-end-percent", args.easycache_end_percent, 0.0, 1.0,
+                      "Give EasyCache's end_percent (the node's default is 0.95).")
+    return EasyCacheSettings(start, end) if args.easycache else None
 
 
 def patches_from_args(args: argparse.Namespace) -> PatchBytes:
@@ -196,6 +207,13 @@ def no_effect_warnings(args: argparse.Namespace, p: ExecutionPlan) -> list[str]:
         out += [f"--{n.replace('_', '-')} has no effect: --inter-block-vram-guard-mb 0 turns that guard off"
                 for n in ("inter_block_guard_cooldown_blocks", "inter_block_guard_emergency_mb")
                 if getattr(args, n) is not None]
+    if not args.easycache:
+        out += [f"--{n.replace('_', '-')} has no effect without --easycache" for n in
+                ("easycache_start_percent", "easycache_end_percent")
+                if getattr(args, n) != getattr(EasyCacheSettings, n.removeprefix("easycache_"))]
+    elif args.hires_scale is not None or args.refiner_steps:
+        out.append("--easycache plans the main pass's skips only: the Hi-Res and Refiner passes are planned with "
+                   "every model call (their sigmas follow their own denoise)")
     if args.resolve_attention and args.attention_mode == "existing":
         out.append("--resolve-attention has no effect with --attention-mode existing (ComfyUI's attention is kept)")
     manual_chunks = [n for n in ("mlp_chunk_tokens", "sol_qkv_chunk_tokens", "sol_out_proj_chunk_tokens")
@@ -264,21 +282,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         text = json.dumps(json.loads(result.to_json()) | {
             "pass_fits": result.fits, "fits": fits, "verdict": job.verdict if refusal is None else refusal,
-            "whole_job": job.to_dict(), "sampler": {"refusal": refusal, "warnings": list(sampler_warnings)}},
-            indent=2)
+            "whole_job": job.to_dict(), "sampler": {"refusal": refusal, "warnings": list(sampler_warnings)},
+            "easycache": easycache_figures(args, job, result)}, indent=2)
     else:
         notes = snap_notes(args, result)
         extra = no_effect_warnings(args, result) + list(sampler_warnings) + ([refusal] if refusal else [])
-        text = as_flags("\n".join(headline(job)) + "\n\n" + render_plan(result, notes, extra) + "\n\n"
+        text = as_flags("\n".join(headline(job, easycache_figures(args, job, result))) + "\n\n" + render_plan(result, notes, extra) + "\n\n"
                         + "\n".join(job.lines()), known)
     _print(text)
     return EXIT_FITS if fits else EXIT_DOES_NOT_FIT
 
 
-def headline(job: JobPlan) -> list[str]:
-    """The first lines: the whole job's verdict, the main pass's host RAM (what streams from disk, its cost) and the
-    whole clip's time; the first two are `JobPlan.headline`, as Setup's note and the Sampler's report say them."""
-    return list(job.headline()) + [clip_line(job)]
+def headline(job: JobPlan, easycache: dict | None = None) -> list[str]:
+    """The first lines: the whole job's verdict, the main pass's host RAM (what streams from disk, its cost), with
+    --easycache the calls it can skip at most (`easycache_figures`), and the whole clip's time; the first two are
+    `JobPlan.headline`, as Setup's note and the Sampler's report say them."""
+    return list(job.headline()) + ([easycache["line"]] if easycache else []) + [clip_line(job)]
+
+
+def easycache_figures(args: argparse.Namespace, job: JobPlan, main_plan: ExecutionPlan) -> dict | None:
+    """The main pass's EasyCache bound (`JobPlan.easycache`) over its passes and model calls, and its line."""
+    bound = job.easycache
+    if bound is None:
+        return None
+    calls, passes = calls_per_step(args.cfg), main_plan.geometry.segment_count
+    others = args.hires_scale is not None or args.refiner_steps > 0
+    return bound.to_dict() | {"passes": passes, "calls_per_step": calls, "calls": bound.steps * calls * passes,
+                              "calls_skippable": bound.steps_skippable * calls * passes,
+                              "line": bound.calls_line(calls, passes, " of the main pass" if others else "")}
 
 
 def clip_line(job: JobPlan) -> str:

@@ -9,6 +9,7 @@ from .errors import LongMediaInputError
 from .h3.profiles import PRESETS
 from .h3.references import REFERENCE_BUDGETS, ReferenceSpec
 from .planning.host_ram import DEFAULT_DISK_GBPS, DISK_GBPS_BASIS
+from .planning.step_cache import EasyCacheSettings
 from .planning.types import ATTENTION_MODES, MANUAL_CONTROLS, MEMORY_MODES
 from .planning.whole_job import DECODE_PATHS, TEXT_ENCODERS
 
@@ -166,6 +167,13 @@ def _add_whole_job_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--lora", default=None, metavar="FILE",
                    help="a LoRA .safetensors file instead of --lora-rank: its header gives the bytes (times "
                         "--lora-count)")
+    w.add_argument("--easycache", action="store_true",
+                   help="ComfyUI's EasyCache node on the model: the main pass's model calls it can skip at most (read "
+                        "from its code: its window's steps after the first two) are planned skipped, the best case")
+    w.add_argument("--easycache-start-percent", type=float, default=EasyCacheSettings.start_percent,
+                   help="EasyCache's start_percent (default %(default)g, the node's)")
+    w.add_argument("--easycache-end-percent", type=float, default=EasyCacheSettings.end_percent,
+                   help="EasyCache's end_percent (default %(default)g, the node's)")
     w.add_argument("--hires-scale", type=float, default=None, help="add a Hi-Res pass at this scale (1.0-2.0)")
     w.add_argument("--hires-steps", type=int, default=10, help="steps the Hi-Res pass runs (default 10)")
     w.add_argument("--refiner-steps", type=int, default=0, help="add a Refiner pass of this many steps (default 0)")

@@ -37,6 +37,7 @@ from .host_ram import (
 )
 from .patches import PatchBytes
 from .planner import pass_host_ram, plan
+from .step_cache import EasyCacheBound, EasyCacheSettings, easycache_bound
 from .types import ExecutionPlan, PlanRequest
 
 TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
@@ -83,6 +84,7 @@ class JobPlan:
     card: T.CardClass
     text_encoder: str
     notes: tuple[str, ...]
+    easycache: EasyCacheBound | None = None   # the main pass's calls stock EasyCache can skip at most (planned skipped)
 
     @property
     def fits(self) -> bool:
@@ -131,6 +133,7 @@ class JobPlan:
     def to_dict(self) -> dict:
         return {"kind": "whole_job", "stages": [s.to_dict() for s in self.stages], "card_class": asdict(self.card),
                 "text_encoder": self.text_encoder, "notes": list(self.notes), "fits": self.fits,
+                "easycache": self.easycache.to_dict() if self.easycache is not None else None,
                 "seconds_estimate": self.seconds, "verdict": self.verdict, "headline": list(self.headline())}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -258,10 +261,12 @@ def sol_calls(p: ExecutionPlan, steps: int) -> int:
 
 
 def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes: int = 1,
-              resolver=default_attention_path, cfg: float = 1.0, patches: PatchBytes | None = None) -> StagePlan:
+              resolver=default_attention_path, cfg: float = 1.0, patches: PatchBytes | None = None,
+              skipped: tuple[int, ...] = ()) -> StagePlan:
     """A DiT pass's stage: `steps` sampler steps of `T.calls_per_step(cfg)` model calls each, over `passes`
     segments; `patches` (LoRAs) are named in the stage's detail: their RAM is in the plan's host RAM
-    (`PlanRequest.patch_host_bytes`) and their VRAM in its device (`PatchBytes.on_device`)."""
+    (`PlanRequest.patch_host_bytes`) and their VRAM in its device (`PatchBytes.on_device`). `skipped`: the steps
+    of each pass a step cache serves (`step_cache.EasyCacheBound.skippable`), planned as no DiT time."""
     g, mem = p.geometry, p.memory
     patches = PatchBytes() if patches is None else patches
     hr = p.host_ram if p.host_ram is not None else pass_host_ram(p.model, p.device, g, mem.streamed_weight_bytes,
@@ -275,6 +280,9 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
     # most of the read time lands on each model call (measured; not overlapped yet)
     call = ((steps - sol_steps) * exact + sol_steps * sol) / steps + hr.disk_step_seconds
     step = call * calls
+    exact_steps = steps - sol_steps     # scheduled_sol's Sol steps are its last ones; a skipped step costs nothing
+    pass_seconds = calls * sum((exact if i < exact_steps else sol) + hr.disk_step_seconds
+                               for i in range(steps) if i not in skipped)
     disk = (f"; {size(hr.disk_bytes_per_call)} of them from disk per model call (about {hr.disk_seconds_per_call:.1f} s "
             f"at {hr.disk_gbps:g} GB/s, of which about {hr.disk_step_seconds:.1f} s adds to the step per call)"
             if hr.streams_from_disk else "")
@@ -287,7 +295,8 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
               f"{steps} steps x {passes} pass{'es' if passes > 1 else ''}, {cfg_text}{sol_text}; weights resident "
               f"{size(mem.resident_weight_bytes)}, streamed {size(mem.streamed_weight_bytes)} per model call "
               f"(pinned {size(hr.pinned_bytes)}, page cache {size(hr.page_cache_bytes)}){disk}; host RAM "
-              f"{hr.verdict}{lora_text}; about {step:.1f} s per step")
+              f"{hr.verdict}{lora_text}; about {step:.1f} s per step"
+              + (f"; EasyCache skips at most {len(skipped)} of the {steps} steps per pass" if skipped else ""))
     ram_need = hr.need_bytes   # the patches' RAM is in it (PlanRequest.patch_host_bytes)
     remedy = None
     if not p.fits:
@@ -295,7 +304,7 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
     elif not hr.fits or ram_need > hr.ram_available_bytes:
         remedy = _dit_ram_remedy(p, hr)
     return StagePlan(name, mem.activation_need_bytes, p.usable_bytes, ram_need, hr.ram_available_bytes,
-                     step * steps * passes, detail, remedy, hr)
+                     pass_seconds * passes, detail, remedy, hr)
 
 
 def _dit_ram_remedy(p: ExecutionPlan, hr: HostRamPlan) -> str:
@@ -380,7 +389,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
              hires_steps: int = 10, refiner_steps: int = 0,
              text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False, decode: str = "longmedia",
              attention_resolver=default_attention_path, cfg: float = 1.0,
-             patches: PatchBytes | None = None) -> JobPlan:
+             patches: PatchBytes | None = None, easycache: EasyCacheSettings | None = None) -> JobPlan:
     """Plan every stage; `main` is the main pass's plan (its geometry, model and device are the job's).
 
     hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res), planned here with `planner.plan`
@@ -388,16 +397,20 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     the final size. decode: "longmedia" (LongMedia Decode & Save, the shipped workflows' end) or "stock"
     (VAEDecode + VAEDecodeAudio + CreateVideo + SaveVideo). cfg: the guider's (1: one model call per step, else
     two). patches: the model's LoRAs (`PatchBytes`), counted in every DiT stage's RAM; plan `main` (and
-    `hires_plan`) on `patches.on_device(device)` for their VRAM.
+    `hires_plan`) on `patches.on_device(device)` for their VRAM. easycache: stock EasyCache on the model: the steps
+    it can skip at most (`step_cache.easycache_bound`, H3's simple sigmas) are planned skipped in every main pass (the
+    best case); Hi-Res and Refiner passes are planned with every call (their schedules follow their own denoise).
     """
     request = PlanRequest() if request is None else request
     model, device, g = main.model, main.device, main.geometry
     card = T.card_class(device.vram_total_bytes)
+    bound = easycache_bound(steps, easycache) if easycache is not None else None
     usable = main.usable_bytes
     settings = main.host_ram if main.host_ram is not None else request
     stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card,
                                  settings.pinned_memory, settings.disk_gbps),
-              dit_stage(MAIN_PASS, main, steps, card, g.segment_count, attention_resolver, cfg, patches)]
+              dit_stage(MAIN_PASS, main, steps, card, g.segment_count, attention_resolver, cfg, patches,
+                        bound.skippable if bound is not None else ())]
     final = main
     if hires_geometry is not None and hires_plan is None:
         hires_plan = plan(model, device, hires_geometry, request, attention_resolver=attention_resolver)
@@ -425,7 +438,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
              (f"text encoder: FLOPs at an assumed {T.ASSUMED_UTILISATION:.0%} of peak (not measured); video "
               f"decode: FLOPs at {T.VAE_DECODE_UTILISATION:.1%} of peak, the rate LongMedia Decode & Save measured "
               "end to end on an H100 (audio and h264 included); loading checkpoints from disk is not counted"))
-    return JobPlan(tuple(stages), card, text_encoder, notes)
+    return JobPlan(tuple(stages), card, text_encoder, notes, bound)
 
 
 def hires_size(width: int, height: int, scale: float) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """README's and docs/PERFORMANCE.md's "What a clip costs": every cell is the `whole clip` line of the command printed
-beside the table for its path (CARD and CLIP from its row and column), and the shipped 60 s workflow's three
-figures are those of the commands under them."""
+beside the table for its path (CARD and CLIP from its row and column; the EasyCache rows' too, the plan's best case),
+and the shipped 60 s workflow's three figures are those of the commands under them."""
 
 from __future__ import annotations
 
@@ -37,12 +37,16 @@ def test_every_cell_is_what_its_command_prints(capsys, page):
     commands = dict(re.findall(r"^- (.+?): `(python -m longmedia plan [^`]+)`$", text, re.M))
     clips = [int(c) for c in re.findall(r"^\| card \| path \| (\d+) s \| (\d+) s \| (\d+) s \|$", text, re.M)[0]]
     rows = re.findall(r"^\| (\d+) GB \(`--vram-gb \d+`\) \| (.+?) \| (\d+) \| (\d+) \| (\d+) \|$", text, re.M)
-    assert clips == [10, 30, 60] and len(commands) == 3
-    assert sorted({int(r[0]) for r in rows}) == [8, 12, 16, 24] and len(rows) == 12
+    assert clips == [10, 30, 60] and len(commands) == 4
+    assert sorted({int(r[0]) for r in rows}) == [8, 12, 16, 24] and len(rows) == 16
     for card, path, *cells in rows:
         for clip, cell in zip(clips, cells):
             command = commands[path].replace("CARD", card).replace("CLIP", str(clip))
             assert whole_clip_minutes(capsys, command) == int(cell), (page, card, path, clip)
+    # EasyCache's rows are its best case (step_cache.py's bound), marked so, and plan the turbo command with --easycache
+    cached = [r for r in rows if "EasyCache" in r[1]]
+    assert len(cached) == 4 and all(r[1] == "turbo + EasyCache (at best)" for r in cached)
+    assert commands["turbo + EasyCache (at best)"] == commands["turbo: 8 steps, cfg 1"] + " --easycache"
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
