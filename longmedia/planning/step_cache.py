@@ -89,23 +89,43 @@ class EasyCacheBound:
                 f"{self.steps * calls_per_step * passes} calls{stage} skipped ({window}{each}); how many it skips depends on "
                 "the prompt: this is the best case")
 
+    def model_line(self, calls_per_step: int = 1) -> str:
+        """The Sampler's report line where stock EasyCache is on its model: the calls of its one pass it can skip at
+        most, as the whole-job plan counts them."""
+        return (f"EasyCache on the model: at most {self.steps_skippable * calls_per_step} of "
+                f"{self.steps * calls_per_step} calls skipped (best case), planned as no DiT time in the whole-job time: "
+                f"{self.describe()}")
+
     def to_dict(self) -> dict:
         return asdict(self) | {"steps_skippable": self.steps_skippable, "steps_run": self.steps_run,
                                "window": list(self.window), "skippable": list(self.skippable)}
 
 
 def easycache_bound(steps: int, settings: EasyCacheSettings | None = None, *, sigmas=None, shift: float = H3_SHIFT,
-                    scheduler: str = "simple") -> EasyCacheBound:
+                    scheduler: str = "simple", window_sigmas: tuple[float, float] | None = None) -> EasyCacheBound:
     """The bound for one pass of `steps` steps under `settings` (the node's defaults if None): on `sigmas` (the pass's
     steps + 1 sigmas, or its `steps` model-call sigmas), else on BasicScheduler's `scheduler` sigmas for a model
-    sampling of `shift` (H3's by default)."""
+    sampling of `shift` (H3's by default). window_sigmas: the window's (start, end) sigmas as the model's own
+    `model_sampling.percent_to_sigma` gives them for `settings` (the Sampler reads them from the model at hand); None:
+    `h3.sigmas.percent_to_sigma` at `shift`."""
     check_int("steps", steps, 1, MAX_STEPS, "Give the sampler's step count.")
     settings = EasyCacheSettings() if settings is None else settings
     grid = schedule_sigmas(steps, scheduler, shift) if sigmas is None else tuple(float(s) for s in sigmas)
     if len(grid) not in (steps, steps + 1):
         raise LongMediaInputError("sigmas", grid, f"{steps + 1} sigmas for {steps} steps (or the {steps} of its "
                                   "model calls)", "Pass the pass's own sigmas.")
-    start_t = f32(percent_to_sigma(settings.start_percent, shift))
-    end_t = f32(percent_to_sigma(settings.end_percent, shift))
+    if window_sigmas is None:
+        window_sigmas = (percent_to_sigma(settings.start_percent, shift), percent_to_sigma(settings.end_percent, shift))
+    start_t, end_t = (f32(float(s)) for s in window_sigmas)
     window = tuple(i for i, s in enumerate(grid[:steps]) if end_t < f32(s) <= start_t)
     return EasyCacheBound(steps, settings, window, window[ESTABLISHING_STEPS:])
+
+
+def pass_bound(steps: int, easycache: EasyCacheSettings | EasyCacheBound | None) -> EasyCacheBound | None:
+    """A main pass's bound for `plan_job`: settings give it on H3's simple sigmas (`python -m longmedia plan
+    --easycache`); a bound computed on the pass's own sigmas (the Sampler's) must be over its `steps` steps."""
+    bound = easycache_bound(steps, easycache) if isinstance(easycache, EasyCacheSettings) else easycache
+    if bound is not None and bound.steps != steps:
+        raise LongMediaInputError("easycache", bound.steps, f"a bound over the main pass's {steps} steps",
+                                  "Compute the bound on the pass's own sigmas.")
+    return bound

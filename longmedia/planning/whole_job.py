@@ -37,7 +37,7 @@ from .host_ram import (
 )
 from .patches import PatchBytes
 from .planner import pass_host_ram, plan
-from .step_cache import EasyCacheBound, EasyCacheSettings, easycache_bound
+from .step_cache import EasyCacheBound, EasyCacheSettings, pass_bound
 from .types import ExecutionPlan, PlanRequest
 
 TEXT_ENCODERS = tuple(F.TEXT_ENCODER_VARIANTS)
@@ -389,7 +389,7 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
              hires_steps: int = 10, refiner_steps: int = 0,
              text_encoder: str = "nvfp4", text_encoder_on_cpu: bool = False, decode: str = "longmedia",
              attention_resolver=default_attention_path, cfg: float = 1.0,
-             patches: PatchBytes | None = None, easycache: EasyCacheSettings | None = None) -> JobPlan:
+             patches: PatchBytes | None = None, easycache: EasyCacheSettings | EasyCacheBound | None = None) -> JobPlan:
     """Plan every stage; `main` is the main pass's plan (its geometry, model and device are the job's).
 
     hires_geometry: the Hi-Res pass's geometry (None = no Hi-Res), planned here with `planner.plan`
@@ -398,13 +398,14 @@ def plan_job(main: ExecutionPlan, *, steps: int = 20, request: PlanRequest | Non
     (VAEDecode + VAEDecodeAudio + CreateVideo + SaveVideo). cfg: the guider's (1: one model call per step, else
     two). patches: the model's LoRAs (`PatchBytes`), counted in every DiT stage's RAM; plan `main` (and
     `hires_plan`) on `patches.on_device(device)` for their VRAM. easycache: stock EasyCache on the model: the steps
-    it can skip at most (`step_cache.easycache_bound`, H3's simple sigmas) are planned skipped in every main pass (the
-    best case); Hi-Res and Refiner passes are planned with every call (their schedules follow their own denoise).
+    it can skip at most (`step_cache.easycache_bound` on H3's simple sigmas, or a bound of `steps` steps on the pass's
+    own sigmas: the Sampler's) are planned skipped in every main pass (the best case); Hi-Res and Refiner passes are
+    planned with every call (their schedules follow their own denoise).
     """
     request = PlanRequest() if request is None else request
     model, device, g = main.model, main.device, main.geometry
     card = T.card_class(device.vram_total_bytes)
-    bound = easycache_bound(steps, easycache) if easycache is not None else None
+    bound = pass_bound(steps, easycache)
     usable = main.usable_bytes
     settings = main.host_ram if main.host_ram is not None else request
     stages = [text_encoder_stage(g, device, usable, text_encoder, text_encoder_on_cpu, card,

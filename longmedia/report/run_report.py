@@ -163,6 +163,8 @@ class RunReport:
         if not self.output_finite:
             lines.insert(0, self.output_warning)
         lines.extend(self.whole_job.headline() if self.whole_job is not None else ())
+        if self.whole_job is not None and self.whole_job.easycache is not None:  # planned as the whole job plans it
+            lines.append(self.whole_job.easycache.model_line(calls_per_step(1.0 if self.cfg is None else self.cfg)))
         lines.extend(self.peak_lines())
         lines.extend(self.time_lines())
         if self.manual_fields:

@@ -12,7 +12,7 @@ import pytest
 from longmedia.cli import main
 from longmedia.errors import LongMediaInputError
 from longmedia.h3.sigmas import f32, percent_to_sigma, schedule_sigmas, time_snr_shift
-from longmedia.planning.step_cache import EasyCacheSettings, easycache_bound
+from longmedia.planning.step_cache import EasyCacheSettings, easycache_bound, pass_bound
 
 RNG = random.Random(46)
 DRAWS = [(RNG.randint(1, 300), EasyCacheSettings(round(RNG.uniform(0, 1), 2), round(RNG.uniform(0, 1), 2)))
@@ -118,3 +118,25 @@ def test_the_cli_line_and_its_refusals(capsys):
     assert "--easycache-start-percent=2.0 is not allowed: expected a number from 0 to 1" in capsys.readouterr().err
     assert main(["--easycache-end-percent", "0.9"]) == 0
     assert "--easycache-end-percent has no effect without --easycache" in capsys.readouterr().out
+
+
+def test_a_bound_on_the_models_own_window_and_the_passs_own_sigmas():
+    # the window's sigmas as the model's percent_to_sigma gives them: H3's own give H3's bound; another shift's another
+    for steps, settings in DRAWS[:50]:
+        h3 = (percent_to_sigma(settings.start_percent), percent_to_sigma(settings.end_percent))
+        assert easycache_bound(steps, settings, window_sigmas=h3) == easycache_bound(steps, settings)
+    shift3 = (percent_to_sigma(0.15, 3.0), percent_to_sigma(0.95, 3.0))
+    assert easycache_bound(20, window_sigmas=shift3) == easycache_bound(20, sigmas=schedule_sigmas(20), shift=3.0)
+    assert easycache_bound(20, window_sigmas=shift3) != easycache_bound(20)
+
+
+def test_plan_job_takes_the_samplers_bound_of_its_own_steps():
+    tail = schedule_sigmas(12)[-7:]                      # denoise 0.5 over 6 steps
+    bound = easycache_bound(6, sigmas=tail)
+    assert pass_bound(6, bound) is bound and pass_bound(6, EasyCacheSettings()) == easycache_bound(6)
+    assert pass_bound(6, None) is None
+    with pytest.raises(LongMediaInputError) as info:
+        pass_bound(8, bound)
+    assert info.value.input_name == "easycache" and "8 steps" in str(info.value)
+    assert bound.model_line(2).startswith(f"EasyCache on the model: at most {2 * bound.steps_skippable} of 12 calls "
+                                          "skipped (best case)")

@@ -25,6 +25,7 @@ from ...h3.profiles import DeviceProfile
 from ...job.preflight import StagePass, check_plan_runs
 from ...planning.around_blocks import stock_pass_bytes
 from ...planning.patches import PatchBytes
+from ...planning.step_cache import EasyCacheBound
 from ...planning.types import ExecutionPlan, PlanRequest
 from ...planning.whole_job import JobPlan, plan_job
 from ...report.memory import RamFacts, Reader
@@ -38,6 +39,7 @@ from ..host.ram import host_ram_guard
 from ..patching.clone_install import RunState, install_on_clone
 from ..patching.residency import residency_boundary
 from . import sampler_inputs
+from .model_step_cache import ModelStepCache, model_step_cache
 from .oom_phase import traced_phase
 from .pass_plan import SpeedTiming, check_pass, load_device_profile, measure_speeds, plan_pass
 
@@ -131,7 +133,9 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
                 checked.request, sp_link_gbps=max(ranks.link_gbps, 0.001), sp_link_measured=True))
             plan = plan_pass(checked, plan.device)
         speeds = checked.request.attention_speeds  # probe_s: 0 when the disk cache served the timings
-        job = whole_job(plan, sigmas, guider, checked.patches) if whole and stage is None else None
+        cache = model_step_cache(guider, sigmas) if whole and stage is None else ModelStepCache()
+        job = whole_job(plan, sigmas, guider, checked.patches, cache.bound) if whole and stage is None else None
+        runs = (*runs, cache.note) if cache.note else runs  # a step cache the whole-job plan does not count
         result = _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights,
                          ranks, probe_s=speeds.probe_s if speeds is not None else 0.0, ram_facts=ram_facts,
                          read_ahead_blocks=read_ahead_blocks, job=job)
@@ -146,12 +150,15 @@ def run_sampler(noise, guider, sampler, sigmas, latent, request: PlanRequest,
     return result
 
 
-def whole_job(plan: ExecutionPlan, sigmas, guider, patches: PatchBytes) -> JobPlan:
+def whole_job(plan: ExecutionPlan, sigmas, guider, patches: PatchBytes,
+              easycache: EasyCacheBound | None = None) -> JobPlan:
     """The whole job from this pass's plan (`plan_job`, which `python -m longmedia plan` and Setup's preflight call):
-    its sampler steps, the guider's cfg (1 without one) and the model's LoRAs; the Sampler's report carries its
-    verdict (fits, what streams from disk per model call, or which stage does not fit)."""
+    its sampler steps, the guider's cfg (1 without one), the model's LoRAs and stock EasyCache's bound on these
+    sigmas (`model_step_cache`: its skippable calls planned as no DiT time, as `plan --easycache` plans them); the
+    Sampler's report carries its verdict (fits, what streams from disk per model call, or which stage does not fit)."""
     cfg = sampler_inputs.guider_cfg(guider)
-    return plan_job(plan, steps=max(1, int(sigmas.shape[-1]) - 1), cfg=1.0 if cfg is None else cfg, patches=patches)
+    return plan_job(plan, steps=max(1, int(sigmas.shape[-1]) - 1), cfg=1.0 if cfg is None else cfg, patches=patches,
+                    easycache=easycache)
 
 
 def _sample(noise, guider, sampler, sigmas, latent, plan, row_spans, boundary, runs, observer, weights, ranks, *,
