@@ -22,6 +22,10 @@ set -u
 W=/tmp/lmje M=/tmp/longmedia_models WHO="the 60 s job's end at 32 GiB"
 . tools/gpu/long_job_begin.sh
 python3 -m bench.disk_read $M/full_h3_int8_50blocks.safetensors 2>&1 | tail -2
+python3 -c "from bench.cards.host_balloon import make_cgroup, remove_cgroup
+folder, why = make_cgroup(32, 'longmedia_probe')
+print('cgroup v2 memory.max here:', why)
+folder and remove_cgroup(folder)"   # whether --host-ram-limit cgroup can run on this machine
 FLASH4_WHO="$WHO" . tools/gpu/flash4_ready.sh
 stage() {  # stage NAME [ARGS]: one stage under 32 GiB in $W/r32, its rows kept, then the table
     local name=$1
