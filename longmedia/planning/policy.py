@@ -77,9 +77,12 @@ def _budget_pinning(host_ram: HostRamPlan, streamed: int) -> PinningDecision:
     pinned = host_ram.pin_budget_bytes
     mode = "full" if pinned >= streamed else "partial" if pinned > 0 else "none"
     rule = (f"under dynamic VRAM LongMedia holds ComfyUI's pin cache to the plan's pin budget of {gib(pinned)}, "
-            f"keeping {gib(host_ram.headroom_bytes)} of RAM available beside the process and the latents (ComfyUI's "
+            f"reserving {gib(host_ram.headroom_bytes)} of RAM beside the process and the latents (ComfyUI's "
             f"{gib(host_ram.floor_bytes)} pin floor, LongMedia's own {gib(host_ram.own_alloc_bytes)}, "
-            f"{gib(host_ram.prefetch_window_bytes)} read ahead)")
+            f"{gib(host_ram.prefetch_window_bytes)} read ahead); during a pass ComfyUI pins until about its floor is "
+            f"left (at the lowest 1.7 to 2.0 GiB available, measured under 16 to 48 GiB limits), LongMedia makes room "
+            f"before its own allocations and, where weights stream from disk, frees pins at a block start where less "
+            f"than {gib(host_ram.floor_bytes // 2)} is available")
     if not host_ram.pinned_memory:
         rule = "pinned memory is off (ComfyUI's --disable-pinned-memory)"
     return PinningDecision(mode, pinned, host_ram.headroom_bytes, f"{rule}: {host_ram.verdict}")

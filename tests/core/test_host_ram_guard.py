@@ -295,3 +295,24 @@ def test_available_ram_reads_comfyuis_container_aware_reader_where_it_exists(mon
     monkeypatch.delitem(sys.modules, "comfy.system_memory")
     psutil = pytest.importorskip("psutil")
     assert abs(available_ram() - psutil.virtual_memory().available) < GIB
+
+
+def test_the_plans_words_name_the_line_the_watch_holds():
+    """The pinning decision says what is kept during a pass (issue 45: RAM available fell to 1.73-1.91 GiB, below the
+    2.2 GiB the plan reserves, in every constrained row): ComfyUI pins to about its floor; the watch frees pins below
+    the line the plan names, and not above it."""
+    from longmedia.h3.profiles import DeviceProfile, ModelProfile
+    from longmedia.planning.host_ram import plan_host_ram
+    from longmedia.planning.policy import pinning
+
+    device, model = DeviceProfile.card(16, 32), ModelProfile.preset("h3-int8")
+    streamed = 28 * GIB
+    plan = plan_host_ram(device, streamed, model.block_weight_bytes, 0, own_alloc_bytes=GIB // 8)
+    reason = pinning(model, device, streamed, plan).reason
+    line = plan.floor_bytes // 2
+    assert f"reserving {plan.headroom_bytes / GIB:.2f} GiB of RAM" in reason
+    assert f"frees pins at a block start where less than {line / GIB:.2f} GiB is available" in reason
+    for available, frees in ((line, False), (line - RNG.randrange(1, GIB // 4), True)):
+        m = SmallMachine(available=available, pinned=12 * GIB)
+        HostRamGuard(m.facts(), pin_budget=None, floor=plan.floor_bytes, watch=True).on_block(0)
+        assert bool(m.asked) is frees
