@@ -19,8 +19,6 @@ set -u
 unset OUT
 W=/tmp/lmh2 M=/tmp/lmhost_models WHO="prefetch rows"
 . tools/gpu/full_depth_start.sh
-total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-big=72; [ "$total" -gt 130000 ] && big=120
 A="--formats int8 --seconds 14.4 --blocks 50 --steps 2 --models $M"
 echo "layer 4, the change's files $(date +%T)"
 OUT=$W bash tools/gpu/run_tests.sh tests/gpu/test_int8_lora_dynamic_vram.py tests/gpu/test_sampler_dynamic_vram.py \

@@ -17,8 +17,6 @@ set -u
 unset OUT
 W=/tmp/lmtu M=/tmp/lmhost_models WHO="turbo rows"
 . tools/gpu/full_depth_start.sh
-total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-big=72; [ "$total" -gt 130000 ] && big=120
 A="--formats int8 --seconds 14.4 --blocks 50 --steps 8 --models $M --out $W/turbo"
 table() {
     python3 -m bench.cards --table $W/turbo/cards.jsonl > $W/turbo_table.md 2>&1
