@@ -12,7 +12,7 @@ import pytest
 from longmedia.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = {"README.md": ("### What a clip costs", "## Documentation"),
+PAGES = {"README.md": ("## What a clip costs", "## Your first video"),
          "docs/PERFORMANCE.md": ("### What a clip costs", "## Faster, approximate")}
 
 
@@ -63,3 +63,12 @@ def test_the_shipped_60_s_workflow_figures_and_the_turbo_goal(capsys, page):
     assert got[2] <= 0.35 * got[0]       # the turbo goal: a 60 s clip with scheduled_sol within 0.35x of 20 steps
     ratios = [float(r) for r in re.findall(r"\((\d\.\d+)x\)", para)]
     assert ratios == [round(got[1] / got[0], 2), round(got[2] / got[0], 2)]
+
+
+def test_the_readme_answers_how_long_a_clip_takes_before_the_first_video():
+    """Issue 46: a user reads what a clip costs on each card class before "Your first video"."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.index("## What your machine needs") < text.index("## What a clip costs") < text.index(
+        "## Your first video")
+    cards = re.findall(r"^\| (\d+) GB \(`--vram-gb \d+`\) \| ", section("README.md"), re.M)
+    assert sorted(set(cards), key=int) == ["8", "12", "16", "24"]

@@ -251,7 +251,7 @@ def test_the_readme_machine_table_is_what_the_cli_prints(capsys):
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text[text.index("## What your machine needs"):text.index("## Your first video")]
+    section = text[text.index("## What your machine needs"):text.index("## What a clip costs")]
     rams = [int(r) for r in re.findall(r"\| (\d+) GB RAM \(`--ram-gb \d+`\)", section)]
     rows = re.findall(r"^\| (\d+) GB \(`--vram-gb \d+`\) \|(.*)\|$", section, re.M)
     assert rams == [16, 32, 64] and [int(r[0]) for r in rows] == [8, 12, 16, 24]
