@@ -72,3 +72,14 @@ def test_the_readme_answers_how_long_a_clip_takes_before_the_first_video():
         "## Your first video")
     cards = re.findall(r"^\| (\d+) GB \(`--vram-gb \d+`\) \| ", section("README.md"), re.M)
     assert sorted(set(cards), key=int) == ["8", "12", "16", "24"]
+
+
+def test_the_ram_sentence_is_what_the_turbo_command_prints_with_ram_gb(capsys):
+    """README: the 60 s turbo clip on a 16 GB card with 64, 32 and 16 GB of RAM (the disk reads the plan adds)."""
+    text = section("README.md")
+    m = re.search(r"about (\d+) min with 64 GB, (\d+) with 32 GB, (\d+) with 16 GB", text)
+    assert m, "the README's RAM sentence"
+    turbo = dict(re.findall(r"^- (.+?): `(python -m longmedia plan [^`]+)`$", text, re.M))["turbo: 8 steps, cfg 1"]
+    command = turbo.replace("CARD", "16").replace("CLIP", "60")
+    got = [whole_clip_minutes(capsys, f"{command} --ram-gb {ram}") for ram in (64, 32, 16)]
+    assert got == [int(g) for g in m.groups()]
