@@ -16,7 +16,7 @@ from longmedia.units import GIB
 
 from ..cards.host_balloon import child_preexec, end_balloon, host_ram_value
 from . import vae_files
-from .job import FULL, SMOKE, STAGES, job_plan
+from .job import FULL, SMOKE, STAGES, bench_job, job_plan
 from .tables import PLAN_FILE, ROWS_FILE, read_rows, table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +50,9 @@ def parse(argv=None):
                         "random latent of that shape instead (the decode: of Hi-Res's output, the Refiner's shape), "
                         "and its rows say so (seeded_input): a stage's time and memory without the stages before it; "
                         "its output is no video")
+    p.add_argument("--sampler-steps", type=_steps, default=None, metavar="N",
+                   help=f"the Sampler stage's steps at cfg 1 (default {FULL.sampler_steps}; 8 for the turbo "
+                        "schedule); Hi-Res and the Refiner keep theirs")
     p.add_argument("--prepare", action="store_true", help="only write the checkpoint (its own device call)")
     p.add_argument("--stage-budget-s", type=float, default=550.0, help="wall-time limit of one stage process")
     p.add_argument("--host-ram-gb", type=host_ram_value, default=None, metavar="GIB",
@@ -61,6 +64,17 @@ def parse(argv=None):
     p.add_argument("--child", choices=(*STAGES, "vaes"), help=argparse.SUPPRESS)
     p.add_argument("--unet", default="", help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def _steps(text: str) -> int:
+    """--sampler-steps' argument type: a step count from 1 to 100."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a step count from 1 to 100") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: a step count from 1 to 100")
+    return value
 
 
 def _ram_gib() -> float:
@@ -127,7 +141,7 @@ def main(argv=None) -> int:
         return stage_main(a)
     if a.smoke:
         return smoke(a)
-    job = FULL
+    job = bench_job(False, a.sampler_steps)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.host_ram_gb is not None and a.ram_gib is None:
         a.ram_gib = a.host_ram_gb          # the plan of a machine with that RAM
@@ -248,7 +262,8 @@ def run_stage(a, unet: str) -> int:
     cmd = [sys.executable, "-P", "-m", "bench.long_job", "--child", a.stage, "--passes", *map(str, passes),
            "--out", str(a.out), "--models", str(a.models), "--blocks", str(a.blocks), "--card", str(a.card),
            "--unet", unet, "--host-row", a.host_row] + (["--smoke"] if a.smoke else []) + (
-               ["--seeded-input"] if a.seeded_input else [])
+               ["--seeded-input"] if a.seeded_input else []) + (
+               ["--sampler-steps", str(a.sampler_steps)] if a.sampler_steps is not None else [])
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO, check=False, timeout=a.stage_budget_s, env=comfy_process.child_env(REPO),

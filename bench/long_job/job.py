@@ -52,6 +52,13 @@ FULL = LongJob()
 SMOKE = LongJob(width=64, height=64, seconds=2.0, segment_seconds=1.0, hires_scale=1.5)
 
 
+def bench_job(smoke: bool, sampler_steps: int | None = None) -> LongJob:
+    """The job a run measures: FULL (SMOKE with --smoke), its Sampler at `sampler_steps` when given (8 for the turbo
+    schedule; every other stage keeps its steps)."""
+    job = SMOKE if smoke else FULL
+    return job if sampler_steps is None else dataclasses.replace(job, sampler_steps=sampler_steps)
+
+
 def job_plan(job: LongJob, card_gib: float, ram_gib: float, blocks: int, checkpoint: str | None = None) -> dict:
     """{bench stage: the whole-job plan's figures for it} for `job` on a `card_gib` card with `ram_gib` of RAM
     (LongMedia's planners): RAM and VRAM needs, estimated seconds, and for the DiT stages the pass plan (rows, mode,

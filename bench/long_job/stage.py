@@ -8,7 +8,7 @@ import time
 
 from ..cards import comfy_process  # before torch: comfy-aimdo initialises first, as in main.py
 from . import vae_files
-from .job import FULL, SMOKE
+from .job import bench_job
 from .record import (
     CpuMark,
     NoDeviceMemory,
@@ -20,6 +20,11 @@ from .record import (
     reset_host_peak,
 )
 from .tables import append_row
+
+
+def stage_job(a):
+    """The job this stage process measures: the bench's, its Sampler at --sampler-steps when given."""
+    return bench_job(a.smoke, a.sampler_steps)
 
 
 def stage_prompt(a, job, unet: str) -> dict:
@@ -80,7 +85,7 @@ def stage_main(a) -> int:
 
     cuda = torch.cuda.is_available() and not a.smoke
     memory = comfy_process.DeviceMemory() if cuda else NoDeviceMemory()
-    job = SMOKE if a.smoke else FULL
+    job = stage_job(a)
     base = {"stage": a.child, "passes": list(a.passes), "card_gib": a.card, "blocks": a.blocks, "smoke": a.smoke,
             "device": start.device_name, "aimdo_enabled": start.aimdo_enabled, "job": job.to_dict(),
             "seeded_input": a.seeded_input,

@@ -193,3 +193,30 @@ def test_the_decode_alone_writes_no_dit_checkpoint_and_the_dit_stages_do(monkeyp
     (models / default_filename("int8", 50)).write_bytes(b"")
     assert entry.main(["--stages", "decode", "--out", str(tmp_path), "--models", str(models)]) == 0
     assert len(written) == 2 and ran[-1] == "h3.safetensors"
+
+
+def test_sampler_steps_reach_the_plan_the_stage_process_and_its_sigmas(monkeypatch, tmp_path, capsys):
+    """--sampler-steps 8 (the turbo schedule at cfg 1): the job the run plans and measures has the Sampler at 8 steps
+    (Hi-Res and the Refiner keep theirs), the stage's own process is told so, and its BasicScheduler gets 8 steps."""
+    import pytest
+
+    from bench.cards import comfy_process
+    from bench.long_job import stage
+    from bench.long_job.job import bench_job
+
+    a = entry.parse(["--stage", "sampler", "--sampler-steps", "8", "--out", str(tmp_path)])
+    job = bench_job(False, a.sampler_steps)
+    assert (job.sampler_steps, job.hires_steps, job.refiner_steps) == (8, FULL.hires_steps, FULL.refiner_steps)
+    assert bench_job(False, None) is FULL and bench_job(True, None) is SMOKE
+    seen = []
+    monkeypatch.setattr(comfy_process, "child_env", lambda repo: {})
+    monkeypatch.setattr(entry.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or type("P", (), {"returncode": 0}))
+    assert entry.run_stage(a, "u") == 0
+    child = entry.parse(seen[0][seen[0].index("--child"):])
+    assert child.sampler_steps == 8 and child.child == "sampler"
+    child.passes = [0, 0]
+    assert stage.stage_prompt(child, stage.stage_job(child), "u")["sigmas"]["inputs"]["steps"] == 8
+    for bad in ("0", "101", "eight"):
+        with pytest.raises(SystemExit):
+            entry.parse(["--sampler-steps", bad])
+    assert "a step count from 1 to 100" in capsys.readouterr().err
