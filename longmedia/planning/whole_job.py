@@ -277,12 +277,11 @@ def dit_stage(name: str, p: ExecutionPlan, steps: int, card: T.CardClass, passes
     sol_steps = sol_calls(p, steps)
     sol = T.dit_step_seconds(g.seq_len, p.model.dims.num_blocks, card, mem.streamed_weight_bytes,
                              p.pinning.pinned_bytes, p.prefetch, sol=True) if sol_steps else exact
-    # most of the read time lands on each model call (measured; not overlapped yet)
-    call = ((steps - sol_steps) * exact + sol_steps * sol) / steps + hr.disk_step_seconds
-    step = call * calls
-    exact_steps = steps - sol_steps     # scheduled_sol's Sol steps are its last ones; a skipped step costs nothing
-    pass_seconds = calls * sum((exact if i < exact_steps else sol) + hr.disk_step_seconds
-                               for i in range(steps) if i not in skipped)
+    # each step's calls, with most of the read time landing on each model call (measured; not overlapped yet);
+    # scheduled_sol's Sol steps are its last ones; a skipped step costs nothing
+    step_seconds = [calls * ((exact if i < steps - sol_steps else sol) + hr.disk_step_seconds) for i in range(steps)]
+    step = sum(step_seconds) / steps
+    pass_seconds = sum(s for i, s in enumerate(step_seconds) if i not in skipped)
     disk = (f"; {size(hr.disk_bytes_per_call)} of them from disk per model call (about {hr.disk_seconds_per_call:.1f} s "
             f"at {hr.disk_gbps:g} GB/s, of which about {hr.disk_step_seconds:.1f} s adds to the step per call)"
             if hr.streams_from_disk else "")
